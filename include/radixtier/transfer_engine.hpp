@@ -1,0 +1,95 @@
+// The transfer engine: moves KV pages and snapshots between the GPU and the host tier.
+//
+// A batch names page copies and snapshot copies in one direction. submit() hands back a
+// move-only Ticket at once; the copy runs asynchronously, split by the engine into slices of
+// at most `slice_pages` pages (a snapshot is cut into chunks of the same byte size), so the
+// staging memory an engine needs is one slice per direction, never a whole prefix.
+//
+// Ticket states:   Pending --(all slices copied)--> Done
+//                  Pending --(any slice failed)---> Failed   (destination bytes are garbage)
+//
+// Contract with the caller (the cache keeps it): while a ticket is pending, neither the
+// sources nor the destinations of its batch are freed or reused. The interface maps onto
+// CUDA directly: one stream per direction, a ticket is an event recorded after the last
+// slice, poll() is cudaEventQuery, wait() is cudaEventSynchronize.
+#pragma once
+
+#include <cstddef>
+#include <utility>
+#include <vector>
+
+#include "radixtier/ids.hpp"
+#include "radixtier/status.hpp"
+
+namespace radixtier {
+
+enum class Direction {
+  kDeviceToHost,  ///< demotion or write-through
+  kHostToDevice,  ///< promotion
+};
+
+const char* to_string(Direction dir);
+
+struct PageCopy {
+  GpuPageId gpu;
+  HostPageId host;
+};
+
+struct SnapshotCopy {
+  GpuSlotId gpu;
+  HostSlotId host;
+};
+
+struct TransferBatch {
+  Direction direction = Direction::kDeviceToHost;
+  std::vector<PageCopy> pages;
+  std::vector<SnapshotCopy> snapshots;
+
+  bool empty() const { return pages.empty() && snapshots.empty(); }
+};
+
+enum class TransferState { kPending, kDone, kFailed };
+
+const char* to_string(TransferState state);
+
+class TransferEngine;
+
+/// Move-only handle of one submitted batch. Destroying a pending ticket waits for it first:
+/// an engine must never copy into or out of memory its owner already reused.
+class Ticket {
+ public:
+  Ticket() = default;
+  Ticket(TransferEngine* engine, TicketId id) : engine_(engine), id_(id) {}
+  Ticket(Ticket&& other) noexcept { *this = std::move(other); }
+  Ticket& operator=(Ticket&& other) noexcept;
+  Ticket(const Ticket&) = delete;
+  Ticket& operator=(const Ticket&) = delete;
+  ~Ticket() { reset(); }
+
+  TicketId id() const { return id_; }
+  bool valid() const { return engine_ != nullptr; }
+  TransferState poll() const;
+  TransferState wait() const;
+  /// Waits if pending, then lets the engine forget the ticket.
+  void reset();
+
+ private:
+  TransferEngine* engine_ = nullptr;
+  TicketId id_;
+};
+
+class TransferEngine {
+ public:
+  virtual ~TransferEngine() = default;
+
+  /// Validates every id against the engine's pools; an invalid batch is rejected whole and
+  /// nothing is copied.
+  virtual Result<Ticket> submit(TransferBatch batch) = 0;
+  virtual TransferState poll(TicketId id) = 0;
+  virtual TransferState wait(TicketId id) = 0;
+  /// Forgets a finished ticket (called by Ticket::reset after wait).
+  virtual void release(TicketId id) = 0;
+  virtual std::size_t slice_pages() const = 0;
+};
+
+}  // namespace radixtier

@@ -1,0 +1,477 @@
+#include "radixtier/prefix_cache.hpp"
+
+#include <gtest/gtest.h>
+
+#include "cache_harness.hpp"
+
+namespace radixtier {
+namespace {
+
+using testing::Harness;
+using testing::seq;
+using testing::small_config;
+
+#define EXPECT_INVARIANTS(h) EXPECT_EQ((h).cache->check_invariants(), "")
+
+class PrefixCacheTest : public ::testing::TestWithParam<WritePolicy> {
+ protected:
+  Harness h{small_config(GetParam())};
+};
+
+INSTANTIATE_TEST_SUITE_P(Policies, PrefixCacheTest,
+                         ::testing::Values(WritePolicy::kWriteBack, WritePolicy::kWriteThrough),
+                         [](const auto& info) {
+                           return info.param == WritePolicy::kWriteBack ? "WriteBack"
+                                                                        : "WriteThrough";
+                         });
+
+TEST(CacheConfigTest, RejectsZeroCapacitiesNamingTheField) {
+  const std::pair<const char*, void (*)(CacheConfig&)> cases[] = {
+      {"page_size", [](CacheConfig& c) { c.page_size = 0; }},
+      {"gpu_pages", [](CacheConfig& c) { c.gpu_pages = 0; }},
+      {"gpu_snapshot_slots", [](CacheConfig& c) { c.gpu_snapshot_slots = 0; }},
+      {"page_bytes", [](CacheConfig& c) { c.page_bytes = 0; }},
+      {"snapshot_bytes", [](CacheConfig& c) { c.snapshot_bytes = 0; }},
+      {"slice_pages", [](CacheConfig& c) { c.slice_pages = 0; }},
+  };
+  for (auto [field, mutate] : cases) {
+    CacheConfig c = small_config();
+    mutate(c);
+    Status s = c.validate();
+    EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument) << field;
+    EXPECT_NE(s.message().find(field), std::string::npos) << s.message();
+  }
+  CacheConfig c = small_config(WritePolicy::kWriteThrough);
+  c.host_pages = 0;
+  EXPECT_NE(c.validate().message().find("write_policy"), std::string::npos);
+  EXPECT_TRUE(small_config().validate());
+}
+
+TEST(PrefixCacheCreate, RefusesInvalidConfig) {
+  CacheConfig c = small_config();
+  c.gpu_pages = 0;
+  HostArenas mem(small_config());
+  HostTransferEngine engine(mem, 3);
+  auto r = PrefixCache::create(c, engine);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.status().code(), ErrorCode::kInvalidArgument);
+}
+
+TEST_P(PrefixCacheTest, EmptyCacheMatchesNothing) {
+  auto prompt = seq({{1, 9}});
+  auto a = h.cache->admit(prompt);
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->cached_tokens, 0u);
+  EXPECT_FALSE(a->promoting);
+  EXPECT_INVARIANTS(h);
+  EXPECT_TRUE(h.cache->release(a->lock));
+  EXPECT_INVARIANTS(h);
+}
+
+TEST_P(PrefixCacheTest, ReusesInsertedPrefixAndKeepsTheLastTokenComputed) {
+  auto prompt = seq({{1, 16}});  // 4 pages
+  const std::size_t snaps[] = {8, 16};
+  auto first = h.serve(prompt, snaps);
+  EXPECT_EQ(first.cached, 0u);
+  EXPECT_EQ(first.error, "");
+  EXPECT_INVARIANTS(h);
+  // Same prompt: the snapshot at 16 is not usable (the last token must be computed).
+  auto again = h.serve(prompt, snaps);
+  EXPECT_EQ(again.cached, 8u);
+  EXPECT_TRUE(again.bytes_ok);
+  // A longer prompt reuses all 16.
+  auto longer = seq({{1, 16}, {100, 3}});
+  auto third = h.serve(longer, snaps);
+  EXPECT_EQ(third.cached, 16u);
+  EXPECT_TRUE(third.bytes_ok);
+  EXPECT_INVARIANTS(h);
+}
+
+TEST_P(PrefixCacheTest, MatchNeverUsesAShorterSnapshotForADeeperNode) {
+  auto prompt = seq({{1, 24}, {500, 1}});
+  const std::size_t snaps[] = {8, 24};
+  h.serve(prompt, snaps);
+  MatchResult m = h.cache->match(std::span(prompt).first(24));
+  EXPECT_EQ(m.usable_tokens, 24u);
+  EXPECT_EQ(m.kv_tokens, 24u);
+  // A query ending between the snapshots resumes from the one below its end, never above.
+  MatchResult mid = h.cache->match(std::span(prompt).first(20));
+  EXPECT_EQ(mid.usable_tokens, 8u);
+  EXPECT_EQ(mid.kv_tokens, 20u);
+}
+
+TEST_P(PrefixCacheTest, DivergingInsertSplitsTheNode) {
+  auto a = seq({{1, 32}, {900, 1}});
+  auto b = seq({{1, 12}, {300, 20}, {901, 1}});
+  const std::size_t snaps_a[] = {32};
+  const std::size_t snaps_b[] = {24};
+  h.serve(a, snaps_a);
+  h.serve(b, snaps_b);
+  EXPECT_INVARIANTS(h);
+  EXPECT_EQ(h.cache->match(a).usable_tokens, 32u);
+  EXPECT_EQ(h.cache->match(b).usable_tokens, 24u);
+  // The shared 12 tokens exist once, with no snapshot at the split.
+  EXPECT_EQ(h.cache->match(std::span(a).first(12)).kv_tokens, 12u);
+  EXPECT_EQ(h.cache->match(std::span(a).first(12)).usable_tokens, 0u);
+  auto again = h.serve(a, snaps_a);
+  EXPECT_EQ(again.cached, 32u);
+  EXPECT_TRUE(again.bytes_ok);
+}
+
+TEST_P(PrefixCacheTest, DuplicateInsertHandsBackTheRequestsPages) {
+  auto prompt = seq({{1, 8}, {77, 1}});
+  const std::size_t snaps[] = {8};
+  h.serve(prompt, snaps);
+  // A second request computes the same 8 tokens itself (admitted before the first inserted).
+  auto a = h.cache->admit(seq({{1, 8}}));  // matches nothing: the last token rule
+  ASSERT_TRUE(a);
+  auto pages = h.cache->alloc_pages(2);
+  ASSERT_TRUE(pages);
+  auto slot = h.cache->alloc_snapshot_slot();
+  ASSERT_TRUE(slot);
+  auto ins = h.cache->insert(a->lock, std::span(prompt).first(8), *pages, *slot);
+  ASSERT_TRUE(ins) << ins.status().to_string();
+  EXPECT_EQ(ins->not_taken, *pages);
+  EXPECT_FALSE(ins->snapshot_taken);
+  EXPECT_TRUE(h.cache->free_pages(*pages));
+  EXPECT_TRUE(h.cache->free_snapshot_slot(*slot));
+  EXPECT_TRUE(h.cache->release(a->lock));
+  EXPECT_INVARIANTS(h);
+}
+
+TEST_P(PrefixCacheTest, PressureDemotesToHostAndPromotionRestoresTheBytes) {
+  auto convo = seq({{1, 40}, {999, 1}});  // 10 pages
+  const std::size_t snaps[] = {40};
+  h.serve(convo, snaps);
+  // Side requests push it out of the 32-page GPU pool (the host tier holds them all).
+  for (int i = 0; i < 4; ++i) {
+    auto side = seq({{Token(10000 + 1000 * i), 40}, {5, 1}});
+    const std::size_t side_snaps[] = {40};
+    EXPECT_EQ(h.serve(side, side_snaps).error, "");
+    EXPECT_INVARIANTS(h);
+  }
+  MatchResult m = h.cache->match(convo);
+  EXPECT_EQ(m.usable_tokens, 40u);
+  EXPECT_GT(m.host_tokens, 0u) << "the conversation should have been demoted";
+  auto back = h.serve(convo, snaps);
+  EXPECT_EQ(back.cached, 40u);
+  EXPECT_TRUE(back.bytes_ok);
+  const CacheStats s = h.cache->stats();
+  EXPECT_GT(s.kv_pages_demoted, 0u);
+  EXPECT_GT(s.kv_pages_promoted, 0u);
+  EXPECT_GT(s.bytes_h2d, 0u);
+  EXPECT_GT(s.hit_tokens_host, 0u);
+  EXPECT_INVARIANTS(h);
+}
+
+TEST_P(PrefixCacheTest, EvictionGoesLeafFirst) {
+  auto base = seq({{1, 16}, {3, 1}});
+  const std::size_t snaps[] = {16};
+  h.serve(base, snaps);
+  auto ext = seq({{1, 16}, {200, 16}, {4, 1}});
+  const std::size_t snaps2[] = {32};
+  h.serve(ext, snaps2);
+  // Ask for nearly the whole pool: the leaf (the extension) must go before its parent.
+  auto pages = h.cache->alloc_pages(32 - 4);
+  ASSERT_TRUE(pages) << pages.status().to_string();
+  h.settle();
+  MatchResult m = h.cache->match(ext);
+  EXPECT_EQ(m.kv_tokens, 32u);
+  EXPECT_GT(m.host_tokens, 0u);
+  EXPECT_TRUE(h.cache->free_pages(*pages));
+  EXPECT_INVARIANTS(h);
+}
+
+TEST_P(PrefixCacheTest, LockedPathIsNeverEvicted) {
+  auto prompt = seq({{1, 64}, {2, 1}});  // 16 pages
+  const std::size_t snaps[] = {64};
+  h.serve(prompt, snaps);
+  auto a = h.cache->admit(prompt);
+  ASSERT_TRUE(a);
+  ASSERT_EQ(a->cached_tokens, 64u);
+  ASSERT_TRUE(h.cache->wait(a->lock));
+  // 16 pages are pinned; 16 are free; asking for 17 must fail, changing nothing pinned.
+  auto pages = h.cache->alloc_pages(17);
+  ASSERT_FALSE(pages);
+  EXPECT_EQ(pages.status().code(), ErrorCode::kOutOfMemory);
+  auto table = h.cache->path_pages(a->lock);
+  ASSERT_TRUE(table);
+  for (std::size_t i = 0; i < table->size(); ++i) EXPECT_TRUE(h.page_ok((*table)[i], prompt, i));
+  EXPECT_INVARIANTS(h);
+  EXPECT_TRUE(h.cache->release(a->lock));
+  auto now = h.cache->alloc_pages(17);
+  EXPECT_TRUE(now);
+  EXPECT_INVARIANTS(h);
+}
+
+TEST_P(PrefixCacheTest, UnlockReturnsToTheExactPriorState) {
+  auto prompt = seq({{1, 24}, {2, 1}});
+  const std::size_t snaps[] = {8, 24};
+  h.serve(prompt, snaps);
+  h.settle();
+  const Occupancy before = h.cache->occupancy();
+  auto a = h.cache->admit(prompt);
+  ASSERT_TRUE(a);
+  auto b = h.cache->admit(prompt);
+  ASSERT_TRUE(b);
+  EXPECT_INVARIANTS(h);
+  EXPECT_TRUE(h.cache->release(b->lock));
+  EXPECT_TRUE(h.cache->release(a->lock));
+  EXPECT_INVARIANTS(h);
+  const Occupancy after = h.cache->occupancy();
+  EXPECT_EQ(before.gpu_pages_free, after.gpu_pages_free);
+  EXPECT_EQ(before.nodes, after.nodes);
+}
+
+TEST_P(PrefixCacheTest, SnapshotDemotionAndPromotionAreByteExact) {
+  // Five conversations with snapshots through 4 GPU slots: some snapshots go to host.
+  std::vector<std::vector<Token>> convos;
+  for (int i = 0; i < 5; ++i) convos.push_back(seq({{Token(100 * (i + 1)), 8}, {7, 1}}));
+  const std::size_t snaps[] = {8};
+  for (auto& c : convos) h.serve(c, snaps);
+  h.settle();
+  EXPECT_GT(h.cache->stats().snapshots_demoted + (GetParam() == WritePolicy::kWriteThrough), 0u);
+  for (auto& c : convos) {
+    auto r = h.serve(c, snaps);
+    EXPECT_EQ(r.cached, 8u);
+    EXPECT_TRUE(r.bytes_ok);
+  }
+  EXPECT_INVARIANTS(h);
+}
+
+TEST(PrefixCacheWriteThrough, CopiesInBackgroundSoEvictionIsFree) {
+  Harness h(small_config(WritePolicy::kWriteThrough));
+  auto prompt = seq({{1, 40}, {2, 1}});
+  const std::size_t snaps[] = {40};
+  h.serve(prompt, snaps);
+  EXPECT_FALSE(h.engine.pending().empty()) << "write-through should be in flight";
+  h.settle();
+  const std::uint64_t d2h = h.cache->stats().bytes_d2h;
+  EXPECT_EQ(d2h, 10 * h.config.page_bytes + h.config.snapshot_bytes);
+  auto pages = h.cache->alloc_pages(32);  // evicts every page of the prompt
+  ASSERT_TRUE(pages);
+  EXPECT_EQ(h.cache->stats().bytes_d2h, d2h) << "eviction of clean pages must copy nothing";
+  EXPECT_TRUE(h.cache->free_pages(*pages));
+  auto back = h.serve(prompt, snaps);
+  EXPECT_EQ(back.cached, 40u);
+  EXPECT_TRUE(back.bytes_ok);
+  EXPECT_EQ(h.cache->check_invariants(), "");
+}
+
+TEST(PrefixCacheWriteThrough, SourcePagesStayHeldUntilTheCopyLands) {
+  Harness h(small_config(WritePolicy::kWriteThrough));
+  auto prompt = seq({{1, 40}, {2, 1}});
+  const std::size_t snaps[] = {40};
+  h.serve(prompt, snaps);
+  ASSERT_FALSE(h.engine.pending().empty());
+  // Grab every GPU page while the write-through is still pending: the cache must let the
+  // copy land before it recycles its source pages; scribble over all of them.
+  auto pages = h.cache->alloc_pages(32);
+  ASSERT_TRUE(pages);
+  for (GpuPageId p : *pages) {
+    auto bytes = h.memory.gpu_page(p);
+    std::fill(bytes.begin(), bytes.end(), std::byte{0xEE});
+  }
+  EXPECT_TRUE(h.cache->free_pages(*pages));
+  auto back = h.serve(prompt, snaps);
+  EXPECT_EQ(back.cached, 40u);
+  EXPECT_TRUE(back.bytes_ok);
+}
+
+TEST(PrefixCacheHostFull, DropsWhenHostHasNoRoom) {
+  CacheConfig c = small_config();
+  c.host_pages = 4;
+  Harness h(c);
+  auto prompt = seq({{1, 40}, {2, 1}});
+  const std::size_t snaps[] = {40};
+  h.serve(prompt, snaps);
+  auto pages = h.cache->alloc_pages(32);
+  ASSERT_TRUE(pages);
+  const CacheStats s = h.cache->stats();
+  EXPECT_GT(s.kv_pages_dropped_gpu + s.kv_pages_dropped_host, 0u);
+  EXPECT_EQ(h.cache->match(prompt).usable_tokens, 0u);
+  EXPECT_TRUE(h.cache->free_pages(*pages));
+  EXPECT_EQ(h.cache->check_invariants(), "");
+}
+
+TEST(PrefixCacheNoHost, GpuOnlyConfigurationWorks) {
+  CacheConfig c = small_config();
+  c.host_pages = 0;
+  c.host_snapshot_slots = 0;
+  Harness h(c);
+  auto prompt = seq({{1, 40}, {2, 1}});
+  const std::size_t snaps[] = {40};
+  h.serve(prompt, snaps);
+  EXPECT_EQ(h.serve(prompt, snaps).cached, 40u);
+  for (int i = 0; i < 3; ++i) h.serve(seq({{Token(5000 * (i + 1)), 64}, {1, 1}}), snaps);
+  EXPECT_EQ(h.cache->stats().bytes_d2h, 0u);
+  EXPECT_EQ(h.cache->check_invariants(), "");
+}
+
+TEST(PrefixCacheFaults, FailedDemotionLeavesATombstoneNotWrongBytes) {
+  Harness h(small_config());
+  auto prompt = seq({{1, 40}, {2, 1}});
+  const std::size_t snaps[] = {40};
+  h.serve(prompt, snaps);
+  h.engine.fail_nth_submission(0);  // the next copy (the demotion) fails
+  auto pages = h.cache->alloc_pages(32);
+  ASSERT_TRUE(pages);
+  EXPECT_EQ(h.cache->stats().transfers_failed, 1u);
+  EXPECT_EQ(h.cache->match(prompt).usable_tokens, 0u);
+  EXPECT_TRUE(h.cache->free_pages(*pages));
+  EXPECT_EQ(h.cache->check_invariants(), "");
+  auto again = h.serve(prompt, snaps);
+  EXPECT_EQ(again.cached, 0u);
+}
+
+TEST(PrefixCacheFaults, FailedPromotionDegradesToRecompute) {
+  Harness h(small_config());
+  auto prompt = seq({{1, 40}, {2, 1}});
+  const std::size_t snaps[] = {40};
+  h.serve(prompt, snaps);
+  auto pages = h.cache->alloc_pages(32);  // demote it all
+  ASSERT_TRUE(pages);
+  EXPECT_TRUE(h.cache->free_pages(*pages));
+  ASSERT_EQ(h.cache->match(prompt).usable_tokens, 40u);
+  h.engine.fail_nth_submission(0);  // the promotion fails
+  auto a = h.cache->admit(prompt);
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->cached_tokens, 40u);
+  EXPECT_TRUE(a->promoting);
+  Status s = h.cache->wait(a->lock);
+  EXPECT_EQ(s.code(), ErrorCode::kTransferFailed);
+  EXPECT_FALSE(h.cache->path_pages(a->lock));
+  EXPECT_EQ(h.cache->check_invariants(), "");
+  EXPECT_TRUE(h.cache->release(a->lock));
+  EXPECT_EQ(h.cache->check_invariants(), "");
+  // Re-admission finds less, never poisoned bytes.
+  auto again = h.serve(prompt, snaps);
+  EXPECT_TRUE(again.bytes_ok);
+  EXPECT_LT(again.cached, 40u);
+}
+
+TEST(PrefixCacheThreaded, ByteExactWithTheAsyncEngine) {
+  Harness h(small_config(WritePolicy::kWriteBack), HostTransferEngine::Mode::kThreaded);
+  std::vector<std::vector<Token>> prompts;
+  for (int i = 0; i < 8; ++i) prompts.push_back(seq({{1, 12}, {Token(1000 * (i + 1)), 28}, {3, 1}}));
+  const std::size_t snaps[] = {12, 40};
+  for (int round = 0; round < 3; ++round) {
+    for (auto& p : prompts) {
+      auto r = h.serve(p, snaps);
+      EXPECT_TRUE(r.bytes_ok);
+      EXPECT_EQ(r.error, "");
+    }
+  }
+  h.cache->drain();
+  EXPECT_GT(h.cache->stats().kv_pages_promoted, 0u);
+  EXPECT_EQ(h.cache->check_invariants(), "");
+}
+
+// ---- rule 8: bad input is rejected and changes nothing --------------------------------
+
+class BadInputTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::size_t snaps[] = {8};
+    h.serve(prompt, snaps);
+    auto a = h.cache->admit(prompt);
+    ASSERT_TRUE(a);
+    lock = a->lock;
+    auto p = h.cache->alloc_pages(2);
+    ASSERT_TRUE(p);
+    mine = *p;
+    before = fingerprint();
+  }
+  std::string fingerprint() {
+    const Occupancy o = h.cache->occupancy();
+    const MatchResult m = h.cache->match(prompt);
+    return std::to_string(o.gpu_pages_free) + "/" + std::to_string(o.host_pages_free) + "/" +
+           std::to_string(o.gpu_slots_free) + "/" + std::to_string(o.nodes) + "/" +
+           std::to_string(m.usable_tokens) + "/" + std::to_string(m.kv_tokens) + "/" +
+           h.cache->check_invariants();
+  }
+  void expect_unchanged() { EXPECT_EQ(fingerprint(), before); }
+
+  Harness h{small_config()};
+  std::vector<Token> prompt = seq({{1, 8}, {9, 1}});
+  LockId lock;
+  std::vector<GpuPageId> mine;
+  std::string before;
+};
+
+TEST_F(BadInputTest, UnknownLock) {
+  const LockId bogus(12345);
+  EXPECT_EQ(h.cache->release(bogus).code(), ErrorCode::kNotFound);
+  EXPECT_EQ(h.cache->wait(bogus).code(), ErrorCode::kNotFound);
+  EXPECT_FALSE(h.cache->path_pages(bogus));
+  EXPECT_FALSE(h.cache->insert(bogus, prompt, {}, std::nullopt));
+  expect_unchanged();
+}
+
+TEST_F(BadInputTest, DoubleRelease) {
+  ASSERT_TRUE(h.cache->release(lock));
+  before = fingerprint();
+  Status s = h.cache->release(lock);
+  EXPECT_EQ(s.code(), ErrorCode::kNotFound);
+  EXPECT_NE(s.message().find("already released"), std::string::npos);
+  expect_unchanged();
+}
+
+TEST_F(BadInputTest, UnalignedTokens) {
+  auto more = seq({{1, 8}, {50, 2}});
+  auto r = h.cache->insert(lock, more, mine, std::nullopt);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.status().message().find("whole number of pages"), std::string::npos);
+  expect_unchanged();
+}
+
+TEST_F(BadInputTest, MismatchedLengths) {
+  auto more = seq({{1, 8}, {50, 8}});
+  auto r = h.cache->insert(lock, more, std::span(mine).first(1), std::nullopt);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.status().code(), ErrorCode::kInvalidArgument);
+  expect_unchanged();
+}
+
+TEST_F(BadInputTest, PageIdOutOfRange) {
+  const GpuPageId bad[] = {GpuPageId(999)};
+  EXPECT_EQ(h.cache->free_pages(bad).code(), ErrorCode::kInvalidArgument);
+  auto table = *h.cache->path_pages(lock);
+  table.push_back(GpuPageId(999));
+  auto more = seq({{1, 8}, {50, 4}});
+  EXPECT_FALSE(h.cache->insert(lock, more, table, std::nullopt));
+  EXPECT_EQ(h.cache->free_snapshot_slot(GpuSlotId(77)).code(), ErrorCode::kInvalidArgument);
+  expect_unchanged();
+}
+
+TEST_F(BadInputTest, PagesNotHeldByTheCaller) {
+  auto table = *h.cache->path_pages(lock);  // the tree's pages
+  EXPECT_EQ(h.cache->free_pages(table).code(), ErrorCode::kInvalidArgument);
+  // Inserting the tree's pages at the wrong positions is refused.
+  std::vector<GpuPageId> swapped{table[1], table[0]};
+  EXPECT_FALSE(h.cache->insert(lock, std::span(prompt).first(8), swapped, std::nullopt));
+  // A page listed twice.
+  const GpuPageId twice[] = {mine[0], mine[0]};
+  EXPECT_FALSE(h.cache->free_pages(twice));
+  expect_unchanged();
+}
+
+TEST_F(BadInputTest, DoubleFreeOfPages) {
+  ASSERT_TRUE(h.cache->free_pages(mine));
+  before = fingerprint();
+  Status s = h.cache->free_pages(mine);
+  EXPECT_NE(s.message().find("double release"), std::string::npos);
+  expect_unchanged();
+}
+
+TEST_F(BadInputTest, TokensThatDoNotExtendTheLock) {
+  auto other = seq({{700, 12}});
+  auto pages = mine;
+  pages.push_back(mine[0]);
+  EXPECT_FALSE(h.cache->insert(lock, other, std::span(mine).first(2), std::nullopt));
+  EXPECT_FALSE(h.cache->admit(std::span<const Token>()));
+  expect_unchanged();
+}
+
+}  // namespace
+}  // namespace radixtier
