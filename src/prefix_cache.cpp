@@ -12,7 +12,7 @@ namespace radixtier {
 // construction
 
 Result<std::unique_ptr<PrefixCache>> PrefixCache::create(const CacheConfig& config,
-                                                        TransferEngine& engine) {
+                                                         TransferEngine& engine) {
   if (Status s = config.validate(); !s) return s;
   return std::unique_ptr<PrefixCache>(new PrefixCache(config, engine));
 }
@@ -64,8 +64,7 @@ void PrefixCache::destroy_subtree(Node* top) {
 // ---------------------------------------------------------------------------------------
 // tree walking
 
-Node* PrefixCache::find_child(const Node* n, std::span<const Token> tokens,
-                              std::size_t pos) const {
+Node* PrefixCache::find_child(const Node* n, std::span<const Token> tokens, std::size_t pos) const {
   if (pos + config_.page_size > tokens.size()) return nullptr;
   auto it = n->children.find(PageKey{tokens.data() + pos, config_.page_size});
   return it == n->children.end() ? nullptr : it->second;

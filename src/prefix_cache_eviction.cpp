@@ -7,7 +7,9 @@
 namespace radixtier {
 
 namespace {
-std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) { return b == 0 ? 0 : (a + b - 1) / b; }
+std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) {
+  return b == 0 ? 0 : (a + b - 1) / b;
+}
 }  // namespace
 
 // ---------------------------------------------------------------------------------------
@@ -168,8 +170,8 @@ void PrefixCache::write_through(std::span<Node* const> nodes, Node* snapshot_nod
     copy.ops.push_back({n, false, Xfer::kWriteThrough});
   }
   Node* s = snapshot_node;
-  if (s && s->gpu_snapshot.valid() && !s->host_snapshot.valid() &&
-      s->snap_xfer == Xfer::kNone && make_host_slot_room()) {
+  if (s && s->gpu_snapshot.valid() && !s->host_snapshot.valid() && s->snap_xfer == Xfer::kNone &&
+      make_host_slot_room()) {
     s->host_snapshot = *host_slots_.take(Holder::kTransfer);
     s->snap_xfer = Xfer::kWriteThrough;
     copy.batch.snapshots.push_back({s->gpu_snapshot, s->host_snapshot});
@@ -202,7 +204,8 @@ std::optional<std::uint32_t> PrefixCache::submit_batch(PendingBatch&& pending) {
   (d2h ? stats_.bytes_d2h : stats_.bytes_h2d) += bytes;
   (d2h ? stats_.copies_d2h : stats_.copies_h2d) += copies;
   const std::uint32_t id = next_transfer_++;
-  for (const CopyOp& op : pending.ops) (op.snapshot ? op.node->snap_xfer_id : op.node->kv_xfer_id) = id;
+  for (const CopyOp& op : pending.ops)
+    (op.snapshot ? op.node->snap_xfer_id : op.node->kv_xfer_id) = id;
   transfers_.emplace(id, InFlight{std::move(*ticket), std::move(pending.ops)});
   return id;
 }

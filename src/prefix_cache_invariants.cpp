@@ -81,12 +81,15 @@ std::string PrefixCache::check_invariants() const {
     auto fail = [&](const std::string& what) { return where.str() + what; };
 
     if (n->is_root()) {
-      if (!n->tokens.empty() || n->has_kv() || n->has_snapshot()) return fail("the root holds data");
+      if (!n->tokens.empty() || n->has_kv() || n->has_snapshot())
+        return fail("the root holds data");
     } else {
-      if (n->tokens.empty() || n->tokens.size() % ps != 0) return fail("tokens are not whole pages");
+      if (n->tokens.empty() || n->tokens.size() % ps != 0)
+        return fail("tokens are not whole pages");
       if (n->boundary != n->parent->boundary + n->tokens.size()) return fail("wrong boundary");
       auto it = n->parent->children.find(n->first_page(ps));
-      if (it == n->parent->children.end() || it->second != n) return fail("not keyed in its parent");
+      if (it == n->parent->children.end() || it->second != n)
+        return fail("not keyed in its parent");
       const std::size_t np = n->page_count(ps);
       if (n->has_gpu_kv() && n->gpu_pages.size() != np) return fail("GPU page count != pages");
       if (n->has_host_kv() && n->host_pages.size() != np) return fail("host page count != pages");
@@ -100,18 +103,22 @@ std::string PrefixCache::check_invariants() const {
     if ((kv_to_host || kv_to_gpu) && !(n->has_gpu_kv() && n->has_host_kv()))
       return fail("a KV copy is in flight without both ends");
     for (GpuPageId id : n->gpu_pages)
-      if (auto e = gpu.add(id, kv_to_gpu ? Holder::kTransfer : Holder::kNode); !e.empty()) return fail(e);
+      if (auto e = gpu.add(id, kv_to_gpu ? Holder::kTransfer : Holder::kNode); !e.empty())
+        return fail(e);
     for (HostPageId id : n->host_pages)
-      if (auto e = host.add(id, kv_to_host ? Holder::kTransfer : Holder::kNode); !e.empty()) return fail(e);
+      if (auto e = host.add(id, kv_to_host ? Holder::kTransfer : Holder::kNode); !e.empty())
+        return fail(e);
     const bool snap_to_host = n->snap_xfer == Xfer::kDemote || n->snap_xfer == Xfer::kWriteThrough;
     const bool snap_to_gpu = n->snap_xfer == Xfer::kPromote;
     if ((snap_to_host || snap_to_gpu) && !(n->gpu_snapshot.valid() && n->host_snapshot.valid()))
       return fail("a snapshot copy is in flight without both ends");
     if (n->gpu_snapshot.valid())
-      if (auto e = gslots.add(n->gpu_snapshot, snap_to_gpu ? Holder::kTransfer : Holder::kNode); !e.empty())
+      if (auto e = gslots.add(n->gpu_snapshot, snap_to_gpu ? Holder::kTransfer : Holder::kNode);
+          !e.empty())
         return fail(e);
     if (n->host_snapshot.valid())
-      if (auto e = hslots.add(n->host_snapshot, snap_to_host ? Holder::kTransfer : Holder::kNode); !e.empty())
+      if (auto e = hslots.add(n->host_snapshot, snap_to_host ? Holder::kTransfer : Holder::kNode);
+          !e.empty())
         return fail(e);
     if (n->kv_xfer != Xfer::kNone) {
       auto t = transfers_.find(n->kv_xfer_id);

@@ -65,8 +65,7 @@ std::optional<Admission> PrefixCache::try_admit_at(Node* target) {
     if (!n->has_gpu_kv()) need_pages += n->page_count(config_.page_size);
   }
   const bool need_slot = !target->gpu_snapshot.valid();
-  if ((need_pages > 0 && !make_gpu_page_room(need_pages)) ||
-      (need_slot && !make_gpu_slot_room())) {
+  if ((need_pages > 0 && !make_gpu_page_room(need_pages)) || (need_slot && !make_gpu_slot_room())) {
     undo();
     return std::nullopt;
   }
@@ -188,7 +187,8 @@ Result<GpuSlotId> PrefixCache::path_snapshot(LockId lock) const {
 
 Result<std::vector<GpuPageId>> PrefixCache::alloc_pages(std::size_t n) {
   if (n > gpu_pages_.capacity()) {
-    return invalid_argument("alloc_pages: " + std::to_string(n) + " pages asked, the GPU pool has " +
+    return invalid_argument("alloc_pages: " + std::to_string(n) +
+                            " pages asked, the GPU pool has " +
                             std::to_string(gpu_pages_.capacity()));
   }
   poll();
@@ -208,19 +208,22 @@ Result<GpuSlotId> PrefixCache::alloc_snapshot_slot() {
 Status PrefixCache::free_pages(std::span<const GpuPageId> pages) {
   std::unordered_set<GpuPageId> seen;
   for (GpuPageId id : pages) {
-    if (!gpu_pages_.in_range(id)) return invalid_argument("free_pages: " + describe(id) + " out of range");
+    if (!gpu_pages_.in_range(id))
+      return invalid_argument("free_pages: " + describe(id) + " out of range");
     if (gpu_pages_.holder(id) != Holder::kRequest) {
       return invalid_argument("free_pages: " + describe(id) +
                               " is not held by a request (double release?)");
     }
-    if (!seen.insert(id).second) return invalid_argument("free_pages: " + describe(id) + " listed twice");
+    if (!seen.insert(id).second)
+      return invalid_argument("free_pages: " + describe(id) + " listed twice");
   }
   for (GpuPageId id : pages) gpu_pages_.give_back(id);
   return Status::ok();
 }
 
 Status PrefixCache::free_snapshot_slot(GpuSlotId slot) {
-  if (!gpu_slots_.in_range(slot)) return invalid_argument("free_snapshot_slot: " + describe(slot) + " out of range");
+  if (!gpu_slots_.in_range(slot))
+    return invalid_argument("free_snapshot_slot: " + describe(slot) + " out of range");
   if (gpu_slots_.holder(slot) != Holder::kRequest) {
     return invalid_argument("free_snapshot_slot: " + describe(slot) +
                             " is not held by a request (double release?)");
@@ -249,14 +252,17 @@ Status PrefixCache::validate_insert(const LockRecord& rec, std::span<const Token
   }
   if (snapshot) {
     if (tokens.empty()) return invalid_argument("insert: the root takes no snapshot");
-    if (!gpu_slots_.in_range(*snapshot)) return invalid_argument("insert: " + describe(*snapshot) + " out of range");
+    if (!gpu_slots_.in_range(*snapshot))
+      return invalid_argument("insert: " + describe(*snapshot) + " out of range");
     if (gpu_slots_.holder(*snapshot) != Holder::kRequest)
       return invalid_argument("insert: " + describe(*snapshot) + " is not held by a request");
   }
   std::unordered_set<GpuPageId> seen;
   for (GpuPageId id : pages) {
-    if (!gpu_pages_.in_range(id)) return invalid_argument("insert: " + describe(id) + " out of range");
-    if (!seen.insert(id).second) return invalid_argument("insert: " + describe(id) + " listed twice");
+    if (!gpu_pages_.in_range(id))
+      return invalid_argument("insert: " + describe(id) + " out of range");
+    if (!seen.insert(id).second)
+      return invalid_argument("insert: " + describe(id) + " listed twice");
   }
   // Walk what the tree already has: the locked path must be a prefix of `tokens`, and a page
   // the caller does not hold must be the tree's own page at that very position.
@@ -277,9 +283,11 @@ Status PrefixCache::validate_insert(const LockRecord& rec, std::span<const Token
     if (c == nullptr) break;
     for (std::size_t i = 0; i < k; ++i) {
       const GpuPageId id = pages[pos / ps + i];
-      const bool tree_page = c->has_gpu_kv() && c->kv_xfer != Xfer::kPromote && c->gpu_pages[i] == id;
+      const bool tree_page =
+          c->has_gpu_kv() && c->kv_xfer != Xfer::kPromote && c->gpu_pages[i] == id;
       if (!tree_page && gpu_pages_.holder(id) != Holder::kRequest) {
-        return invalid_argument("insert: " + describe(id) + " at page " + std::to_string(pos / ps + i) +
+        return invalid_argument("insert: " + describe(id) + " at page " +
+                                std::to_string(pos / ps + i) +
                                 " is neither the caller's nor the tree's page there");
       }
     }

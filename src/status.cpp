@@ -7,13 +7,20 @@ namespace radixtier {
 
 const char* to_string(ErrorCode code) {
   switch (code) {
-    case ErrorCode::kOk: return "ok";
-    case ErrorCode::kInvalidArgument: return "invalid argument";
-    case ErrorCode::kNotFound: return "not found";
-    case ErrorCode::kOutOfMemory: return "out of memory";
-    case ErrorCode::kTransferFailed: return "transfer failed";
-    case ErrorCode::kPending: return "pending";
-    case ErrorCode::kFailedPrecondition: return "failed precondition";
+    case ErrorCode::kOk:
+      return "ok";
+    case ErrorCode::kInvalidArgument:
+      return "invalid argument";
+    case ErrorCode::kNotFound:
+      return "not found";
+    case ErrorCode::kOutOfMemory:
+      return "out of memory";
+    case ErrorCode::kTransferFailed:
+      return "transfer failed";
+    case ErrorCode::kPending:
+      return "pending";
+    case ErrorCode::kFailedPrecondition:
+      return "failed precondition";
   }
   return "unknown";
 }
@@ -33,9 +40,12 @@ const char* to_string(Direction dir) {
 
 const char* to_string(TransferState state) {
   switch (state) {
-    case TransferState::kPending: return "pending";
-    case TransferState::kDone: return "done";
-    case TransferState::kFailed: return "failed";
+    case TransferState::kPending:
+      return "pending";
+    case TransferState::kDone:
+      return "done";
+    case TransferState::kFailed:
+      return "failed";
   }
   return "unknown";
 }

@@ -353,7 +353,8 @@ TEST(PrefixCacheFaults, FailedPromotionDegradesToRecompute) {
 TEST(PrefixCacheThreaded, ByteExactWithTheAsyncEngine) {
   Harness h(small_config(WritePolicy::kWriteBack), HostTransferEngine::Mode::kThreaded);
   std::vector<std::vector<Token>> prompts;
-  for (int i = 0; i < 8; ++i) prompts.push_back(seq({{1, 12}, {Token(1000 * (i + 1)), 28}, {3, 1}}));
+  for (int i = 0; i < 8; ++i)
+    prompts.push_back(seq({{1, 12}, {Token(1000 * (i + 1)), 28}, {3, 1}}));
   const std::size_t snaps[] = {12, 40};
   for (int round = 0; round < 3; ++round) {
     for (auto& p : prompts) {

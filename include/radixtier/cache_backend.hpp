@@ -36,7 +36,7 @@ struct Admission {
   std::size_t gpu_tokens = 0;     ///< tokens of the match whose KV was already on GPU
   std::size_t host_tokens = 0;    ///< tokens of the match being promoted from host
   bool snapshot_from_host = false;
-  bool promoting = false;         ///< wait(lock) before reading the pages
+  bool promoting = false;  ///< wait(lock) before reading the pages
 };
 
 struct InsertResult {
@@ -60,10 +60,10 @@ struct CacheStats {
   std::uint64_t kv_pages_dropped_host = 0;  ///< host pages freed
   std::uint64_t snapshots_demoted = 0;
   std::uint64_t snapshots_promoted = 0;
-  std::uint64_t snapshots_dropped = 0;      ///< snapshots lost from every tier
+  std::uint64_t snapshots_dropped = 0;  ///< snapshots lost from every tier
   std::uint64_t snapshots_inserted = 0;
   std::uint64_t transfers_failed = 0;
-  std::uint64_t host_bytes_peak = 0;        ///< most host bytes in use at once
+  std::uint64_t host_bytes_peak = 0;  ///< most host bytes in use at once
 };
 
 class CacheBackend {

@@ -118,16 +118,16 @@ class HostTransferEngine final : public TransferEngine {
   const Mode mode_;
 
   mutable std::mutex mu_;
-  std::condition_variable cv_;                      // guarded by mu_: jobs_ changes
-  std::unordered_map<TicketId, Job> jobs_;          // guarded by mu_
-  std::deque<TicketId> queue_;                      // guarded by mu_: submission order
-  std::uint32_t next_id_ = 0;                       // guarded by mu_
-  std::uint64_t submissions_ = 0;                   // guarded by mu_
-  std::vector<std::uint64_t> fail_submissions_;     // guarded by mu_
-  HostEngineStats stats_;                           // guarded by mu_
-  bool stop_ = false;                               // guarded by mu_
+  std::condition_variable cv_;                        // guarded by mu_: jobs_ changes
+  std::unordered_map<TicketId, Job> jobs_;            // guarded by mu_
+  std::deque<TicketId> queue_;                        // guarded by mu_: submission order
+  std::uint32_t next_id_ = 0;                         // guarded by mu_
+  std::uint64_t submissions_ = 0;                     // guarded by mu_
+  std::vector<std::uint64_t> fail_submissions_;       // guarded by mu_
+  HostEngineStats stats_;                             // guarded by mu_
+  bool stop_ = false;                                 // guarded by mu_
   std::vector<std::byte> staging_d2h_, staging_h2d_;  // touched only by the running copy
-  std::mutex copy_mu_;                              // one copy at a time (one engine "stream")
+  std::mutex copy_mu_;                                // one copy at a time (one engine "stream")
   std::thread worker_;
 };
 

@@ -11,12 +11,12 @@ namespace radixtier {
 
 enum class ErrorCode {
   kOk = 0,
-  kInvalidArgument,   ///< bad input: the cache's state is unchanged
-  kNotFound,          ///< unknown handle or id
-  kOutOfMemory,       ///< a tier is full and nothing can be evicted
-  kTransferFailed,    ///< a copy failed; the affected prefix degraded to recompute
-  kPending,           ///< an async operation has not finished yet
-  kFailedPrecondition ///< the call is valid but not in this state
+  kInvalidArgument,    ///< bad input: the cache's state is unchanged
+  kNotFound,           ///< unknown handle or id
+  kOutOfMemory,        ///< a tier is full and nothing can be evicted
+  kTransferFailed,     ///< a copy failed; the affected prefix degraded to recompute
+  kPending,            ///< an async operation has not finished yet
+  kFailedPrecondition  ///< the call is valid but not in this state
 };
 
 const char* to_string(ErrorCode code);
@@ -41,8 +41,12 @@ class [[nodiscard]] Status {
 inline Status invalid_argument(std::string msg) {
   return {ErrorCode::kInvalidArgument, std::move(msg)};
 }
-inline Status not_found(std::string msg) { return {ErrorCode::kNotFound, std::move(msg)}; }
-inline Status out_of_memory(std::string msg) { return {ErrorCode::kOutOfMemory, std::move(msg)}; }
+inline Status not_found(std::string msg) {
+  return {ErrorCode::kNotFound, std::move(msg)};
+}
+inline Status out_of_memory(std::string msg) {
+  return {ErrorCode::kOutOfMemory, std::move(msg)};
+}
 
 /// A value or the Status that explains why there is none.
 template <class T>

@@ -1,0 +1,68 @@
+// Executor: the compute backend a Scheduler drives, kept small so the scheduler does not
+// depend on a model. ModelExecutor runs the tiny hybrid model over HostArenas; a simulator
+// plugs in an executor that returns modeled seconds instead of computing.
+//
+// Per request, the executor owns exactly two private state buffers and nothing else:
+//   live state   created by begin() (zeroed, or a COPY of a cached snapshot slot: the cached
+//                slot is only read, never run on, rule 6 of the brief), advanced by
+//                forward(), copied into a snapshot slot by save_snapshot().
+//   checkpoint   a copy of the live state taken by checkpoint() (the scheduler takes one at
+//                each page boundary during decode), copied into a snapshot slot by
+//                save_checkpoint() when the request finishes: the finish boundary is the last
+//                page boundary of prompt + output, which decode passes before it ends.
+// The request's lifecycle: begin -> forward* (with next_token / checkpoint in between) ->
+// save_snapshot / save_checkpoint as the policy asks -> end. end() forgets everything.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+
+#include "radixtier/ids.hpp"
+#include "radixtier/status.hpp"
+
+namespace radixtier::sched {
+
+using RequestId = std::uint64_t;
+
+class Executor {
+ public:
+  virtual ~Executor() = default;
+
+  /// Bytes of one live state (= one snapshot); a cost executor may report the modeled size.
+  virtual std::size_t state_bytes() const = 0;
+
+  /// Creates the request's own live state: zeroed, or a copy of GPU snapshot slot
+  /// `restore_from` (the state after the matched prefix). kInvalidArgument when the request
+  /// already exists or the slot is out of range.
+  virtual Status begin(RequestId request, std::optional<GpuSlotId> restore_from) = 0;
+
+  /// Runs `tokens` at positions [pos, pos + tokens.size()) with the K/V of every earlier
+  /// position in `page_table` (which covers the new positions too). Returns the seconds the
+  /// call took (measured) or would take (modeled). On error nothing changed.
+  virtual Result<double> forward(RequestId request, std::span<const Token> tokens,
+                                 std::size_t pos, std::span<const GpuPageId> page_table) = 0;
+
+  /// Logits of the last token of the last forward(); empty for cost-model executors and
+  /// before the first forward().
+  virtual std::span<const float> last_logits(RequestId request) const = 0;
+
+  /// The next output token after the last forward(): greedy for a real model, a
+  /// deterministic synthesized token for a cost model.
+  virtual Result<Token> next_token(RequestId request) = 0;
+
+  /// Copies the live state into GPU snapshot slot `slot` (held by the caller).
+  virtual Status save_snapshot(RequestId request, GpuSlotId slot) = 0;
+
+  /// Keeps a private copy of the live state (replacing the previous one).
+  virtual Status checkpoint(RequestId request) = 0;
+
+  /// Copies the last checkpoint() into GPU snapshot slot `slot`. kFailedPrecondition when
+  /// there is none.
+  virtual Status save_checkpoint(RequestId request, GpuSlotId slot) = 0;
+
+  /// Forgets the request (its live state and checkpoint). Unknown ids are ignored.
+  virtual void end(RequestId request) = 0;
+};
+
+}  // namespace radixtier::sched

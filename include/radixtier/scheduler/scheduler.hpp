@@ -1,0 +1,197 @@
+// Scheduler: a reference continuous-batching scheduler that links a CacheBackend as its cache
+// and an Executor as its compute.
+//
+// A request's states and the calls that move it (all on the scheduler's one thread):
+//
+//   Queued   --admit()-------------> Running/prefill   cache.admit(prompt); cache.wait(lock)
+//                                                      (kTransferFailed: release, admit again:
+//                                                      the failed prefix degraded to
+//                                                      recompute); executor.begin(request,
+//                                                      path_snapshot) copies the matched
+//                                                      snapshot into the request's own state
+//   prefill  --one chunk per step--> prefill/decode   alloc_pages; forward; at a page
+//                                                      boundary insert(pages, snapshot if the
+//                                                      policy keeps one there)
+//   decode   --one token per step--> decode/finish     alloc a page when one fills;
+//                                                      checkpoint() at each page boundary
+//   finish                           Finished          insert the last page boundary of
+//                                                      prompt + output with the checkpoint as
+//                                                      its snapshot; free own pages; release
+//   Running  --no GPU room--------->  Queued           preempted (youngest first) when no
+//                                                      running request can progress; or
+//                                     Failed           when it is the only one running
+//
+// Chunks: prefill resumes at the usable match and cuts at every multiple of chunk_tokens
+// (absolute positions, so boundaries line up across requests), at every boundary the policy
+// asks for (SnapshotPolicy::next_cut) and at the prompt length floored to a page; the tokens
+// after that last page boundary run as one short chunk. So every chunk but the last ends on a
+// page boundary.
+//
+// Time: a virtual clock. Each forward() advances it by the seconds the executor returns
+// (requests in flight take turns: one chunk or one decode token each per step). A request
+// is admitted only when now >= its arrival; when nothing runs the clock jumps to the next
+// arrival. Reload time is not on the clock: each request records the CacheStats deltas of
+// its admission so the caller can price the copies with its own cost model.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "radixtier/cache_backend.hpp"
+#include "radixtier/scheduler/executor.hpp"
+#include "radixtier/scheduler/snapshot_policy.hpp"
+
+namespace radixtier::sched {
+
+struct SchedulerConfig {
+  std::size_t chunk_tokens = 256;  ///< prefill chunk, a positive multiple of the page size
+  std::size_t max_running = 4;     ///< requests in flight at once
+  SnapshotPolicy policy = SnapshotPolicy::end_only();
+  bool snapshot_at_finish = true;   ///< keep a snapshot at the finish boundary
+  std::uint32_t max_admissions = 8;  ///< admissions per request (failed promotions, preemption)
+  bool check_invariants = false;    ///< run cache.check_invariants() after every step
+  std::size_t kv_bytes_per_token = 0;  ///< for the budgeted policy's default budget (0: unknown)
+
+  /// Rejects nonsense with a message naming the field.
+  Status validate(std::uint32_t page_size) const;
+};
+
+struct Request {
+  RequestId id = 0;
+  std::vector<Token> prompt;       ///< at least one token
+  std::size_t max_new_tokens = 0;  ///< output tokens to generate (0: prefill only)
+  double arrival_s = 0.0;          ///< not admitted before the clock reaches it
+};
+
+struct RequestResult {
+  RequestId id = 0;
+  Status status;                    ///< ok, or why the request failed
+  std::vector<Token> output;        ///< max_new_tokens tokens when ok
+  std::vector<float> first_logits;  ///< logits after the whole prompt (empty: cost executor)
+  std::vector<float> final_logits;  ///< logits of the last forward() (empty: cost executor)
+  std::size_t prompt_tokens = 0;
+
+  // --- reuse, of the admission that completed the request --------------------------------
+  std::size_t cached_tokens = 0;       ///< usable match at admission
+  std::size_t gpu_cached_tokens = 0;   ///< of which already on GPU
+  std::size_t host_cached_tokens = 0;  ///< of which promoted from host
+  bool snapshot_from_host = false;
+  std::size_t recomputed_tokens = 0;   ///< prompt tokens prefilled (prompt - cached)
+  std::uint64_t admit_bytes_h2d = 0;   ///< CacheStats deltas around admit + wait
+  std::uint64_t admit_copies_h2d = 0;
+  std::uint64_t admit_bytes_d2h = 0;
+
+  // --- totals over the request's life (every admission) -----------------------------------
+  std::size_t computed_tokens = 0;     ///< every token forwarded, prefill and decode
+  std::uint64_t bytes_h2d = 0;         ///< CacheStats deltas of the cache calls made for it
+  std::uint64_t bytes_d2h = 0;
+  std::uint32_t snapshots_kept = 0;    ///< snapshots the cache adopted from this request
+  std::vector<std::size_t> snapshot_boundaries;  ///< where (token counts)
+  std::uint32_t admissions = 0;
+  std::uint32_t transfer_failures = 0;  ///< admissions whose promotion failed
+  std::uint32_t preemptions = 0;
+
+  // --- time (virtual clock) ---------------------------------------------------------------
+  double arrival_s = 0, admitted_s = 0, first_token_s = 0, finished_s = 0;
+  double prefill_s = 0;  ///< executor seconds of the prompt's chunks (last admission)
+  double decode_s = 0;   ///< executor seconds of decode
+  double queue_s() const { return admitted_s - arrival_s; }
+};
+
+struct SchedulerStats {
+  std::uint64_t steps = 0;
+  std::uint64_t admissions = 0;
+  std::uint64_t transfer_failures = 0;
+  std::uint64_t preemptions = 0;
+  std::uint64_t stalls = 0;  ///< request-steps that waited for GPU room
+  std::uint64_t finished = 0;
+  std::uint64_t failed = 0;
+  std::uint64_t forwarded_tokens = 0;
+  std::uint64_t snapshots_offered = 0;  ///< boundaries where the policy said keep
+  std::uint64_t snapshots_kept = 0;     ///< of which the cache adopted
+  std::uint64_t snapshot_slot_misses = 0;  ///< keep, but no GPU snapshot slot free
+};
+
+/// Reported by run_until_idle() after each step.
+struct Progress {
+  std::size_t submitted = 0, finished = 0, failed = 0, running = 0, queued = 0;
+  std::uint64_t forwarded_tokens = 0;
+  double now_s = 0;
+};
+
+class Scheduler {
+ public:
+  /// Throws std::invalid_argument with validate()'s message when the config is invalid; use
+  /// create() to get a Status instead. Both must outlive the scheduler.
+  Scheduler(CacheBackend& cache, Executor& executor, SchedulerConfig config);
+  static Result<std::unique_ptr<Scheduler>> create(CacheBackend& cache, Executor& executor,
+                                                   SchedulerConfig config);
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  /// Queues a request. kInvalidArgument: empty prompt, id already used.
+  Status submit(Request request);
+
+  /// One round: admit what has arrived and fits, then one chunk or one decode token for
+  /// every running request. An error means the scheduler itself is broken (an invariant
+  /// check failed or the cache rejected a call it must accept); request failures are
+  /// reported in their results, not here.
+  Status step();
+  /// Steps until nothing is queued or running.
+  Status run_until_idle(const std::function<void(const Progress&)>& on_progress = {});
+
+  bool idle() const { return queue_.empty() && running_.empty(); }
+  double now() const { return now_; }
+  std::size_t running() const { return running_.size(); }
+  std::size_t queued() const { return queue_.size(); }
+
+  /// Results of finished and failed requests, by id.
+  const std::map<RequestId, RequestResult>& results() const { return results_; }
+  const RequestResult* result(RequestId id) const;
+  const SchedulerStats& stats() const { return stats_; }
+  const SchedulerConfig& config() const { return config_; }
+
+ private:
+  struct Running;
+  enum class Outcome { kProgress, kStalled, kFinished, kFailed };
+
+  void admit_arrived();
+  Status admit(Request request, RequestResult result);
+  Outcome advance(Running& r);
+  Outcome prefill_chunk(Running& r);
+  Outcome decode_token(Running& r);
+  Outcome finish(Running& r);
+  /// Inserts table pages up to `boundary` (and a snapshot from live state or checkpoint).
+  enum class StateSource { kNone, kLive, kCheckpoint };
+  Status insert_boundary(Running& r, std::size_t boundary, StateSource source);
+  Result<std::vector<GpuPageId>> alloc_pages(Running& r, std::size_t n);
+  void stop(Running& r);  ///< frees own pages, releases the lock, ends the executor state
+  void fail(Running& r, Status why);
+  void preempt(Running& r);
+  void note_stats(RequestResult& result, const CacheStats& before);
+  Progress progress() const;
+
+  CacheBackend& cache_;
+  Executor& executor_;
+  SchedulerConfig config_;
+  std::uint32_t page_size_;
+
+  std::deque<std::pair<Request, RequestResult>> queue_;  ///< by arrival, then submission
+  std::vector<std::unique_ptr<Running>> running_;         ///< admission order
+  std::map<RequestId, RequestResult> results_;
+  std::set<RequestId> known_ids_;
+  bool hold_admission_ = false;  ///< after a preemption: admit nothing until one finishes
+  double now_ = 0.0;
+  SchedulerStats stats_;
+};
+
+}  // namespace radixtier::sched

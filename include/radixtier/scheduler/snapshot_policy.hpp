@@ -1,0 +1,103 @@
+// SnapshotPolicy: which page boundaries of a prefill keep a snapshot of the recurrent state.
+//
+// After a prefill chunk ends on a page boundary the scheduler asks keep(); on yes it copies
+// the live state into a snapshot slot and the cache attaches it to the node at that boundary.
+// A snapshot is expensive (the tiny model's is as big as the KV of 34 tokens, Qwen3-Next's as
+// the KV of ~3,100), so where to keep them is a trade-off between memory and the recompute a
+// later request that ends inside this prompt would pay (docs/snapshot-policies.md).
+//
+// Every policy keeps the two boundaries a continuing conversation needs:
+//   the final prompt boundary (the prompt length floored to a page) and
+//   the finish boundary (prompt + output, floored to a page).
+// Beyond those:
+//   end-only      nothing else (what the index-based tier does)
+//   every-chunk   every chunk end
+//   interval:N    every multiple of N tokens (N a page multiple; the scheduler cuts a chunk
+//                 there so the boundary exists: a replay recomputes at most N tokens)
+//   budgeted[:B]  per prompt, at most B bytes of intermediate snapshots (default: 1/8 of the
+//                 prompt's KV bytes), placed greedily by expected saved recompute per byte: a
+//                 later replay ending uniformly inside the prompt that resumes at boundary c
+//                 instead of the kept boundary p below it saves (c - p) tokens when it ends in
+//                 [c, n) (n: the next kept boundary), so a candidate's value is
+//                 (c - p) * (n - c) / L tokens per snapshot_bytes.
+// Policies are values: cheap to copy, no per-request state (the budgeted plan is a pure
+// function of the prompt's geometry, so keep() answers the same at every chunk).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "radixtier/status.hpp"
+
+namespace radixtier::sched {
+
+/// What the scheduler knows when it asks whether to keep a snapshot at `boundary`.
+struct SnapshotQuery {
+  std::size_t boundary = 0;          ///< tokens from the root to this chunk end (page multiple)
+  std::size_t prompt_tokens = 0;     ///< L
+  std::size_t cached_tokens = 0;     ///< the request's usable match (a snapshot is there)
+  bool last_prompt_chunk = false;    ///< boundary == L floored to a page
+  bool at_finish = false;            ///< the finish boundary (prompt + output)
+  std::size_t snapshot_bytes = 0;    ///< bytes of one snapshot
+  std::size_t kv_bytes_per_token = 0;
+  std::uint32_t page_size = 0;
+  std::size_t chunk_tokens = 0;
+};
+
+class SnapshotPolicy {
+ public:
+  enum class Kind { kEndOnly, kEveryChunk, kInterval, kBudgeted };
+
+  static SnapshotPolicy end_only() { return SnapshotPolicy(Kind::kEndOnly, 0, std::nullopt); }
+  static SnapshotPolicy every_chunk() { return SnapshotPolicy(Kind::kEveryChunk, 0, std::nullopt); }
+  static SnapshotPolicy interval(std::size_t tokens) {
+    return SnapshotPolicy(Kind::kInterval, tokens, std::nullopt);
+  }
+  static SnapshotPolicy budgeted(std::optional<std::size_t> bytes = std::nullopt) {
+    return SnapshotPolicy(Kind::kBudgeted, 0, bytes);
+  }
+
+  /// "end-only" | "every-chunk" | "interval:N" | "budgeted" | "budgeted:BYTES" (BYTES may end
+  /// in K, M or G: powers of 1024). kInvalidArgument naming the accepted forms otherwise.
+  static Result<SnapshotPolicy> parse(std::string_view text);
+
+  /// Checks the policy against the scheduler's geometry (interval: a positive page multiple).
+  Status validate(std::uint32_t page_size) const;
+
+  /// Keep a snapshot at q.boundary?
+  bool keep(const SnapshotQuery& q) const;
+
+  /// The first boundary > `done` where this policy needs a chunk to end (interval: the next
+  /// multiple of N); std::nullopt when chunk ends suffice.
+  std::optional<std::size_t> next_cut(std::size_t done) const;
+
+  /// Budgeted: the intermediate boundaries (chunk multiples strictly between the cached
+  /// prefix and the final prompt boundary) chosen for q's prompt, ascending. Empty for the
+  /// other kinds. q.boundary is ignored.
+  std::vector<std::size_t> plan(const SnapshotQuery& q) const;
+
+  /// Budgeted: the byte budget for q's prompt (explicit, or 1/8 of its KV bytes).
+  std::size_t budget_for(const SnapshotQuery& q) const;
+
+  Kind kind() const { return kind_; }
+  std::size_t interval_tokens() const { return interval_; }
+  std::optional<std::size_t> budget_bytes() const { return budget_; }
+  /// The text parse() accepts for this policy.
+  std::string name() const;
+
+  bool operator==(const SnapshotPolicy&) const = default;
+
+ private:
+  SnapshotPolicy(Kind kind, std::size_t interval, std::optional<std::size_t> budget)
+      : kind_(kind), interval_(interval), budget_(budget) {}
+
+  Kind kind_;
+  std::size_t interval_;
+  std::optional<std::size_t> budget_;
+};
+
+}  // namespace radixtier::sched

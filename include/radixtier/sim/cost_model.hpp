@@ -1,0 +1,74 @@
+// The cost model as data: model geometry presets, hardware presets and the three formulas
+// of /work/shared/reference/workloads.md.
+//
+//   KV bytes per token = full layers x 2 (K,V) x KV heads x (head_dim x KV element bytes
+//                        + KV scale bytes per head)
+//   snapshot bytes     = GDN layers x (Hv x Dk x Dv x recurrent element bytes
+//                        + (2 Hk Dk + Hv Dv) x (kernel - 1) x conv element bytes)
+//                        + extra per-slot state bytes
+//   prefill T_pf(L0,L1) = a (L1 - L0) + (b/2)(L1^2 - L0^2)
+//   reload(n copies, B bytes) = n t_call + B / BW   (BW x 0.6 when both directions run)
+//   TTFT = t0 + reload + prefill of the tokens after the usable match
+//
+// A new model or machine is a new row in the tables of cost_model.cpp.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "radixtier/status.hpp"
+
+namespace radixtier::sim {
+
+struct ModelGeometry {
+  std::string_view name;
+  std::uint32_t full_layers;  ///< full-attention layers
+  std::uint32_t gdn_layers;   ///< Gated DeltaNet layers
+  std::uint32_t kv_heads;     ///< Hkv
+  std::uint32_t head_dim;
+  std::uint32_t kv_element_bytes;  ///< 2 for bf16, 1 for fp8
+  std::uint32_t kv_scale_bytes;    ///< per token, per KV head, per K and V (fp8 scales)
+  std::uint32_t key_heads;         ///< Hk
+  std::uint32_t value_heads;       ///< Hv
+  std::uint32_t key_dim;           ///< Dk
+  std::uint32_t value_dim;         ///< Dv
+  std::uint32_t conv_kernel;
+  std::uint32_t recurrent_element_bytes;  ///< fp32: 4
+  std::uint32_t conv_element_bytes;       ///< bf16: 2
+  std::uint64_t extra_state_bytes;        ///< any extra per-slot state
+
+  std::uint64_t kv_bytes_per_token() const;
+  std::uint64_t snapshot_bytes() const;
+  /// Bytes of one page of `page_size` tokens.
+  std::uint64_t page_bytes(std::uint32_t page_size) const {
+    return kv_bytes_per_token() * page_size;
+  }
+};
+
+struct HardwarePreset {
+  std::string_view name;
+  double a;                  ///< prefill seconds per token
+  double b;                  ///< prefill seconds per token^2
+  double bandwidth;          ///< bytes per second, pinned, one direction
+  double t_call;             ///< seconds per copy call
+  double t0;                 ///< fixed seconds per request
+  double concurrent_factor;  ///< share of bandwidth per direction when both run
+};
+
+std::span<const ModelGeometry> model_presets();
+std::span<const HardwarePreset> hardware_presets();
+/// kNotFound naming the known presets when `name` is unknown.
+Result<ModelGeometry> find_model(std::string_view name);
+Result<HardwarePreset> find_hardware(std::string_view name);
+
+/// Seconds to prefill tokens [l0, l1) given the l0 tokens before them are cached.
+double prefill_seconds(const HardwarePreset& hw, double l0, double l1);
+/// Seconds to move `bytes` in `copies` calls; `concurrent`: the other direction runs too.
+double reload_seconds(const HardwarePreset& hw, std::uint64_t copies, std::uint64_t bytes,
+                      bool concurrent = false);
+/// Time to first token: t0 + reload + prefill.
+double ttft_seconds(const HardwarePreset& hw, double reload_s, double prefill_s);
+
+}  // namespace radixtier::sim

@@ -1,0 +1,265 @@
+// Stateful property test of PrefixCache against a simple model.
+//
+// The model remembers which prefixes were inserted with a snapshot. After every command:
+//  - check_invariants() passes (rules 2, 3, 4 and the tree's shape);
+//  - every byte a request reuses equals what was written for that prefix (rule 5);
+//  - the usable match agrees with the model (rule 1): exactly while nothing was lost, and
+//    once something was dropped or a copy failed, it is still a boundary the model knows
+//    (never a wrong or shorter-than-claimed one, never bytes that are not there).
+// Transfers complete only when a command says so, in any order; some fail.
+// Reproduce a failure with RC_PARAMS="seed=N" (rapidcheck prints the seed).
+#include <gtest/gtest.h>
+#include <rapidcheck.h>
+#include <rapidcheck/gtest.h>
+#include <rapidcheck/state.h>
+
+#include <set>
+
+#include "../tests/cache_harness.hpp"
+
+namespace radixtier {
+namespace {
+
+using testing::Harness;
+
+constexpr std::size_t kPage = 4;
+
+using Prefixes = std::set<std::vector<Token>>;
+
+/// Rule 1 on a set of snapshot prefixes: the deepest one of prompt[0 : L-1].
+std::size_t deepest(const Prefixes& snapshots, const std::vector<Token>& prompt) {
+  const std::size_t limit = (prompt.size() - 1) / kPage * kPage;
+  for (std::size_t b = limit; b > 0; b -= kPage) {
+    if (snapshots.count(std::vector<Token>(prompt.begin(), prompt.begin() + b))) return b;
+  }
+  return 0;
+}
+
+struct Model {
+  /// Prefixes inserted with a snapshot if nothing was ever lost: then the cache must agree
+  /// exactly.
+  Prefixes exact;
+  /// Every prefix that may have been inserted with a snapshot whatever was lost (a request
+  /// that found less recomputes more and so places snapshots at other chunk ends).
+  Prefixes possible;
+  std::size_t held = 0;  ///< admissions holding their lock
+
+  std::size_t usable(const std::vector<Token>& prompt) const { return deepest(exact, prompt); }
+  bool knows(const std::vector<Token>& prompt, std::size_t b) const {
+    return b == 0 || possible.count(std::vector<Token>(prompt.begin(), prompt.begin() + b));
+  }
+};
+
+struct Sut {
+  Harness h;
+  std::vector<LockId> held;
+  explicit Sut(const CacheConfig& c) : h(c) {}
+
+  bool lossless() const {
+    const CacheStats s = h.cache->stats();
+    return s.kv_pages_dropped_gpu + s.kv_pages_dropped_host + s.snapshots_dropped +
+               s.transfers_failed ==
+           0;
+  }
+};
+
+using Cmd = rc::state::Command<Model, Sut>;
+
+/// Prompts share prefixes: a cut of one of three base sequences, a short tail, one more token.
+rc::Gen<std::vector<Token>> gen_prompt() {
+  return rc::gen::apply(
+      [](int base, std::size_t cut, std::vector<Token> tail) {
+        std::vector<Token> p;
+        for (std::size_t i = 0; i < cut; ++i) p.push_back(Token(1000 * (base + 1) + Token(i)));
+        p.insert(p.end(), tail.begin(), tail.end());
+        p.push_back(7);
+        return p;
+      },
+      rc::gen::inRange(0, 3), rc::gen::inRange<std::size_t>(0, 49),
+      rc::gen::mapcat(rc::gen::inRange<std::size_t>(0, 9), [](std::size_t n) {
+        return rc::gen::container<std::vector<Token>>(n, rc::gen::inRange<Token>(1, 4));
+      }));
+}
+
+void check_usable(const Model& m, Sut& s, const std::vector<Token>& prompt, std::size_t cached) {
+  if (s.lossless()) {
+    RC_ASSERT(cached == m.usable(prompt));
+  } else {
+    RC_ASSERT(cached <= deepest(m.possible, prompt));
+    RC_ASSERT(m.knows(prompt, cached));
+  }
+}
+
+void check_invariants(Sut& s) {
+  const std::string e = s.h.cache->check_invariants();
+  if (!e.empty()) RC_FAIL(e);
+}
+
+struct Serve : Cmd {
+  std::vector<Token> prompt = *gen_prompt();
+  std::vector<std::size_t> snaps = *rc::gen::container<std::vector<std::size_t>>(
+      rc::gen::map(rc::gen::inRange<std::size_t>(1, 15), [](std::size_t p) { return p * kPage; }));
+  std::size_t chunk = *rc::gen::inRange<std::size_t>(1, 4);
+
+  void checkPreconditions(const Model& m) const override { RC_PRE(m.held <= 1u); }
+  /// Snapshots land at the chunk ends the request computes itself, after what it reused.
+  void place(Prefixes& into, std::size_t reused_tokens) const {
+    const std::size_t whole = prompt.size() / kPage;
+    for (std::size_t done = reused_tokens / kPage; done < whole;) {
+      done = std::min(whole, done + chunk);
+      if (std::find(snaps.begin(), snaps.end(), done * kPage) != snaps.end())
+        into.insert(std::vector<Token>(prompt.begin(), prompt.begin() + done * kPage));
+    }
+  }
+  void apply(Model& m) const override {
+    place(m.exact, m.usable(prompt));
+    Prefixes more;
+    for (std::size_t b = 0; b < prompt.size(); b += kPage)
+      if (m.knows(prompt, b)) place(more, b);
+    m.possible.insert(more.begin(), more.end());
+    m.possible.insert(m.exact.begin(), m.exact.end());
+  }
+  void run(const Model& m, Sut& s) const override {
+    const bool lossless = s.lossless();
+    auto r = s.h.serve(prompt, snaps, chunk);
+    RC_ASSERT(r.error == "");
+    RC_ASSERT(r.bytes_ok);
+    if (lossless && s.lossless()) {
+      RC_ASSERT(r.cached == m.usable(prompt));
+    } else {
+      RC_ASSERT(m.knows(prompt, r.cached));
+    }
+    check_invariants(s);
+  }
+  void show(std::ostream& os) const override {
+    os << "Serve(" << prompt.size() << " tokens, chunk " << chunk << " pages, snapshots at";
+    for (auto b : snaps) os << ' ' << b;
+    os << ")";
+  }
+};
+
+struct Hold : Cmd {
+  std::vector<Token> prompt = *gen_prompt();
+  void checkPreconditions(const Model& m) const override { RC_PRE(m.held < 2u); }
+  void apply(Model& m) const override { ++m.held; }
+  void run(const Model& m, Sut& s) const override {
+    const bool lossless = s.lossless();
+    auto a = s.h.cache->admit(prompt);
+    RC_ASSERT(a.is_ok());
+    if (lossless) RC_ASSERT(a->cached_tokens == m.usable(prompt));
+    s.held.push_back(a->lock);
+    if (s.h.cache->wait(a->lock)) {
+      check_usable(m, s, prompt, a->cached_tokens);
+      if (a->cached_tokens > 0) {
+        auto pages = s.h.cache->path_pages(a->lock);
+        RC_ASSERT(pages.is_ok());
+        RC_ASSERT(pages->size() * kPage == a->cached_tokens);
+        for (std::size_t i = 0; i < pages->size(); ++i)
+          RC_ASSERT(s.h.page_ok((*pages)[i], prompt, i));
+        auto slot = s.h.cache->path_snapshot(a->lock);
+        RC_ASSERT(slot.is_ok());
+        RC_ASSERT(s.h.snapshot_ok(*slot, std::span(prompt).first(a->cached_tokens)));
+      }
+    } else {
+      RC_ASSERT(!s.lossless());  // only a failed promotion makes wait() fail
+    }
+    check_invariants(s);
+  }
+  void show(std::ostream& os) const override { os << "Hold(" << prompt.size() << " tokens)"; }
+};
+
+struct Release : Cmd {
+  void checkPreconditions(const Model& m) const override { RC_PRE(m.held > 0u); }
+  void apply(Model& m) const override { --m.held; }
+  void run(const Model&, Sut& s) const override {
+    RC_ASSERT(s.h.cache->release(s.held.back()).is_ok());
+    RC_ASSERT(!s.h.cache->release(s.held.back()).is_ok());  // double release: an error
+    s.held.pop_back();
+    check_invariants(s);
+  }
+  void show(std::ostream& os) const override { os << "Release"; }
+};
+
+struct Pressure : Cmd {
+  std::size_t pages = *rc::gen::inRange<std::size_t>(1, 33);
+  void run(const Model&, Sut& s) const override {
+    auto got = s.h.cache->alloc_pages(pages);
+    check_invariants(s);
+    if (got) {
+      for (GpuPageId p : *got) {  // scribble: freed pages must never be read as cached
+        auto bytes = s.h.memory.gpu_page(p);
+        std::fill(bytes.begin(), bytes.end(), std::byte{0xA5});
+      }
+      RC_ASSERT(s.h.cache->free_pages(*got).is_ok());
+    } else {
+      RC_ASSERT(got.status().code() == ErrorCode::kOutOfMemory);
+    }
+    auto slot = s.h.cache->alloc_snapshot_slot();
+    if (slot) RC_ASSERT(s.h.cache->free_snapshot_slot(*slot).is_ok());
+    check_invariants(s);
+  }
+  void show(std::ostream& os) const override { os << "Pressure(" << pages << " pages)"; }
+};
+
+struct CompleteOne : Cmd {
+  std::size_t pick = *rc::gen::arbitrary<std::size_t>();
+  bool fail = *rc::gen::weightedElement<bool>({{19, false}, {1, true}});
+  void run(const Model&, Sut& s) const override {
+    auto pending = s.h.engine.pending();
+    if (pending.empty()) return;
+    const TicketId id = pending[pick % pending.size()];
+    if (fail) s.h.engine.fail_ticket(id);
+    s.h.engine.complete(id);
+    s.h.cache->poll();
+    check_invariants(s);
+  }
+  void show(std::ostream& os) const override {
+    os << (fail ? "FailOne(" : "CompleteOne(") << pick << ")";
+  }
+};
+
+struct FailNext : Cmd {
+  void run(const Model&, Sut& s) const override { s.h.engine.fail_nth_submission(0); }
+  void show(std::ostream& os) const override { os << "FailNextCopy"; }
+};
+
+struct DropHost : Cmd {
+  void run(const Model&, Sut& s) const override {
+    s.h.cache->drop_host();
+    check_invariants(s);
+  }
+  void show(std::ostream& os) const override { os << "DropHost"; }
+};
+
+void run_property(WritePolicy policy, std::uint32_t host_pages) {
+  CacheConfig c = testing::small_config(policy);
+  c.host_pages = host_pages;
+  Sut sut(c);
+  rc::state::check(
+      Model{}, sut,
+      rc::state::gen::execOneOfWithArgs<Serve, Serve, Serve, Hold, Release, Pressure, Pressure,
+                                        CompleteOne, CompleteOne, FailNext, DropHost>());
+  for (LockId l : sut.held) RC_ASSERT(sut.h.cache->release(l).is_ok());
+  sut.h.settle();
+  check_invariants(sut);
+  const CacheStats st = sut.h.cache->stats();
+  RC_CLASSIFY(st.kv_pages_promoted > 0, "promoted KV");
+  RC_CLASSIFY(st.snapshots_promoted > 0, "promoted a snapshot");
+  RC_CLASSIFY(st.transfers_failed > 0, "a copy failed");
+  RC_CLASSIFY(st.kv_pages_dropped_host > 0, "dropped host KV");
+}
+
+RC_GTEST_PROP(PrefixCacheProperty, WriteBackAgreesWithModel, ()) {
+  run_property(WritePolicy::kWriteBack, 64);
+}
+
+RC_GTEST_PROP(PrefixCacheProperty, WriteThroughAgreesWithModel, ()) {
+  run_property(WritePolicy::kWriteThrough, 64);
+}
+
+RC_GTEST_PROP(PrefixCacheProperty, SmallHostAgreesWithModel, ()) {
+  run_property(WritePolicy::kWriteBack, 12);
+}
+
+}  // namespace
+}  // namespace radixtier
