@@ -7,8 +7,42 @@
 namespace radixtier {
 
 namespace {
-std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) {
-  return b == 0 ? 0 : (a + b - 1) / b;
+std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) { return b == 0 ? 0 : (a + b - 1) / b; }
+
+/// Tokens a request would recompute if this snapshot were gone: back to the nearest
+/// snapshot above it (or the root).
+std::size_t recompute_saved(const Node& n) {
+  const Node* p = n.parent;
+  while (p != nullptr && !p->is_root() && !p->has_snapshot()) p = p->parent;
+  return n.boundary - (p ? p->boundary : 0);
+}
+
+/// The snapshot to evict from an LRU list. kLru: its head. kUtility (after Marconi): among
+/// the kWindow least recent, the lowest recency rank + normalised recompute saved per byte
+/// (every snapshot has the same size, so per byte is per snapshot).
+template <class List>
+Node* snapshot_victim(List& list, SnapshotEviction policy) {
+  if (policy == SnapshotEviction::kLru) return &list.front();
+  constexpr std::size_t kWindow = 8;
+  Node* window[kWindow];
+  std::size_t saved[kWindow];
+  std::size_t n = 0, most = 1;
+  for (auto it = list.begin(); it != list.end() && n < kWindow; ++it, ++n) {
+    window[n] = &*it;
+    saved[n] = recompute_saved(*it);
+    most = std::max(most, saved[n]);
+  }
+  std::size_t best = 0;
+  double best_score = 1e300;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double recency = n > 1 ? double(i) / double(n - 1) : 0.0;
+    const double score = recency + double(saved[i]) / double(most);
+    if (score < best_score) {
+      best_score = score;
+      best = i;
+    }
+  }
+  return window[best];
 }
 }  // namespace
 
@@ -45,7 +79,7 @@ Status PrefixCache::make_gpu_slot_room() {
     if (!gpu_snap_lru_.empty()) {
       PendingBatch demote;
       demote.batch.direction = Direction::kDeviceToHost;
-      evict_gpu_snapshot(&gpu_snap_lru_.front(), demote);
+      evict_gpu_snapshot(snapshot_victim(gpu_snap_lru_, config_.snapshot_eviction), demote);
       if (auto id = submit_batch(std::move(demote))) wait_transfer(*id);
       continue;
     }
@@ -71,7 +105,7 @@ bool PrefixCache::make_host_slot_room() {
   if (host_slots_.capacity() == 0) return false;
   while (host_slots_.free_count() == 0) {
     if (host_snap_lru_.empty()) return false;
-    drop_host_snapshot(&host_snap_lru_.front());
+    drop_host_snapshot(snapshot_victim(host_snap_lru_, config_.snapshot_eviction));
   }
   return true;
 }

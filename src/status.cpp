@@ -34,6 +34,10 @@ const char* to_string(WritePolicy policy) {
   return policy == WritePolicy::kWriteBack ? "write-back" : "write-through";
 }
 
+const char* to_string(SnapshotEviction eviction) {
+  return eviction == SnapshotEviction::kLru ? "lru" : "utility";
+}
+
 const char* to_string(Direction dir) {
   return dir == Direction::kDeviceToHost ? "device-to-host" : "host-to-device";
 }

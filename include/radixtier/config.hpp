@@ -16,6 +16,14 @@ enum class WritePolicy {
 
 const char* to_string(WritePolicy policy);
 
+/// Which snapshot leaves a tier first when a slot is needed.
+enum class SnapshotEviction {
+  kLru,      ///< least recently used
+  kUtility,  ///< lowest (recompute saved per byte) x recency among the LRU tail, as Marconi
+};
+
+const char* to_string(SnapshotEviction eviction);
+
 struct CacheConfig {
   std::uint32_t page_size = 64;           ///< tokens per page
   std::uint32_t gpu_pages = 0;            ///< GPU KV pool, in pages
@@ -26,6 +34,7 @@ struct CacheConfig {
   std::size_t snapshot_bytes = 0;         ///< bytes of one snapshot of the full recurrent state
   std::uint32_t slice_pages = 128;        ///< at most this many pages per copy slice
   WritePolicy write_policy = WritePolicy::kWriteBack;
+  SnapshotEviction snapshot_eviction = SnapshotEviction::kLru;
 
   /// Rejects nonsense with a message naming the field.
   Status validate() const;

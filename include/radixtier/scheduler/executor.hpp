@@ -40,8 +40,8 @@ class Executor {
   /// Runs `tokens` at positions [pos, pos + tokens.size()) with the K/V of every earlier
   /// position in `page_table` (which covers the new positions too). Returns the seconds the
   /// call took (measured) or would take (modeled). On error nothing changed.
-  virtual Result<double> forward(RequestId request, std::span<const Token> tokens,
-                                 std::size_t pos, std::span<const GpuPageId> page_table) = 0;
+  virtual Result<double> forward(RequestId request, std::span<const Token> tokens, std::size_t pos,
+                                 std::span<const GpuPageId> page_table) = 0;
 
   /// Logits of the last token of the last forward(); empty for cost-model executors and
   /// before the first forward().

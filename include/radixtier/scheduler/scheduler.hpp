@@ -55,9 +55,9 @@ struct SchedulerConfig {
   std::size_t chunk_tokens = 256;  ///< prefill chunk, a positive multiple of the page size
   std::size_t max_running = 4;     ///< requests in flight at once
   SnapshotPolicy policy = SnapshotPolicy::end_only();
-  bool snapshot_at_finish = true;   ///< keep a snapshot at the finish boundary
-  std::uint32_t max_admissions = 8;  ///< admissions per request (failed promotions, preemption)
-  bool check_invariants = false;    ///< run cache.check_invariants() after every step
+  bool snapshot_at_finish = true;      ///< keep a snapshot at the finish boundary
+  std::uint32_t max_admissions = 8;    ///< admissions per request (failed promotions, preemption)
+  bool check_invariants = false;       ///< run cache.check_invariants() after every step
   std::size_t kv_bytes_per_token = 0;  ///< for the budgeted policy's default budget (0: unknown)
 
   /// Rejects nonsense with a message naming the field.
@@ -84,16 +84,16 @@ struct RequestResult {
   std::size_t gpu_cached_tokens = 0;   ///< of which already on GPU
   std::size_t host_cached_tokens = 0;  ///< of which promoted from host
   bool snapshot_from_host = false;
-  std::size_t recomputed_tokens = 0;   ///< prompt tokens prefilled (prompt - cached)
-  std::uint64_t admit_bytes_h2d = 0;   ///< CacheStats deltas around admit + wait
+  std::size_t recomputed_tokens = 0;  ///< prompt tokens prefilled (prompt - cached)
+  std::uint64_t admit_bytes_h2d = 0;  ///< CacheStats deltas around admit + wait
   std::uint64_t admit_copies_h2d = 0;
   std::uint64_t admit_bytes_d2h = 0;
 
   // --- totals over the request's life (every admission) -----------------------------------
-  std::size_t computed_tokens = 0;     ///< every token forwarded, prefill and decode
-  std::uint64_t bytes_h2d = 0;         ///< CacheStats deltas of the cache calls made for it
+  std::size_t computed_tokens = 0;  ///< every token forwarded, prefill and decode
+  std::uint64_t bytes_h2d = 0;      ///< CacheStats deltas of the cache calls made for it
   std::uint64_t bytes_d2h = 0;
-  std::uint32_t snapshots_kept = 0;    ///< snapshots the cache adopted from this request
+  std::uint32_t snapshots_kept = 0;              ///< snapshots the cache adopted from this request
   std::vector<std::size_t> snapshot_boundaries;  ///< where (token counts)
   std::uint32_t admissions = 0;
   std::uint32_t transfer_failures = 0;  ///< admissions whose promotion failed
@@ -115,8 +115,8 @@ struct SchedulerStats {
   std::uint64_t finished = 0;
   std::uint64_t failed = 0;
   std::uint64_t forwarded_tokens = 0;
-  std::uint64_t snapshots_offered = 0;  ///< boundaries where the policy said keep
-  std::uint64_t snapshots_kept = 0;     ///< of which the cache adopted
+  std::uint64_t snapshots_offered = 0;     ///< boundaries where the policy said keep
+  std::uint64_t snapshots_kept = 0;        ///< of which the cache adopted
   std::uint64_t snapshot_slot_misses = 0;  ///< keep, but no GPU snapshot slot free
 };
 
@@ -186,7 +186,7 @@ class Scheduler {
   std::uint32_t page_size_;
 
   std::deque<std::pair<Request, RequestResult>> queue_;  ///< by arrival, then submission
-  std::vector<std::unique_ptr<Running>> running_;         ///< admission order
+  std::vector<std::unique_ptr<Running>> running_;        ///< admission order
   std::map<RequestId, RequestResult> results_;
   std::set<RequestId> known_ids_;
   bool hold_admission_ = false;  ///< after a preemption: admit nothing until one finishes

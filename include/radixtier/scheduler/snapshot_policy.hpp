@@ -37,12 +37,12 @@ namespace radixtier::sched {
 
 /// What the scheduler knows when it asks whether to keep a snapshot at `boundary`.
 struct SnapshotQuery {
-  std::size_t boundary = 0;          ///< tokens from the root to this chunk end (page multiple)
-  std::size_t prompt_tokens = 0;     ///< L
-  std::size_t cached_tokens = 0;     ///< the request's usable match (a snapshot is there)
-  bool last_prompt_chunk = false;    ///< boundary == L floored to a page
-  bool at_finish = false;            ///< the finish boundary (prompt + output)
-  std::size_t snapshot_bytes = 0;    ///< bytes of one snapshot
+  std::size_t boundary = 0;        ///< tokens from the root to this chunk end (page multiple)
+  std::size_t prompt_tokens = 0;   ///< L
+  std::size_t cached_tokens = 0;   ///< the request's usable match (a snapshot is there)
+  bool last_prompt_chunk = false;  ///< boundary == L floored to a page
+  bool at_finish = false;          ///< the finish boundary (prompt + output)
+  std::size_t snapshot_bytes = 0;  ///< bytes of one snapshot
   std::size_t kv_bytes_per_token = 0;
   std::uint32_t page_size = 0;
   std::size_t chunk_tokens = 0;

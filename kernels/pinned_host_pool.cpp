@@ -1,0 +1,120 @@
+// The pinned host pool (see include/radixtier/cuda/pinned_host_pool.hpp).
+#include "radixtier/cuda/pinned_host_pool.hpp"
+
+#include <cuda_runtime_api.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <utility>
+
+namespace radixtier::cuda {
+namespace {
+
+std::string gib(std::size_t bytes) {
+  return std::to_string(static_cast<double>(bytes) / static_cast<double>(std::size_t{1} << 30)) +
+         " GiB";
+}
+
+std::string memlock_limit() {
+  rlimit lim{};
+  if (getrlimit(RLIMIT_MEMLOCK, &lim) != 0) return "unknown";
+  if (lim.rlim_cur == RLIM_INFINITY) return "unlimited";
+  return std::to_string(lim.rlim_cur) + " bytes";
+}
+
+// Writes one byte per OS page from several threads, so every page is backed before pinning.
+void touch(std::byte* data, std::size_t bytes, unsigned threads) {
+  const std::size_t os_page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  const std::size_t pages = (bytes + os_page - 1) / os_page;
+  threads = std::max(1u, std::min<unsigned>(threads, static_cast<unsigned>(pages)));
+  auto work = [&](unsigned t) {
+    const std::size_t first = pages * t / threads, last = pages * (t + 1) / threads;
+    for (std::size_t p = first; p < last; ++p) data[p * os_page] = std::byte{0};
+  };
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(work, t);
+  work(0);
+  for (auto& th : pool) th.join();
+}
+
+}  // namespace
+
+Result<PinnedHostPool> PinnedHostPool::create(std::size_t bytes, std::size_t item_bytes,
+                                              Options options) {
+  if (bytes == 0) return invalid_argument("PinnedHostPool: bytes must be > 0");
+  if (item_bytes == 0) return invalid_argument("PinnedHostPool: item_bytes must be > 0");
+  const std::size_t os_page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  const std::size_t max_chunk = std::min(options.max_register_chunk, kMaxRegisterChunk);
+  // A chunk is a whole number of items and of OS pages, as large as max_chunk allows.
+  const std::size_t unit = std::lcm(item_bytes, os_page);
+  const std::size_t chunk =
+      unit <= max_chunk ? max_chunk / unit * unit : max_chunk / os_page * os_page;
+  if (chunk == 0) return invalid_argument("PinnedHostPool: max_register_chunk below one OS page");
+
+  PinnedHostPool pool;
+  pool.bytes_ = bytes;
+  pool.mapped_bytes_ = (bytes + os_page - 1) / os_page * os_page;
+  pool.chunk_ = chunk;
+  void* p = mmap(nullptr, pool.mapped_bytes_, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) {
+    pool.mapped_bytes_ = 0;
+    return out_of_memory("PinnedHostPool: mmap of " + gib(bytes) +
+                         " failed: " + std::strerror(errno) + " (is that much host RAM free?)");
+  }
+  pool.data_ = static_cast<std::byte*>(p);
+  if (options.huge_pages) (void)madvise(p, pool.mapped_bytes_, MADV_HUGEPAGE);
+  const unsigned threads = options.touch_threads != 0
+                               ? options.touch_threads
+                               : std::min(16u, std::max(1u, std::thread::hardware_concurrency()));
+  touch(pool.data_, pool.mapped_bytes_, threads);
+
+  unsigned flags = cudaHostRegisterPortable;
+  if (options.mapped) flags |= cudaHostRegisterMapped;
+  for (std::size_t off = 0; off < pool.mapped_bytes_; off += chunk) {
+    const std::size_t len = std::min(chunk, pool.mapped_bytes_ - off);
+    const cudaError_t err = cudaHostRegister(pool.data_ + off, len, flags);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      const std::string msg =
+          "PinnedHostPool: cudaHostRegister of chunk " + std::to_string(off / chunk) + " (" +
+          gib(len) + " at offset " + gib(off) + " of a " + gib(bytes) +
+          " pool) failed: " + cudaGetErrorName(err) + ": " + cudaGetErrorString(err) +
+          ". Check that a CUDA device is visible, RLIMIT_MEMLOCK (now " + memlock_limit() +
+          "; containers: --ulimit memlock=-1), the container's memory "
+          "limit and free host RAM.";
+      return Status(ErrorCode::kOutOfMemory, msg);  // pool's destructor undoes the rest
+    }
+    pool.registered_.push_back(pool.data_ + off);
+  }
+  return pool;
+}
+
+PinnedHostPool& PinnedHostPool::operator=(PinnedHostPool&& other) noexcept {
+  if (this != &other) {
+    reset();
+    data_ = std::exchange(other.data_, nullptr);
+    bytes_ = std::exchange(other.bytes_, 0);
+    mapped_bytes_ = std::exchange(other.mapped_bytes_, 0);
+    chunk_ = std::exchange(other.chunk_, 0);
+    registered_ = std::exchange(other.registered_, {});
+  }
+  return *this;
+}
+
+void PinnedHostPool::reset() {
+  for (std::byte* chunk : registered_) (void)cudaHostUnregister(chunk);
+  registered_.clear();
+  if (data_ != nullptr) munmap(data_, mapped_bytes_);
+  data_ = nullptr;
+  bytes_ = mapped_bytes_ = chunk_ = 0;
+}
+
+}  // namespace radixtier::cuda

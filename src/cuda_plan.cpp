@@ -1,0 +1,148 @@
+// Copy planning for the CUDA transfer engine (see include/radixtier/cuda/transfer_plan.hpp).
+// Pure host logic: it builds on machines without CUDA and is unit-tested on the CPU.
+#include <algorithm>
+#include <string>
+
+#include "radixtier/cuda/transfer_plan.hpp"
+
+namespace radixtier::cuda {
+
+std::size_t DeviceLayout::item_bytes() const {
+  std::size_t total = 0;
+  for (const auto& s : segments) total += s.bytes;
+  return total;
+}
+
+Status DeviceLayout::validate(const char* what) const {
+  auto bad = [&](const std::string& why) {
+    return invalid_argument(std::string(what) + " layout: " + why);
+  };
+  if (items == 0) return bad("zero items");
+  if (segments.empty()) return bad("no segments");
+  for (std::size_t i = 0; i < segments.size(); ++i) {
+    const auto& s = segments[i];
+    const std::string name = "segment " + std::to_string(i);
+    if (s.base == 0) return bad(name + " has a null base");
+    if (s.bytes == 0) return bad(name + " has zero bytes");
+    if (items > 1 && s.item_stride < s.bytes)
+      return bad(name + " stride " + std::to_string(s.item_stride) + " < its size " +
+                 std::to_string(s.bytes) + " (items would overlap)");
+  }
+  return Status::ok();
+}
+
+bool DeviceLayout::aligned_to(std::size_t alignment) const {
+  return std::all_of(segments.begin(), segments.end(), [&](const StridedSegment& s) {
+    return s.base % alignment == 0 && s.item_stride % alignment == 0 && s.bytes % alignment == 0;
+  });
+}
+
+DeviceLayout kv_layer_first(std::uintptr_t base, const KvGeometry& g, std::uint32_t pages) {
+  DeviceLayout layout;
+  layout.items = pages;
+  const std::size_t chunk = g.chunk_bytes();
+  const std::size_t tensor = chunk * pages;  // one (K or V, layer) tensor [pages, ...]
+  for (std::size_t c = 0; c < 2 * std::size_t{g.layers}; ++c)
+    layout.segments.push_back({base + c * tensor, chunk, chunk});
+  return layout;
+}
+
+DeviceLayout kv_per_layer(std::span<const std::uintptr_t> k_bases,
+                          std::span<const std::uintptr_t> v_bases, const KvGeometry& g,
+                          std::uint32_t pages) {
+  DeviceLayout layout;
+  layout.items = pages;
+  const std::size_t chunk = g.chunk_bytes();
+  // Host page order matches kv_layer_first: all K layers, then all V layers.
+  for (auto b : k_bases) layout.segments.push_back({b, chunk, chunk});
+  for (auto b : v_bases) layout.segments.push_back({b, chunk, chunk});
+  return layout;
+}
+
+DeviceLayout contiguous_items(std::uintptr_t base, std::size_t item_bytes, std::uint32_t items) {
+  DeviceLayout layout;
+  layout.items = items;
+  layout.segments.push_back({base, item_bytes, item_bytes});
+  return layout;
+}
+
+DeviceLayout snapshot_layer_first(std::uintptr_t conv_base, std::uintptr_t state_base,
+                                  const GdnGeometry& g, std::uint32_t slots) {
+  DeviceLayout layout;
+  layout.items = slots;
+  const std::size_t conv = g.conv_bytes(), state = g.state_bytes();
+  for (std::size_t l = 0; l < g.layers; ++l) {
+    layout.segments.push_back({conv_base + l * slots * conv, conv, conv});
+    layout.segments.push_back({state_base + l * slots * state, state, state});
+  }
+  return layout;
+}
+
+namespace {
+
+// Appends [device, host, bytes) to out, extending the last piece when both sides continue it.
+void push_piece(std::vector<Piece>& out, std::uintptr_t device, std::size_t host, std::size_t bytes,
+                std::size_t host_chunk_bytes) {
+  if (!out.empty()) {
+    Piece& last = out.back();
+    const bool contiguous =
+        last.device + last.bytes == device && last.host_offset + last.bytes == host;
+    const bool crosses_chunk = host_chunk_bytes != 0 && host % host_chunk_bytes == 0;
+    if (contiguous && !crosses_chunk) {
+      last.bytes += bytes;
+      return;
+    }
+  }
+  out.push_back({device, host, bytes});
+}
+
+}  // namespace
+
+void append_item_pieces(const DeviceLayout& layout, std::span<const ItemPair> pairs,
+                        std::size_t host_chunk_bytes, std::vector<Piece>& out) {
+  const std::size_t item_bytes = layout.item_bytes();
+  for (const ItemPair& p : pairs) {
+    std::size_t host = std::size_t{p.host} * item_bytes;
+    for (const StridedSegment& s : layout.segments) {
+      push_piece(out, s.base + std::size_t{p.device} * s.item_stride, host, s.bytes,
+                 host_chunk_bytes);
+      host += s.bytes;
+    }
+  }
+}
+
+std::size_t for_each_byte_slice(const DeviceLayout& layout, std::span<const ItemPair> pairs,
+                                std::size_t host_chunk_bytes, std::size_t slice_bytes,
+                                const std::function<bool(std::span<const Piece>)>& emit) {
+  if (slice_bytes == 0) return 0;
+  std::vector<Piece> item;   // the pieces of one item
+  std::vector<Piece> slice;  // the slice being filled
+  std::size_t filled = 0, emitted = 0;
+  for (std::size_t i = 0; i < pairs.size(); ++i) {
+    item.clear();
+    append_item_pieces(layout, pairs.subspan(i, 1), host_chunk_bytes, item);
+    for (Piece piece : item) {
+      while (piece.bytes > 0) {
+        const std::size_t take = std::min(piece.bytes, slice_bytes - filled);
+        slice.push_back({piece.device, piece.host_offset, take});
+        piece.device += take;
+        piece.host_offset += take;
+        piece.bytes -= take;
+        filled += take;
+        if (filled == slice_bytes) {
+          ++emitted;
+          if (!emit(slice)) return emitted;
+          slice.clear();
+          filled = 0;
+        }
+      }
+    }
+  }
+  if (!slice.empty()) {
+    ++emitted;
+    emit(slice);
+  }
+  return emitted;
+}
+
+}  // namespace radixtier::cuda

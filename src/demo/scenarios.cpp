@@ -1,0 +1,195 @@
+// The scenarios of workloads.md scaled down to the tiny model (page 16 tokens instead of 64).
+//
+//   churn       token counts / 16: a 1,500-token conversation turn, ten distinct 94-token
+//               auxiliary calls, then turn 2 = turn 1 + its output + 19 tokens. 4 GPU snapshot
+//               slots, GPU KV 2,048 tokens, max running 1.
+//   flush       churn's turn 1, then two distinct 4,096-token prompts through a 6,144-token GPU
+//               pool (the seed's ~130k prompts in a 200k pool: every conversation page leaves
+//               the GPU), then turn 2.
+//   compaction  a 3,850-token prompt (985,577 / 256), an unrelated 3,000-token session that
+//               pushes most of it to host, then a replay of its first 2,971 tokens (760,534 /
+//               256) plus a 16-token instruction. The GPU pool must hold one running prompt
+//               (a running request pins its path), so it is 4,096 tokens, not 1/256 of 262k.
+//   agent       four turns; each sends the conversation 2-3 times with different tails (3 in
+//               flight at once); the next turn diverges 44-148 tokens before the previous end;
+//               side requests are shorter exact prefixes of earlier, longer prompts.
+#include <algorithm>
+
+#include "radixtier/demo/scenarios.hpp"
+
+namespace radixtier::demo {
+
+namespace {
+
+std::uint64_t mix(std::uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+/// n deterministic tokens of stream `seed`.
+std::vector<Token> synth(std::uint64_t seed, std::size_t n, std::uint32_t vocab) {
+  std::vector<Token> out(n);
+  for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<Token>(mix(seed * 1000003 + i) % vocab);
+  return out;
+}
+
+std::vector<Token> cat(std::vector<Token> a, const std::vector<Token>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+struct Builder {
+  Workload w;
+  void add(const std::string& label, std::vector<Token> prompt, std::size_t out, double at = 0) {
+    sched::Request r;
+    r.id = w.requests.size() + 1;
+    r.prompt = std::move(prompt);
+    r.max_new_tokens = out;
+    r.arrival_s = at;
+    w.requests.push_back(std::move(r));
+    w.labels.push_back(label);
+  }
+};
+
+Builder base(const std::string& name, const std::string& description,
+             const sched::SnapshotPolicy& policy) {
+  Builder b;
+  b.w.name = name;
+  b.w.description = description;
+  b.w.model = model::TinyModelConfig{};
+  b.w.cache.page_size = b.w.model.page_size;
+  b.w.cache.gpu_pages = 2048 / 16;
+  b.w.cache.host_pages = 16384 / 16;  // "16 GiB of host KV": room for everything here
+  b.w.cache.gpu_snapshot_slots = 4;
+  b.w.cache.host_snapshot_slots = 32;
+  b.w.cache.slice_pages = 32;
+  b.w.sched.chunk_tokens = 128;  // 2,048 / 16
+  b.w.sched.max_running = 1;
+  b.w.sched.policy = policy;
+  return b;
+}
+
+/// Turn 2 of a conversation: turn 1's prompt, the output turn 1 produces and a new message.
+/// The output is the model's own greedy continuation, computed once here without a cache.
+std::vector<Token> continuation(const model::TinyModelConfig& mc, const std::vector<Token>& prompt,
+                                std::size_t out, std::vector<Token> message) {
+  const model::TinyHybridModel m(mc);
+  CacheConfig c;
+  c.page_size = mc.page_size;
+  c.page_bytes = m.page_bytes();
+  c.snapshot_bytes = m.state_bytes();
+  c.gpu_pages = static_cast<std::uint32_t>(m.pages_for(prompt.size() + out));
+  c.gpu_snapshot_slots = 1;
+  HostArenas mem(c);
+  std::vector<GpuPageId> table;
+  for (std::uint32_t i = 0; i < c.gpu_pages; ++i) table.emplace_back(i);
+  std::vector<std::byte> state(m.state_bytes());
+  m.reset_state(state);
+  std::vector<float> logits(m.vocab());
+  std::vector<Token> seq = prompt;
+  (void)m.forward(prompt, 0, table, mem, state, logits);
+  for (std::size_t i = 0; i < out; ++i) {
+    const Token t = m.greedy(logits);
+    seq.push_back(t);
+    if (i + 1 < out)
+      (void)m.forward(std::span<const Token>(&t, 1), seq.size() - 1, table, mem, state, logits);
+  }
+  return cat(std::move(seq), message);
+}
+
+Workload churn(const sched::SnapshotPolicy& policy, bool flush) {
+  Builder b = flush ? base("flush",
+                           "turn 1 (1,500 tokens), two distinct 4,096-token prompts through a "
+                           "6,144-token GPU pool, then turn 2",
+                           policy)
+                    : base("churn",
+                           "turn 1 (1,500 tokens), 10 distinct 94-token auxiliary calls, then "
+                           "turn 2 = turn 1 + output + 19 tokens",
+                           policy);
+  const auto vocab = b.w.model.vocab;
+  const auto turn1 = synth(1, 1500, vocab);
+  b.add("turn 1", turn1, 12);
+  if (flush) {
+    b.w.cache.gpu_pages = 6144 / 16;
+    b.add("flush A", synth(100, 4096, vocab), 2);
+    b.add("flush B", synth(101, 4096, vocab), 2);
+  } else {
+    for (int i = 0; i < 10; ++i) b.add("aux " + std::to_string(i + 1), synth(10 + i, 94, vocab), 2);
+  }
+  b.add("turn 2", continuation(b.w.model, turn1, 12, synth(2, 19, vocab)), 12);
+  return b.w;
+}
+
+Workload compaction(const sched::SnapshotPolicy& policy) {
+  Builder b = base("compaction",
+                   "a 3,850-token prompt, an unrelated 3,000-token session, then a replay of "
+                   "its first 2,971 tokens + a 16-token instruction",
+                   policy);
+  b.w.cache.gpu_pages = 4096 / 16;
+  b.w.cache.host_pages = 4096 / 16;
+  const auto vocab = b.w.model.vocab;
+  const auto prompt = synth(3, 3850, vocab);
+  b.add("long prompt", prompt, 4);
+  b.add("other session", synth(4, 3000, vocab), 4);
+  b.add("replay", cat({prompt.begin(), prompt.begin() + 2971}, synth(5, 16, vocab)), 4);
+  return b.w;
+}
+
+Workload agent(const sched::SnapshotPolicy& policy) {
+  Builder b = base("agent",
+                   "4 turns x 2-3 sends of one prefix with different tails (3 in flight), "
+                   "turns diverge 44-148 tokens before the previous end, side requests replay "
+                   "shorter prefixes of earlier prompts",
+                   policy);
+  b.w.cache.gpu_pages = 4096 / 16;
+  b.w.cache.host_pages = 8192 / 16;
+  b.w.cache.gpu_snapshot_slots = 8;
+  b.w.cache.host_snapshot_slots = 16;
+  b.w.sched.max_running = 3;
+  b.w.sched.chunk_tokens = 64;
+  const auto vocab = b.w.model.vocab;
+  std::uint64_t seed = 1000;
+  std::vector<Token> conv = synth(seed++, 400, vocab);  // system prompt + first message
+  conv = cat(std::move(conv), synth(seed++, 200, vocab));
+  std::vector<std::vector<Token>> earlier;
+  for (int turn = 0; turn < 4; ++turn) {
+    const double at = 10.0 * turn;
+    const int sends = turn % 2 == 0 ? 3 : 2;
+    for (int k = 0; k < sends; ++k) {
+      auto p = cat(conv, synth(seed++, 20 + 13 * static_cast<std::size_t>(k), vocab));
+      b.add("turn " + std::to_string(turn + 1) + " send " + std::to_string(k + 1), p, 6, at);
+      earlier.push_back(std::move(p));
+    }
+    if (turn > 0) {
+      // A side request: an exact prefix of an earlier, longer prompt.
+      const auto& src = earlier[mix(seed) % (earlier.size() - static_cast<std::size_t>(sends))];
+      const std::size_t len = src.size() / 2 + mix(seed + 1) % (src.size() / 2);
+      b.add("turn " + std::to_string(turn + 1) + " side", {src.begin(), src.begin() + len}, 4,
+            at + 1.0);
+      ++seed;
+    }
+    const std::size_t diverge = 44 + mix(seed++) % (148 - 44 + 1);
+    conv.resize(conv.size() - diverge);
+    const std::size_t grow = 150 + mix(seed) % 100;
+    conv = cat(std::move(conv), synth(seed++, grow, vocab));
+  }
+  return b.w;
+}
+
+}  // namespace
+
+std::vector<std::string> scenario_names() {
+  return {"churn", "flush", "compaction", "agent"};
+}
+
+Result<Workload> make_scenario(const std::string& name, const sched::SnapshotPolicy& policy) {
+  if (name == "churn") return churn(policy, false);
+  if (name == "flush") return churn(policy, true);
+  if (name == "compaction") return compaction(policy);
+  if (name == "agent") return agent(policy);
+  return not_found("unknown scenario '" + name + "' (known: churn, flush, compaction, agent)");
+}
+
+}  // namespace radixtier::demo

@@ -1,0 +1,502 @@
+// The reference scheduler (see scheduler.hpp for the request state machine).
+#include "radixtier/scheduler/scheduler.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+#include <utility>
+
+namespace radixtier::sched {
+
+struct Scheduler::Running {
+  Request req;
+  RequestResult res;
+  LockId lock;
+  std::vector<GpuPageId> table;   ///< page i holds positions [i*ps, (i+1)*ps)
+  std::vector<bool> owned;        ///< table[i] is this request's (not the tree's): free at stop
+  std::vector<Token> seq;         ///< prompt + output so far
+  std::size_t done = 0;           ///< positions whose K/V are computed (the live state's position)
+  std::size_t inserted = 0;       ///< boundary the lock has moved down to
+  std::size_t checkpoint_at = 0;  ///< boundary of the executor's checkpoint (0: none)
+  bool prefilled = false;
+};
+
+Status SchedulerConfig::validate(std::uint32_t page_size) const {
+  if (page_size == 0) return invalid_argument("SchedulerConfig: the cache's page_size is 0");
+  if (chunk_tokens == 0 || chunk_tokens % page_size != 0) {
+    return invalid_argument("SchedulerConfig.chunk_tokens = " + std::to_string(chunk_tokens) +
+                            ": must be a positive multiple of the page size (" +
+                            std::to_string(page_size) + " tokens)");
+  }
+  if (max_running == 0) return invalid_argument("SchedulerConfig.max_running must be >= 1");
+  if (max_admissions == 0) return invalid_argument("SchedulerConfig.max_admissions must be >= 1");
+  if (Status s = policy.validate(page_size); !s) {
+    return invalid_argument("SchedulerConfig.policy: " + s.message());
+  }
+  return Status::ok();
+}
+
+Scheduler::Scheduler(CacheBackend& cache, Executor& executor, SchedulerConfig config)
+    : cache_(cache),
+      executor_(executor),
+      config_(std::move(config)),
+      page_size_(cache.page_size()) {
+  if (Status s = config_.validate(page_size_); !s) throw std::invalid_argument(s.message());
+}
+
+Result<std::unique_ptr<Scheduler>> Scheduler::create(CacheBackend& cache, Executor& executor,
+                                                     SchedulerConfig config) {
+  if (Status s = config.validate(cache.page_size()); !s) return s;
+  return std::make_unique<Scheduler>(cache, executor, std::move(config));
+}
+
+Scheduler::~Scheduler() {
+  // Hand everything back so the cache's counts add up even when a caller stops early.
+  for (auto& r : running_) stop(*r);
+}
+
+Status Scheduler::submit(Request request) {
+  if (request.prompt.empty()) {
+    return invalid_argument("submit: request " + std::to_string(request.id) +
+                            " has an empty prompt");
+  }
+  if (!known_ids_.insert(request.id).second) {
+    return invalid_argument("submit: request id " + std::to_string(request.id) + " already used");
+  }
+  RequestResult res;
+  res.id = request.id;
+  res.prompt_tokens = request.prompt.size();
+  res.arrival_s = request.arrival_s;
+  // Stable by arrival: after every queued request that arrives no later.
+  auto it = std::upper_bound(queue_.begin(), queue_.end(), request.arrival_s,
+                             [](double t, const auto& q) { return t < q.first.arrival_s; });
+  queue_.emplace(it, std::move(request), std::move(res));
+  return Status::ok();
+}
+
+const RequestResult* Scheduler::result(RequestId id) const {
+  auto it = results_.find(id);
+  return it == results_.end() ? nullptr : &it->second;
+}
+
+void Scheduler::note_stats(RequestResult& result, const CacheStats& before) {
+  const CacheStats after = cache_.stats();
+  result.bytes_h2d += after.bytes_h2d - before.bytes_h2d;
+  result.bytes_d2h += after.bytes_d2h - before.bytes_d2h;
+}
+
+Progress Scheduler::progress() const {
+  return Progress{known_ids_.size(),
+                  static_cast<std::size_t>(stats_.finished),
+                  static_cast<std::size_t>(stats_.failed),
+                  running_.size(),
+                  queue_.size(),
+                  stats_.forwarded_tokens,
+                  now_};
+}
+
+// ---------------------------------------------------------------------------------------
+// admission
+
+void Scheduler::admit_arrived() {
+  while (!hold_admission_ && running_.size() < config_.max_running && !queue_.empty() &&
+         queue_.front().first.arrival_s <= now_) {
+    auto [req, res] = std::move(queue_.front());
+    queue_.pop_front();
+    (void)admit(std::move(req), std::move(res));
+  }
+}
+
+Status Scheduler::admit(Request request, RequestResult res) {
+  auto give_up = [&](Status why) {
+    res.status = std::move(why);
+    res.finished_s = now_;
+    ++stats_.failed;
+    results_[request.id] = std::move(res);
+    return Status::ok();
+  };
+  for (;;) {
+    if (res.admissions >= config_.max_admissions) {
+      return give_up(Status(ErrorCode::kFailedPrecondition,
+                            "request " + std::to_string(request.id) + " gave up after " +
+                                std::to_string(res.admissions) + " admissions (" +
+                                std::to_string(res.transfer_failures) + " failed promotions, " +
+                                std::to_string(res.preemptions) + " preemptions)"));
+    }
+    const CacheStats before = cache_.stats();
+    auto a = cache_.admit(request.prompt);
+    if (!a) return give_up(a.status());
+    ++res.admissions;
+    ++stats_.admissions;
+    // wait() also reports a promotion that already failed, so call it even when not promoting.
+    Status w = cache_.wait(a->lock);
+    if (w.code() == ErrorCode::kTransferFailed) {
+      // Rule 7: the failed prefix degraded to recompute; a new admission matches less.
+      (void)cache_.release(a->lock);
+      note_stats(res, before);
+      ++res.transfer_failures;
+      ++stats_.transfer_failures;
+      continue;
+    }
+    auto running = std::make_unique<Running>();
+    Running& r = *running;
+    r.lock = a->lock;
+    std::optional<GpuSlotId> restore;
+    Status ok = w;
+    if (ok && a->cached_tokens > 0) {
+      auto pages = cache_.path_pages(a->lock);
+      auto slot = cache_.path_snapshot(a->lock);
+      if (!pages)
+        ok = pages.status();
+      else if (!slot)
+        ok = slot.status();
+      else {
+        r.table = std::move(*pages);
+        restore = *slot;
+      }
+    }
+    if (ok) ok = executor_.begin(request.id, restore);
+    const CacheStats after = cache_.stats();
+    note_stats(res, before);
+    if (!ok) {
+      executor_.end(request.id);
+      (void)cache_.release(a->lock);
+      return give_up(std::move(ok));
+    }
+    res.admit_bytes_h2d = after.bytes_h2d - before.bytes_h2d;
+    res.admit_copies_h2d = after.copies_h2d - before.copies_h2d;
+    res.admit_bytes_d2h = after.bytes_d2h - before.bytes_d2h;
+    res.cached_tokens = a->cached_tokens;
+    res.gpu_cached_tokens = a->gpu_tokens;
+    res.host_cached_tokens = a->host_tokens;
+    res.snapshot_from_host = a->snapshot_from_host;
+    res.recomputed_tokens = request.prompt.size() - a->cached_tokens;
+    res.admitted_s = now_;
+    res.prefill_s = res.decode_s = 0;
+    res.output.clear();
+    res.first_logits.clear();
+    res.final_logits.clear();
+    r.owned.assign(r.table.size(), false);
+    r.seq = request.prompt;
+    r.done = r.inserted = a->cached_tokens;
+    r.req = std::move(request);
+    r.res = std::move(res);
+    running_.push_back(std::move(running));
+    return Status::ok();
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// running
+
+Result<std::vector<GpuPageId>> Scheduler::alloc_pages(Running& r, std::size_t n) {
+  const CacheStats before = cache_.stats();
+  auto pages = cache_.alloc_pages(n);
+  note_stats(r.res, before);
+  if (pages) {
+    for (GpuPageId p : *pages) {
+      r.table.push_back(p);
+      r.owned.push_back(true);
+    }
+  }
+  return pages;
+}
+
+Status Scheduler::insert_boundary(Running& r, std::size_t boundary, StateSource source) {
+  const CacheStats before = cache_.stats();
+  std::optional<GpuSlotId> slot;
+  if (source != StateSource::kNone) {
+    ++stats_.snapshots_offered;
+    auto s = cache_.alloc_snapshot_slot();
+    if (s) {
+      Status saved = source == StateSource::kLive ? executor_.save_snapshot(r.req.id, *s)
+                                                  : executor_.save_checkpoint(r.req.id, *s);
+      if (saved) {
+        slot = *s;
+      } else {
+        (void)cache_.free_snapshot_slot(*s);
+      }
+    } else {
+      ++stats_.snapshot_slot_misses;  // a snapshot is optional: keep going without one
+    }
+  }
+  const std::size_t pages = boundary / page_size_;
+  auto ins = cache_.insert(r.lock, std::span<const Token>(r.seq).first(boundary),
+                           std::span<const GpuPageId>(r.table).first(pages), slot);
+  if (!ins) {
+    if (slot) (void)cache_.free_snapshot_slot(*slot);
+    note_stats(r.res, before);
+    return ins.status();
+  }
+  // Pages the tree adopted are no longer ours; the ones it did not take still are.
+  for (std::size_t i = 0; i < pages; ++i) {
+    if (r.owned[i] && std::find(ins->not_taken.begin(), ins->not_taken.end(), r.table[i]) ==
+                          ins->not_taken.end()) {
+      r.owned[i] = false;
+    }
+  }
+  // Pages the tree did not take because it already holds that prefix: the lock pins the
+  // tree's copies now, so switch the page table to them (same bytes: same tokens at the same
+  // positions) and free ours, instead of holding every page twice.
+  if (std::any_of(r.owned.begin(), r.owned.begin() + static_cast<std::ptrdiff_t>(pages),
+                  [](bool o) { return o; })) {
+    if (auto tree = cache_.path_pages(r.lock); tree && tree->size() == pages) {
+      std::vector<GpuPageId> duplicates;
+      for (std::size_t i = 0; i < pages; ++i) {
+        if (r.owned[i] && (*tree)[i] != r.table[i]) {
+          duplicates.push_back(r.table[i]);
+          r.table[i] = (*tree)[i];
+          r.owned[i] = false;
+        }
+      }
+      if (Status s = cache_.free_pages(duplicates); !s) {
+        note_stats(r.res, before);
+        return s;
+      }
+    }
+  }
+  if (slot) {
+    if (ins->snapshot_taken) {
+      ++r.res.snapshots_kept;
+      ++stats_.snapshots_kept;
+      r.res.snapshot_boundaries.push_back(boundary);
+    } else {
+      (void)cache_.free_snapshot_slot(*slot);  // the tree already had one there
+    }
+  }
+  r.inserted = boundary;
+  note_stats(r.res, before);
+  return Status::ok();
+}
+
+Scheduler::Outcome Scheduler::prefill_chunk(Running& r) {
+  const std::size_t len = r.req.prompt.size();
+  const std::size_t last_boundary = len / page_size_ * page_size_;
+  const std::size_t start = r.done;
+  std::size_t end = len;
+  if (start < last_boundary) {
+    end = std::min((start / config_.chunk_tokens + 1) * config_.chunk_tokens, last_boundary);
+    if (auto cut = config_.policy.next_cut(start); cut && *cut < end) end = *cut;
+  }
+  const std::size_t need = (end + page_size_ - 1) / page_size_;
+  if (need > r.table.size()) {
+    auto pages = alloc_pages(r, need - r.table.size());
+    if (!pages) {
+      if (pages.status().code() == ErrorCode::kOutOfMemory) return Outcome::kStalled;
+      fail(r, pages.status());
+      return Outcome::kFailed;
+    }
+  }
+  auto secs = executor_.forward(
+      r.req.id, std::span<const Token>(r.req.prompt).subspan(start, end - start), start, r.table);
+  if (!secs) {
+    fail(r, secs.status());
+    return Outcome::kFailed;
+  }
+  now_ += *secs;
+  r.res.prefill_s += *secs;
+  r.res.computed_tokens += end - start;
+  stats_.forwarded_tokens += end - start;
+  r.done = end;
+  if (end % page_size_ == 0 && end > r.inserted) {
+    SnapshotQuery q;
+    q.boundary = end;
+    q.prompt_tokens = len;
+    q.cached_tokens = r.res.cached_tokens;
+    q.last_prompt_chunk = end == last_boundary;
+    q.snapshot_bytes = executor_.state_bytes();
+    q.kv_bytes_per_token = config_.kv_bytes_per_token;
+    q.page_size = page_size_;
+    q.chunk_tokens = config_.chunk_tokens;
+    const bool keep = config_.policy.keep(q);
+    if (Status s = insert_boundary(r, end, keep ? StateSource::kLive : StateSource::kNone); !s) {
+      fail(r, s);
+      return Outcome::kFailed;
+    }
+  }
+  if (end < len) return Outcome::kProgress;
+  r.prefilled = true;
+  const auto logits = executor_.last_logits(r.req.id);
+  r.res.first_logits.assign(logits.begin(), logits.end());
+  r.res.first_token_s = now_;
+  if (r.req.max_new_tokens > 0) {
+    auto tok = executor_.next_token(r.req.id);
+    if (!tok) {
+      fail(r, tok.status());
+      return Outcome::kFailed;
+    }
+    r.res.output.push_back(*tok);
+    r.seq.push_back(*tok);
+  }
+  return Outcome::kProgress;
+}
+
+Scheduler::Outcome Scheduler::decode_token(Running& r) {
+  const std::size_t pos = r.done;
+  if (pos / page_size_ + 1 > r.table.size()) {
+    auto pages = alloc_pages(r, 1);
+    if (!pages) {
+      if (pages.status().code() == ErrorCode::kOutOfMemory) return Outcome::kStalled;
+      fail(r, pages.status());
+      return Outcome::kFailed;
+    }
+  }
+  const Token token = r.seq[pos];
+  auto secs = executor_.forward(r.req.id, std::span<const Token>(&token, 1), pos, r.table);
+  if (!secs) {
+    fail(r, secs.status());
+    return Outcome::kFailed;
+  }
+  now_ += *secs;
+  r.res.decode_s += *secs;
+  ++r.res.computed_tokens;
+  ++stats_.forwarded_tokens;
+  r.done = pos + 1;
+  if (config_.snapshot_at_finish && r.done % page_size_ == 0) {
+    if (Status s = executor_.checkpoint(r.req.id); !s) {
+      fail(r, s);
+      return Outcome::kFailed;
+    }
+    r.checkpoint_at = r.done;
+  }
+  auto tok = executor_.next_token(r.req.id);
+  if (!tok) {
+    fail(r, tok.status());
+    return Outcome::kFailed;
+  }
+  r.res.output.push_back(*tok);
+  r.seq.push_back(*tok);
+  return Outcome::kProgress;
+}
+
+Scheduler::Outcome Scheduler::finish(Running& r) {
+  const auto logits = executor_.last_logits(r.req.id);
+  r.res.final_logits.assign(logits.begin(), logits.end());
+  // The finish boundary: the last page boundary of what was forwarded (prompt + output but
+  // the last output token). Decode checkpointed the state there.
+  const std::size_t boundary = r.done / page_size_ * page_size_;
+  if (config_.snapshot_at_finish && boundary > r.inserted && r.checkpoint_at == boundary) {
+    SnapshotQuery q;
+    q.boundary = boundary;
+    q.prompt_tokens = r.req.prompt.size();
+    q.cached_tokens = r.res.cached_tokens;
+    q.at_finish = true;
+    q.snapshot_bytes = executor_.state_bytes();
+    q.kv_bytes_per_token = config_.kv_bytes_per_token;
+    q.page_size = page_size_;
+    q.chunk_tokens = config_.chunk_tokens;
+    if (config_.policy.keep(q)) {
+      if (Status s = insert_boundary(r, boundary, StateSource::kCheckpoint); !s) {
+        fail(r, s);
+        return Outcome::kFailed;
+      }
+    }
+  }
+  r.res.finished_s = now_;
+  stop(r);
+  ++stats_.finished;
+  results_[r.req.id] = std::move(r.res);
+  hold_admission_ = false;
+  return Outcome::kFinished;
+}
+
+Scheduler::Outcome Scheduler::advance(Running& r) {
+  if (!r.prefilled) {
+    Outcome o = prefill_chunk(r);
+    if (o != Outcome::kProgress || !r.prefilled || !r.res.output.empty() ||
+        r.req.max_new_tokens > 0) {
+      return o;
+    }
+    return finish(r);  // prefill only
+  }
+  if (r.res.output.size() < r.req.max_new_tokens) return decode_token(r);
+  return finish(r);
+}
+
+void Scheduler::stop(Running& r) {
+  std::vector<GpuPageId> mine;
+  for (std::size_t i = 0; i < r.table.size(); ++i) {
+    if (r.owned[i]) mine.push_back(r.table[i]);
+  }
+  const CacheStats before = cache_.stats();
+  (void)cache_.free_pages(mine);
+  (void)cache_.release(r.lock);
+  note_stats(r.res, before);
+  executor_.end(r.req.id);
+  r.table.clear();
+  r.owned.clear();
+}
+
+void Scheduler::fail(Running& r, Status why) {
+  stop(r);
+  r.res.status = std::move(why);
+  r.res.finished_s = now_;
+  ++stats_.failed;
+  results_[r.req.id] = std::move(r.res);
+  hold_admission_ = false;
+}
+
+void Scheduler::preempt(Running& r) {
+  stop(r);
+  ++r.res.preemptions;
+  ++stats_.preemptions;
+  queue_.emplace_front(std::move(r.req), std::move(r.res));
+  hold_admission_ = true;
+}
+
+// ---------------------------------------------------------------------------------------
+// the loop
+
+Status Scheduler::step() {
+  ++stats_.steps;
+  if (running_.empty() && !queue_.empty() && queue_.front().first.arrival_s > now_) {
+    now_ = queue_.front().first.arrival_s;  // idle: jump to the next arrival
+  }
+  admit_arrived();
+  bool progressed = false, stalled = false;
+  for (std::size_t i = 0; i < running_.size();) {
+    Outcome o = advance(*running_[i]);
+    if (o == Outcome::kFinished || o == Outcome::kFailed) {
+      running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
+      progressed = true;
+      continue;
+    }
+    if (o == Outcome::kStalled) {
+      stalled = true;
+      ++stats_.stalls;
+    } else {
+      progressed = true;
+    }
+    ++i;
+  }
+  if (stalled && !progressed) {
+    // Nobody can move: the GPU holds only what running requests pin. Free the youngest
+    // request's pages (it is re-admitted and resumes from what it inserted); if it is the
+    // only one, it cannot fit at all.
+    Running& victim = *running_.back();
+    if (running_.size() > 1) {
+      preempt(victim);
+    } else {
+      fail(victim, out_of_memory("request " + std::to_string(victim.req.id) + " (" +
+                                 std::to_string(victim.req.prompt.size()) + " prompt tokens + " +
+                                 std::to_string(victim.req.max_new_tokens) +
+                                 " output) does not fit in the GPU KV pool even running alone"));
+    }
+    running_.pop_back();
+  }
+  if (config_.check_invariants) {
+    if (std::string err = cache_.check_invariants(); !err.empty()) {
+      return Status(ErrorCode::kFailedPrecondition, "cache invariant broken: " + err);
+    }
+  }
+  return Status::ok();
+}
+
+Status Scheduler::run_until_idle(const std::function<void(const Progress&)>& on_progress) {
+  while (!idle()) {
+    if (Status s = step(); !s) return s;
+    if (on_progress) on_progress(progress());
+  }
+  return Status::ok();
+}
+
+}  // namespace radixtier::sched

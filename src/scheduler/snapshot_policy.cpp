@@ -1,0 +1,163 @@
+// Snapshot placement policies (see snapshot_policy.hpp for what each keeps and why).
+#include "radixtier/scheduler/snapshot_policy.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <limits>
+#include <set>
+
+namespace radixtier::sched {
+
+namespace {
+
+constexpr const char* kForms =
+    "expected end-only, every-chunk, interval:N (tokens), budgeted or budgeted:BYTES "
+    "(BYTES may end in K, M or G)";
+
+std::optional<std::size_t> parse_size(std::string_view s, bool allow_suffix) {
+  std::size_t mult = 1;
+  if (allow_suffix && !s.empty()) {
+    switch (s.back()) {
+      case 'K':
+      case 'k':
+        mult = std::size_t{1} << 10;
+        break;
+      case 'M':
+      case 'm':
+        mult = std::size_t{1} << 20;
+        break;
+      case 'G':
+      case 'g':
+        mult = std::size_t{1} << 30;
+        break;
+      default:
+        break;
+    }
+    if (mult != 1) s.remove_suffix(1);
+  }
+  std::size_t v = 0;
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || ec != std::errc() || ptr != s.data() + s.size()) return std::nullopt;
+  if (v > std::numeric_limits<std::size_t>::max() / mult) return std::nullopt;
+  return v * mult;
+}
+
+}  // namespace
+
+Result<SnapshotPolicy> SnapshotPolicy::parse(std::string_view text) {
+  if (text == "end-only") return end_only();
+  if (text == "every-chunk") return every_chunk();
+  if (text == "budgeted") return budgeted();
+  const auto colon = text.find(':');
+  if (colon != std::string_view::npos) {
+    const auto head = text.substr(0, colon);
+    const auto arg = text.substr(colon + 1);
+    if (head == "interval") {
+      auto n = parse_size(arg, false);
+      if (!n || *n == 0) {
+        return invalid_argument("snapshot policy '" + std::string(text) +
+                                "': interval:N needs a positive token count");
+      }
+      return interval(*n);
+    }
+    if (head == "budgeted") {
+      auto b = parse_size(arg, true);
+      if (!b) {
+        return invalid_argument("snapshot policy '" + std::string(text) +
+                                "': budgeted:BYTES needs a byte count (K, M, G allowed)");
+      }
+      return budgeted(*b);
+    }
+  }
+  return invalid_argument("unknown snapshot policy '" + std::string(text) + "': " + kForms);
+}
+
+Status SnapshotPolicy::validate(std::uint32_t page_size) const {
+  if (kind_ == Kind::kInterval &&
+      (interval_ == 0 || page_size == 0 || interval_ % page_size != 0)) {
+    return invalid_argument("snapshot policy interval:" + std::to_string(interval_) +
+                            ": the interval must be a positive multiple of the page size (" +
+                            std::to_string(page_size) + " tokens)");
+  }
+  return Status::ok();
+}
+
+std::string SnapshotPolicy::name() const {
+  switch (kind_) {
+    case Kind::kEndOnly:
+      return "end-only";
+    case Kind::kEveryChunk:
+      return "every-chunk";
+    case Kind::kInterval:
+      return "interval:" + std::to_string(interval_);
+    case Kind::kBudgeted:
+      return budget_ ? "budgeted:" + std::to_string(*budget_) : "budgeted";
+  }
+  return "?";
+}
+
+std::optional<std::size_t> SnapshotPolicy::next_cut(std::size_t done) const {
+  if (kind_ != Kind::kInterval || interval_ == 0) return std::nullopt;
+  return (done / interval_ + 1) * interval_;
+}
+
+std::size_t SnapshotPolicy::budget_for(const SnapshotQuery& q) const {
+  if (budget_) return *budget_;
+  if (q.kv_bytes_per_token == 0) return 4 * q.snapshot_bytes;
+  return q.prompt_tokens * q.kv_bytes_per_token / 8;
+}
+
+std::vector<std::size_t> SnapshotPolicy::plan(const SnapshotQuery& q) const {
+  if (kind_ != Kind::kBudgeted || q.page_size == 0 || q.chunk_tokens == 0 ||
+      q.snapshot_bytes == 0 || q.prompt_tokens == 0) {
+    return {};
+  }
+  const std::size_t end = q.prompt_tokens / q.page_size * q.page_size;
+  const std::size_t max_count = budget_for(q) / q.snapshot_bytes;
+  std::vector<std::size_t> candidates;
+  for (std::size_t c = (q.cached_tokens / q.chunk_tokens + 1) * q.chunk_tokens; c < end;
+       c += q.chunk_tokens) {
+    candidates.push_back(c);
+  }
+  // Greedy by expected saved recompute per byte. The snapshot size is the same for every
+  // candidate, so the order is by (c - p) * (n - c); ties go to the shallower boundary.
+  std::set<std::size_t> kept = {q.cached_tokens, end};
+  std::vector<std::size_t> chosen;
+  while (chosen.size() < max_count) {
+    std::size_t best = 0, best_gain = 0;
+    for (std::size_t c : candidates) {
+      auto next = kept.lower_bound(c);
+      if (*next == c) continue;
+      const std::size_t p = *std::prev(next);
+      const std::size_t gain = (c - p) * (*next - c);
+      if (gain > best_gain) {
+        best_gain = gain;
+        best = c;
+      }
+    }
+    if (best_gain == 0) break;
+    kept.insert(best);
+    chosen.push_back(best);
+  }
+  std::sort(chosen.begin(), chosen.end());
+  return chosen;
+}
+
+bool SnapshotPolicy::keep(const SnapshotQuery& q) const {
+  if (q.last_prompt_chunk || q.at_finish) return true;
+  switch (kind_) {
+    case Kind::kEndOnly:
+      return false;
+    case Kind::kEveryChunk:
+      return true;
+    case Kind::kInterval:
+      return interval_ > 0 && q.boundary % interval_ == 0;
+    case Kind::kBudgeted: {
+      const auto chosen = plan(q);
+      return std::binary_search(chosen.begin(), chosen.end(), q.boundary);
+    }
+  }
+  return false;
+}
+
+}  // namespace radixtier::sched

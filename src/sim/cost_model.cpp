@@ -1,0 +1,79 @@
+#include "radixtier/sim/cost_model.hpp"
+
+#include <array>
+
+namespace radixtier::sim {
+
+namespace {
+
+// Numbers from /work/shared/reference/workloads.md. seed-hybrid: fp8 KV with fp32
+// per-token scales and 12 full layers x Hkv 2 x head 256 are that page's assumptions; the
+// extra state is 184,320 B plus 8 B.
+constexpr std::array<ModelGeometry, 2> kModels{{
+    {"qwen3-next-80b", 12, 36, 2, 256, 2, 0, 16, 32, 128, 128, 4, 4, 2, 0},
+    {"seed-hybrid", 12, 36, 2, 256, 1, 4, 16, 48, 128, 128, 4, 4, 2, 184'320 + 8},
+}};
+
+// h200-gen5: b = 0 because public points do not resolve it (workloads.md).
+constexpr std::array<HardwarePreset, 2> kHardware{{
+    {"consumer-gen4", 676e-6, 9.82e-10, 25e9, 2.3e-6, 0.3, 0.6},
+    {"h200-gen5", 77e-6, 0.0, 55e9, 2.3e-6, 0.3, 0.6},
+}};
+
+template <class Row>
+Result<Row> find_row(std::span<const Row> rows, std::string_view name, const char* what) {
+  std::string known;
+  for (const Row& r : rows) {
+    if (r.name == name) return r;
+    known += (known.empty() ? "" : ", ") + std::string(r.name);
+  }
+  return not_found(std::string("unknown ") + what + " preset '" + std::string(name) +
+                   "' (known: " + known + ")");
+}
+
+}  // namespace
+
+std::uint64_t ModelGeometry::kv_bytes_per_token() const {
+  return std::uint64_t{full_layers} * 2 * kv_heads *
+         (std::uint64_t{head_dim} * kv_element_bytes + kv_scale_bytes);
+}
+
+std::uint64_t ModelGeometry::snapshot_bytes() const {
+  const std::uint64_t recurrent =
+      std::uint64_t{value_heads} * key_dim * value_dim * recurrent_element_bytes;
+  const std::uint64_t conv = (2ull * key_heads * key_dim + std::uint64_t{value_heads} * value_dim) *
+                             (conv_kernel - 1) * conv_element_bytes;
+  return gdn_layers * (recurrent + conv) + extra_state_bytes;
+}
+
+std::span<const ModelGeometry> model_presets() {
+  return kModels;
+}
+std::span<const HardwarePreset> hardware_presets() {
+  return kHardware;
+}
+
+Result<ModelGeometry> find_model(std::string_view name) {
+  return find_row(model_presets(), name, "model");
+}
+
+Result<HardwarePreset> find_hardware(std::string_view name) {
+  return find_row(hardware_presets(), name, "hardware");
+}
+
+double prefill_seconds(const HardwarePreset& hw, double l0, double l1) {
+  if (l1 <= l0) return 0.0;
+  return hw.a * (l1 - l0) + hw.b / 2.0 * (l1 * l1 - l0 * l0);
+}
+
+double reload_seconds(const HardwarePreset& hw, std::uint64_t copies, std::uint64_t bytes,
+                      bool concurrent) {
+  const double bw = concurrent ? hw.bandwidth * hw.concurrent_factor : hw.bandwidth;
+  return static_cast<double>(copies) * hw.t_call + static_cast<double>(bytes) / bw;
+}
+
+double ttft_seconds(const HardwarePreset& hw, double reload_s, double prefill_s) {
+  return hw.t0 + reload_s + prefill_s;
+}
+
+}  // namespace radixtier::sim

@@ -1,0 +1,75 @@
+#include "radixtier/sim/counting_transfer_engine.hpp"
+
+#include <algorithm>
+#include <sstream>
+
+namespace radixtier::sim {
+
+CountingTransferEngine::CountingTransferEngine(const CacheConfig& c, Completion completion)
+    : gpu_pages_(c.gpu_pages),
+      host_pages_(c.host_pages),
+      gpu_slots_(c.gpu_snapshot_slots),
+      host_slots_(c.host_snapshot_slots),
+      page_bytes_(c.page_bytes),
+      snapshot_bytes_(c.snapshot_bytes),
+      slice_pages_(std::max<std::size_t>(1, c.slice_pages)),
+      completion_(completion) {}
+
+Result<Ticket> CountingTransferEngine::submit(TransferBatch batch) {
+  std::ostringstream err;
+  for (const auto& p : batch.pages) {
+    if (p.gpu.value() >= gpu_pages_) err << p.gpu << " out of range; ";
+    if (p.host.value() >= host_pages_) err << p.host << " out of range; ";
+  }
+  for (const auto& s : batch.snapshots) {
+    if (s.gpu.value() >= gpu_slots_) err << s.gpu << " out of range; ";
+    if (s.host.value() >= host_slots_) err << s.host << " out of range; ";
+  }
+  std::lock_guard lock(mu_);
+  if (err.tellp() > 0) {
+    ++stats_.rejected;
+    return invalid_argument("transfer batch rejected: " + err.str());
+  }
+  DirectionCounts& d = batch.direction == Direction::kDeviceToHost ? stats_.d2h : stats_.h2d;
+  ++d.batches;
+  d.slices += (batch.pages.size() + slice_pages_ - 1) / slice_pages_ + batch.snapshots.size();
+  d.pages += batch.pages.size();
+  d.snapshots += batch.snapshots.size();
+  d.bytes += batch.pages.size() * page_bytes_ + batch.snapshots.size() * snapshot_bytes_;
+  const TicketId id(next_id_++);
+  tickets_.emplace(
+      id, completion_ == Completion::kImmediate ? TransferState::kDone : TransferState::kPending);
+  return Ticket(this, id);
+}
+
+TransferState CountingTransferEngine::poll(TicketId id) {
+  std::lock_guard lock(mu_);
+  auto it = tickets_.find(id);
+  return it == tickets_.end() ? TransferState::kFailed : it->second;
+}
+
+TransferState CountingTransferEngine::wait(TicketId id) {
+  std::lock_guard lock(mu_);
+  auto it = tickets_.find(id);
+  if (it == tickets_.end()) return TransferState::kFailed;
+  it->second = TransferState::kDone;
+  return it->second;
+}
+
+void CountingTransferEngine::release(TicketId id) {
+  std::lock_guard lock(mu_);
+  auto it = tickets_.find(id);
+  if (it != tickets_.end() && it->second != TransferState::kPending) tickets_.erase(it);
+}
+
+CountingStats CountingTransferEngine::stats() const {
+  std::lock_guard lock(mu_);
+  return stats_;
+}
+
+std::size_t CountingTransferEngine::outstanding() const {
+  std::lock_guard lock(mu_);
+  return tickets_.size();
+}
+
+}  // namespace radixtier::sim

@@ -1,0 +1,69 @@
+// The cost model against the numbers of /work/shared/reference/workloads.md.
+#include "radixtier/sim/cost_model.hpp"
+
+#include <gtest/gtest.h>
+
+namespace radixtier::sim {
+namespace {
+
+TEST(CostModel, GeometryPresetsGiveThePublishedByteCounts) {
+  const ModelGeometry qwen = find_model("qwen3-next-80b").value();
+  EXPECT_EQ(qwen.kv_bytes_per_token(), 24'576u);
+  EXPECT_EQ(qwen.snapshot_bytes(), 77'266'944u);
+  EXPECT_EQ(qwen.page_bytes(64), 64u * 24'576u);
+  const ModelGeometry seed = find_model("seed-hybrid").value();
+  EXPECT_EQ(seed.kv_bytes_per_token(), 12'480u);
+  EXPECT_EQ(seed.snapshot_bytes(), 115'642'376u);
+  // "A snapshot is as much memory as the KV of ~3,100 tokens" (brief).
+  EXPECT_NEAR(double(qwen.snapshot_bytes()) / double(qwen.kv_bytes_per_token()), 3144, 1);
+}
+
+TEST(CostModel, UnknownPresetNamesAreClearErrors) {
+  auto m = find_model("llama-7b");
+  ASSERT_FALSE(m.is_ok());
+  EXPECT_EQ(m.status().code(), ErrorCode::kNotFound);
+  EXPECT_NE(m.status().message().find("llama-7b"), std::string::npos);
+  EXPECT_NE(m.status().message().find("qwen3-next-80b"), std::string::npos);
+  auto h = find_hardware("tpu");
+  ASSERT_FALSE(h.is_ok());
+  EXPECT_NE(h.status().message().find("consumer-gen4"), std::string::npos);
+  EXPECT_EQ(hardware_presets().size(), 2u);
+  EXPECT_EQ(model_presets().size(), 2u);
+}
+
+TEST(CostModel, PrefillFitsBothSeedRecomputePoints) {
+  const HardwarePreset hw = find_hardware("consumer-gen4").value();
+  EXPECT_NEAR(prefill_seconds(hw, 0, 24'000), 16.5, 16.5 * 0.01);
+  EXPECT_NEAR(prefill_seconds(hw, 0, 760'534), 798.9, 798.9 * 0.01);
+  // Prefill after a cached prefix is the difference of the two integrals.
+  EXPECT_NEAR(prefill_seconds(hw, 24'000, 24'500),
+              prefill_seconds(hw, 0, 24'500) - prefill_seconds(hw, 0, 24'000), 1e-9);
+  EXPECT_EQ(prefill_seconds(hw, 500, 500), 0.0);
+  const HardwarePreset h200 = find_hardware("h200-gen5").value();
+  EXPECT_NEAR(prefill_seconds(h200, 0, 1000), 0.077, 1e-12);
+}
+
+TEST(CostModel, ReloadMatchesThePhysicalFloor) {
+  const ModelGeometry qwen = find_model("qwen3-next-80b").value();
+  const HardwarePreset hw = find_hardware("consumer-gen4").value();
+  auto floor_s = [&](std::uint64_t tokens) {
+    return reload_seconds(hw, 0, tokens * qwen.kv_bytes_per_token() + qwen.snapshot_bytes());
+  };
+  EXPECT_NEAR(floor_s(24'000), 0.027, 0.001);
+  EXPECT_NEAR(floor_s(131'072), 0.132, 0.001);
+  EXPECT_NEAR(floor_s(985'577), 0.971, 0.002);
+  // Per-call overhead and the shared-bus factor.
+  EXPECT_NEAR(reload_seconds(hw, 1000, 0), 1000 * 2.3e-6, 1e-12);
+  EXPECT_NEAR(reload_seconds(hw, 0, 25'000'000'000ull, /*concurrent=*/true), 1 / 0.6, 1e-9);
+  // Recomputing a token costs ~700x its reload.
+  const double per_token_reload = reload_seconds(hw, 0, qwen.kv_bytes_per_token());
+  EXPECT_NEAR(hw.a / per_token_reload, 700, 35);
+}
+
+TEST(CostModel, TtftAddsTheFixedCost) {
+  const HardwarePreset hw = find_hardware("consumer-gen4").value();
+  EXPECT_NEAR(ttft_seconds(hw, 0.027, 0.5), 0.3 + 0.027 + 0.5, 1e-12);
+}
+
+}  // namespace
+}  // namespace radixtier::sim

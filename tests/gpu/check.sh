@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# GPU check of the CUDA transfer engine: correctness tests and the bandwidth benchmark.
+#
+# Usage: tests/gpu/check.sh OUTPUT_DIR
+#
+# Binaries: uses prebuilt radixtier_gpu_transfer_tests and radixtier_gpu_transfer_bench from
+# $RADIXTIER_GPU_BIN, build/default/bin or build/cuda/bin (the first directory that has
+# both), else builds them with plain nvcc (needs only the CUDA toolkit: no CMake, Boost or
+# GoogleTest) into OUTPUT_DIR/build. Set RADIXTIER_GPU_REBUILD=1 to always build.
+# Writes OUTPUT_DIR/check.log, tests.log, bench.log, bench.md, bench.csv, summary.txt.
+# Exit status: 0 when the tests pass (or skip: no device), 1 otherwise. The bandwidth goals
+# are reported in bench.md and summary.txt, not enforced.
+set -uo pipefail
+
+if [[ $# -ne 1 ]]; then
+  echo "usage: $0 OUTPUT_DIR" >&2
+  exit 2
+fi
+mkdir -p "$1" || exit 2
+OUT=$(cd "$1" && pwd)
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+exec > >(tee "$OUT/check.log") 2>&1
+START=$(date +%s)
+echo "radixtier GPU check: $(date -u +%FT%TZ), repo $ROOT, output $OUT"
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.current,pcie.link.width.current --format=csv || echo "nvidia-smi not available"
+
+TESTS=radixtier_gpu_transfer_tests
+BENCH=radixtier_gpu_transfer_bench
+BIN=""
+if [[ "${RADIXTIER_GPU_REBUILD:-0}" != 1 ]]; then
+  for dir in "${RADIXTIER_GPU_BIN:-}" "$ROOT/build/default/bin" "$ROOT/build/cuda/bin"; do
+    if [[ -n "$dir" && -x "$dir/$TESTS" && -x "$dir/$BENCH" ]]; then
+      BIN=$dir
+      break
+    fi
+  done
+fi
+
+build_with_nvcc() {
+  local nvcc=${NVCC:-}
+  [[ -z "$nvcc" ]] && nvcc=$(command -v nvcc || true)
+  [[ -z "$nvcc" && -x /usr/local/cuda/bin/nvcc ]] && nvcc=/usr/local/cuda/bin/nvcc
+  if [[ -z "$nvcc" ]]; then
+    echo "ERROR: no prebuilt GPU binaries and no nvcc to build them"
+    return 1
+  fi
+  local arch=${CUDA_ARCH:-90}
+  local obj="$OUT/build/obj"
+  mkdir -p "$obj" "$OUT/build/bin"
+  local flags=(-std=c++20 -O2 "-arch=sm_$arch" -I"$ROOT/include" -I"$ROOT/kernels" -I"$ROOT/tests/gpu"
+               -Xcompiler=-Wall,-Wextra -cudart=static)
+  echo "building with $nvcc (sm_$arch) into $OUT/build"
+  local pids=() srcs=("$ROOT/src/status.cpp" "$ROOT/src/cuda_plan.cpp"
+    "$ROOT/kernels/cuda_transfer_engine.cpp" "$ROOT/kernels/pinned_host_pool.cpp"
+    "$ROOT/kernels/copy_kernels.cu" "$ROOT/tests/gpu/gpu_transfer_tests.cu"
+    "$ROOT/tests/gpu/gpu_transfer_bench.cu")
+  local src
+  for src in "${srcs[@]}"; do
+    local lang=()
+    [[ "$src" == *.cpp ]] && lang=(-x c++)
+    "$nvcc" "${flags[@]}" "${lang[@]}" -c "$src" -o "$obj/$(basename "$src").o" &
+    pids+=($!)
+  done
+  local ok=0 p
+  for p in "${pids[@]}"; do wait "$p" || ok=1; done
+  [[ $ok -eq 0 ]] || { echo "ERROR: nvcc build failed"; return 1; }
+  local lib=("$obj/status.cpp.o" "$obj/cuda_plan.cpp.o" "$obj/cuda_transfer_engine.cpp.o"
+             "$obj/pinned_host_pool.cpp.o" "$obj/copy_kernels.cu.o")
+  "$nvcc" "-arch=sm_$arch" -cudart=static "${lib[@]}" "$obj/gpu_transfer_tests.cu.o" -o "$OUT/build/bin/$TESTS" -lpthread &&
+    "$nvcc" "-arch=sm_$arch" -cudart=static "${lib[@]}" "$obj/gpu_transfer_bench.cu.o" -o "$OUT/build/bin/$BENCH" -lpthread ||
+    { echo "ERROR: nvcc link failed"; return 1; }
+  BIN="$OUT/build/bin"
+}
+
+if [[ -n "$BIN" ]]; then
+  echo "using prebuilt binaries in $BIN ($(date -r "$BIN/$TESTS" -u +%FT%TZ))"
+else
+  build_with_nvcc || { echo "RESULT: build failed" | tee "$OUT/summary.txt"; exit 1; }
+fi
+echo "build ready after $(( $(date +%s) - START )) s"
+
+echo "=== correctness tests ==="
+timeout 240 "$BIN/$TESTS" 2>&1 | tee "$OUT/tests.log"
+TEST_RC=${PIPESTATUS[0]}
+echo "tests exit status $TEST_RC after $(( $(date +%s) - START )) s"
+
+BENCH_RC=0
+if grep -q '^SKIP' "$OUT/tests.log"; then
+  echo "no GPU visible: benchmark skipped"
+  echo "RESULT: skipped (no CUDA device visible); tests/gpu/check.sh is ready to run on a GPU" | tee "$OUT/summary.txt"
+  exit 0
+fi
+echo "=== bandwidth benchmark ==="
+timeout 240 "$BIN/$BENCH" --out "$OUT" 2>&1 | tee "$OUT/bench.log"
+BENCH_RC=${PIPESTATUS[0]}
+{
+  echo "tests: $(tail -n 1 "$OUT/tests.log") (exit $TEST_RC)"
+  echo "bench: exit $BENCH_RC"
+  grep '^GOAL' "$OUT/bench.log" || true
+  echo "total $(( $(date +%s) - START )) s"
+} | tee "$OUT/summary.txt"
+[[ $TEST_RC -eq 0 && $BENCH_RC -eq 0 ]]
