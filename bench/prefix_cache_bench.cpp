@@ -31,8 +31,9 @@ class InstantEngine final : public TransferEngine {
 
 /// A cache holding a 1M-token conversation (inserted in 2,048-token chunks, a snapshot at
 /// every chunk) plus side branches of one page each that fork off its first 64k tokens at
-/// random pages until the tree has `nodes` nodes: the conversation's path is split into
-/// many short nodes, each with many children, the worst shape for a match.
+/// every 16th page, until the tree has `nodes` nodes. The conversation's path has the same
+/// shape in every tree (split at 64 fork points, each with many children), so comparing
+/// trees of 1k and 100k nodes isolates the cost of tree size.
 struct World {
   InstantEngine engine;
   std::unique_ptr<PrefixCache> cache;
@@ -50,10 +51,11 @@ struct World {
     std::mt19937_64 rng(42);
     for (std::size_t i = 0; i < (1u << 20); ++i) conversation.push_back(Token(rng() % 150'000));
     serve(conversation, 2048);
-    std::uniform_int_distribution<std::size_t> fork_page(1, 1024);
+    std::uniform_int_distribution<std::size_t> fork_point(1, 64);
     while (cache->occupancy().nodes < nodes) {
       // A side request: a prefix of the conversation, then one page of its own.
-      std::vector<Token> side(conversation.begin(), conversation.begin() + fork_page(rng) * kPage);
+      std::vector<Token> side(conversation.begin(),
+                              conversation.begin() + fork_point(rng) * 16 * kPage);
       for (std::uint32_t i = 0; i < kPage; ++i) side.push_back(next_token++);
       insert_tail(side);
     }
@@ -128,25 +130,20 @@ void BM_InsertDuplicate(benchmark::State& state) {
   (void)w.cache->free_pages(pages);
 }
 
-/// Inserting a new branch of `len` tokens under the first page of the conversation.
+/// Inserting a new path of `len` tokens (fresh tokens, so every page is adopted).
 void BM_InsertNew(benchmark::State& state) {
   World& w = world(state.range(1));
   const std::size_t len = static_cast<std::size_t>(state.range(0));
-  std::vector<Token> tokens(w.conversation.begin(), w.conversation.begin() + kPage);
-  tokens.resize(kPage + len);
+  std::vector<Token> tokens(len);
   for (auto _ : state) {
     state.PauseTiming();
-    for (std::size_t i = kPage; i < tokens.size(); ++i) tokens[i] = w.next_token++;
-    auto a = w.cache->admit(std::span(tokens).first(kPage + 1)).value();
-    std::vector<GpuPageId> table = w.cache->path_pages(a.lock).value();
-    table.resize(1);
-    if (table.empty()) table = w.cache->alloc_pages(1).value();
-    for (GpuPageId p : w.cache->alloc_pages(len / kPage).value()) table.push_back(p);
+    for (Token& t : tokens) t = w.next_token++;
+    auto a = w.cache->admit(std::span(tokens).first(1)).value();
+    std::vector<GpuPageId> table = w.cache->alloc_pages(len / kPage).value();
     state.ResumeTiming();
     auto r = w.cache->insert(a.lock, tokens, table, std::nullopt);
     benchmark::DoNotOptimize(r->not_taken.size());
     state.PauseTiming();
-    (void)w.cache->free_pages(r->not_taken);
     (void)w.cache->release(a.lock);
     state.ResumeTiming();
   }

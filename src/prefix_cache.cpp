@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cstring>
 #include <new>
 #include <sstream>
 #include <unordered_set>
@@ -74,8 +75,12 @@ std::size_t PrefixCache::common_pages(const Node* n, std::span<const Token> toke
                                       std::size_t pos) const {
   const std::size_t avail = (tokens.size() - pos) / config_.page_size * config_.page_size;
   const std::size_t len = std::min(n->tokens.size(), avail);
-  auto [a, b] = std::mismatch(n->tokens.begin(), n->tokens.begin() + len, tokens.begin() + pos);
-  return static_cast<std::size_t>(a - n->tokens.begin()) / config_.page_size;
+  const Token* mine = n->tokens.data();
+  const Token* theirs = tokens.data() + pos;
+  // The common case is a full match: one vectorised memcmp, then find the page only if not.
+  if (std::memcmp(mine, theirs, len * sizeof(Token)) == 0) return len / config_.page_size;
+  auto [a, b] = std::mismatch(mine, mine + len, theirs);
+  return static_cast<std::size_t>(a - mine) / config_.page_size;
 }
 
 MatchResult PrefixCache::match(std::span<const Token> tokens) const {

@@ -7,7 +7,9 @@
 namespace radixtier {
 
 namespace {
-std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) { return b == 0 ? 0 : (a + b - 1) / b; }
+std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) {
+  return b == 0 ? 0 : (a + b - 1) / b;
+}
 
 /// Tokens a request would recompute if this snapshot were gone: back to the nearest
 /// snapshot above it (or the root).

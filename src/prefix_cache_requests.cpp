@@ -1,7 +1,6 @@
 // The request lifecycle of PrefixCache: admit, wait, allocate, insert, release.
 #include <algorithm>
 #include <sstream>
-#include <unordered_set>
 
 #include "radixtier/prefix_cache.hpp"
 
@@ -15,6 +14,20 @@ std::string describe(Id id) {
   return os.str();
 }
 }  // namespace
+
+void PrefixCache::new_page_list() const {
+  if (page_stamp_.size() != gpu_pages_.capacity()) page_stamp_.assign(gpu_pages_.capacity(), 0);
+  if (++page_epoch_ == 0) {  // wrapped: forget every old stamp
+    std::fill(page_stamp_.begin(), page_stamp_.end(), 0);
+    page_epoch_ = 1;
+  }
+}
+
+bool PrefixCache::seen_before(GpuPageId id) const {
+  if (page_stamp_[id.value()] == page_epoch_) return true;
+  page_stamp_[id.value()] = page_epoch_;
+  return false;
+}
 
 Result<const PrefixCache::LockRecord*> PrefixCache::find_lock(LockId id) const {
   auto it = locks_.find(id.value());
@@ -206,7 +219,7 @@ Result<GpuSlotId> PrefixCache::alloc_snapshot_slot() {
 }
 
 Status PrefixCache::free_pages(std::span<const GpuPageId> pages) {
-  std::unordered_set<GpuPageId> seen;
+  new_page_list();
   for (GpuPageId id : pages) {
     if (!gpu_pages_.in_range(id))
       return invalid_argument("free_pages: " + describe(id) + " out of range");
@@ -214,8 +227,7 @@ Status PrefixCache::free_pages(std::span<const GpuPageId> pages) {
       return invalid_argument("free_pages: " + describe(id) +
                               " is not held by a request (double release?)");
     }
-    if (!seen.insert(id).second)
-      return invalid_argument("free_pages: " + describe(id) + " listed twice");
+    if (seen_before(id)) return invalid_argument("free_pages: " + describe(id) + " listed twice");
   }
   for (GpuPageId id : pages) gpu_pages_.give_back(id);
   return Status::ok();
@@ -257,12 +269,11 @@ Status PrefixCache::validate_insert(const LockRecord& rec, std::span<const Token
     if (gpu_slots_.holder(*snapshot) != Holder::kRequest)
       return invalid_argument("insert: " + describe(*snapshot) + " is not held by a request");
   }
-  std::unordered_set<GpuPageId> seen;
+  new_page_list();
   for (GpuPageId id : pages) {
     if (!gpu_pages_.in_range(id))
       return invalid_argument("insert: " + describe(id) + " out of range");
-    if (!seen.insert(id).second)
-      return invalid_argument("insert: " + describe(id) + " listed twice");
+    if (seen_before(id)) return invalid_argument("insert: " + describe(id) + " listed twice");
   }
   // Walk what the tree already has: the locked path must be a prefix of `tokens`, and a page
   // the caller does not hold must be the tree's own page at that very position.

@@ -198,6 +198,13 @@ class PrefixCache final : public CacheBackend {
   std::uint32_t next_transfer_ = 1;
 
   CacheStats stats_;
+
+  // Duplicate detection for page lists in O(n) without allocating: an id was seen in the
+  // current list iff its stamp equals the current epoch.
+  void new_page_list() const;
+  bool seen_before(GpuPageId id) const;
+  mutable std::vector<std::uint32_t> page_stamp_;
+  mutable std::uint32_t page_epoch_ = 0;
 };
 
 template <class F>
