@@ -325,18 +325,26 @@ Result<InsertResult> PrefixCache::insert(LockId lock, std::span<const Token> tok
   if (!found) return found.status();
   LockRecord& rec = locks_.at(lock.value());
   poll();
-  if (Status s = validate_insert(rec, tokens, pages, snapshot); !s) return s;
   const std::uint32_t ps = config_.page_size;
 
-  // A node about to be split must not be mid-copy: let its copy finish first.
+  // The node this insert will split (if any) must not be mid-copy: let its copy finish
+  // first. The walk goes through tombstones, as the insert below does.
   for (;;) {
     Node* busy = nullptr;
-    walk_kv_path(tokens, [&](const Node* c, std::size_t k) {
-      if (k < c->page_count(ps) && c->kv_xfer != Xfer::kNone) busy = const_cast<Node*>(c);
-    });
+    Node* n = root_;
+    for (std::size_t pos = 0; Node* c = find_child(n, tokens, pos); n = c) {
+      const std::size_t k = common_pages(c, tokens, pos);
+      if (k < c->page_count(ps)) {
+        if (c->kv_xfer != Xfer::kNone) busy = c;
+        break;
+      }
+      pos += c->tokens.size();
+    }
     if (busy == nullptr) break;
     wait_transfer(busy->kv_xfer_id);
   }
+  // Validate after settling: finishing a copy may change which pages the tree holds.
+  if (Status s = validate_insert(rec, tokens, pages, snapshot); !s) return s;
 
   InsertResult out;
   std::vector<Node*> adopted;
