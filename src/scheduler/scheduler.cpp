@@ -227,32 +227,28 @@ Status Scheduler::insert_boundary(Running& r, std::size_t boundary, StateSource 
     note_stats(r.res, before);
     return ins.status();
   }
-  // Pages the tree adopted are no longer ours; the ones it did not take still are.
+  // Pages the tree adopted are the tree's now; the ones it did not take are still ours. When
+  // the cache has a tree, the lock now pins its pages for [0, boundary): where it kept its
+  // own copy of the same prefix, switch the page table to it (same tokens at the same
+  // positions, same bytes) and free ours instead of holding the prefix twice.
+  auto tree = cache_.path_pages(r.lock);
+  const bool use_tree = tree && tree->size() == pages;
+  std::vector<GpuPageId> kept = ins->not_taken;
+  std::sort(kept.begin(), kept.end());
+  std::vector<GpuPageId> duplicates;
   for (std::size_t i = 0; i < pages; ++i) {
-    if (r.owned[i] && std::find(ins->not_taken.begin(), ins->not_taken.end(), r.table[i]) ==
-                          ins->not_taken.end()) {
+    if (!r.owned[i]) continue;
+    if (!std::binary_search(kept.begin(), kept.end(), r.table[i])) {
+      r.owned[i] = false;  // adopted
+    } else if (use_tree && (*tree)[i] != r.table[i]) {
+      duplicates.push_back(r.table[i]);
+      r.table[i] = (*tree)[i];
       r.owned[i] = false;
     }
   }
-  // Pages the tree did not take because it already holds that prefix: the lock pins the
-  // tree's copies now, so switch the page table to them (same bytes: same tokens at the same
-  // positions) and free ours, instead of holding every page twice.
-  if (std::any_of(r.owned.begin(), r.owned.begin() + static_cast<std::ptrdiff_t>(pages),
-                  [](bool o) { return o; })) {
-    if (auto tree = cache_.path_pages(r.lock); tree && tree->size() == pages) {
-      std::vector<GpuPageId> duplicates;
-      for (std::size_t i = 0; i < pages; ++i) {
-        if (r.owned[i] && (*tree)[i] != r.table[i]) {
-          duplicates.push_back(r.table[i]);
-          r.table[i] = (*tree)[i];
-          r.owned[i] = false;
-        }
-      }
-      if (Status s = cache_.free_pages(duplicates); !s) {
-        note_stats(r.res, before);
-        return s;
-      }
-    }
+  if (Status s = cache_.free_pages(duplicates); !s) {
+    note_stats(r.res, before);
+    return s;
   }
   if (slot) {
     if (ins->snapshot_taken) {
