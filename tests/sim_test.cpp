@@ -1,0 +1,292 @@
+// The simulator pieces: cost executor, hybrid-free ideal, scenario generators, placement
+// rules, SVG charts, and small end-to-end runs (churn: the node cache beats the index tier).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "radixtier/sim/block_lru_ideal.hpp"
+#include "radixtier/sim/cost_executor.hpp"
+#include "radixtier/sim/placement.hpp"
+#include "radixtier/sim/scenarios.hpp"
+#include "radixtier/sim/simulator.hpp"
+#include "radixtier/sim/svg.hpp"
+
+namespace radixtier::sim {
+namespace {
+
+HardwarePreset gen4() {
+  return *find_hardware("consumer-gen4");
+}
+ModelGeometry qwen() {
+  return *find_model("qwen3-next-80b");
+}
+
+TEST(CostExecutor, PrefillChunksCostTheFormulaAndDecodeTheBatchShare) {
+  CostExecutorOptions o;
+  o.decode_step_s = 0.04;
+  o.decode_batch = 4;
+  o.gpu_slots = 4;
+  CostExecutor ex(gen4(), 1234, o);
+  EXPECT_EQ(ex.state_bytes(), 1234u);
+  ASSERT_TRUE(ex.begin(1, std::nullopt));
+  const std::vector<Token> chunk(2048, 7);
+  const std::vector<GpuPageId> table(64, GpuPageId(0));
+  auto s1 = ex.forward(1, chunk, 0, table);
+  ASSERT_TRUE(s1.is_ok());
+  EXPECT_DOUBLE_EQ(*s1, prefill_seconds(gen4(), 0, 2048));
+  auto s2 = ex.forward(1, chunk, 2048, table);
+  ASSERT_TRUE(s2.is_ok());
+  EXPECT_DOUBLE_EQ(*s2, prefill_seconds(gen4(), 2048, 4096));
+  EXPECT_GT(*s2, *s1);  // b > 0: later tokens attend to more
+  // A gap in positions is a scheduler bug: rejected.
+  EXPECT_FALSE(ex.forward(1, chunk, 9000, table).is_ok());
+  auto t = ex.next_token(1);
+  ASSERT_TRUE(t.is_ok());
+  EXPECT_EQ(*t, CostExecutor::synth_token(7, 4096));
+  const Token tok = *t;
+  auto d = ex.forward(1, std::span<const Token>(&tok, 1), 4096, table);
+  ASSERT_TRUE(d.is_ok());
+  EXPECT_DOUBLE_EQ(*d, 0.01);
+  EXPECT_DOUBLE_EQ(ex.decode_seconds_total(), 0.01);
+}
+
+TEST(CostExecutor, SnapshotCallsCheckArgumentsOnly) {
+  CostExecutorOptions o;
+  o.gpu_slots = 2;
+  CostExecutor ex(gen4(), 10, o);
+  EXPECT_FALSE(ex.begin(1, GpuSlotId(2)));  // out of range
+  ASSERT_TRUE(ex.begin(1, GpuSlotId(1)));
+  EXPECT_FALSE(ex.begin(1, std::nullopt));  // already exists
+  EXPECT_TRUE(ex.save_snapshot(1, GpuSlotId(0)));
+  EXPECT_FALSE(ex.save_snapshot(2, GpuSlotId(0)));
+  EXPECT_EQ(ex.save_checkpoint(1, GpuSlotId(0)).code(), ErrorCode::kFailedPrecondition);
+  ASSERT_TRUE(ex.checkpoint(1));
+  EXPECT_TRUE(ex.save_checkpoint(1, GpuSlotId(0)));
+  EXPECT_FALSE(ex.next_token(1).is_ok());  // no forward yet
+  ex.end(1);
+  EXPECT_EQ(ex.live_requests(), 0u);
+}
+
+TEST(CostExecutor, ContinuationIsWhatDecodeProduces) {
+  const std::vector<Token> prompt = synth_tokens(9, 100);
+  const auto seq = CostExecutor::continuation(prompt, 5);
+  ASSERT_EQ(seq.size(), 105u);
+  EXPECT_TRUE(std::equal(prompt.begin(), prompt.end(), seq.begin()));
+  for (std::size_t i = 100; i < 105; ++i) {
+    EXPECT_EQ(seq[i], CostExecutor::synth_token(seq[i - 1], i));
+  }
+}
+
+TraceRequest req(std::uint64_t input, std::vector<std::uint64_t> ids, std::uint64_t ts = 0) {
+  TraceRequest r;
+  r.timestamp_ms = ts;
+  r.input_length = input;
+  r.output_length = 2;
+  r.hash_ids = std::move(ids);
+  return r;
+}
+
+TEST(BlockLruIdeal, HitsLeadingBlocksCappedLikeAdmission) {
+  BlockLruIdeal ideal(100, 64);
+  EXPECT_EQ(ideal.access(req(1200, {1, 2, 3})), 0u);
+  // Leading blocks 1, 2 are cached, 4 is not: 1,024 tokens.
+  EXPECT_EQ(ideal.access(req(1100, {1, 2, 4})), 1024u);
+  // The whole prompt is cached: all but the last token, floored to a page.
+  EXPECT_EQ(ideal.access(req(1200, {1, 2, 3})), 1152u);
+  EXPECT_EQ(ideal.input_tokens(), 3500u);
+  EXPECT_EQ(ideal.hit_tokens(), 2176u);
+}
+
+TEST(BlockLruIdeal, EvictsLeastRecentTailsFirst) {
+  BlockLruIdeal ideal(3, 1);
+  ideal.access(req(1536, {1, 2, 3}));
+  ideal.access(req(1024, {7, 8}));  // evicts 3 and then 2: the tail of the older prefix
+  EXPECT_EQ(ideal.blocks(), 3u);
+  EXPECT_EQ(ideal.evictions(), 2u);
+  EXPECT_EQ(ideal.access(req(1024, {1, 9})), 512u);  // block 1 survived
+  BlockLruIdeal none(0, 64);
+  EXPECT_EQ(none.access(req(1024, {1, 2})), 0u);
+  EXPECT_EQ(none.access(req(1024, {1, 2})), 0u);
+}
+
+TEST(Scenarios, ChurnMatchesWorkloads) {
+  auto s = make_scenario("churn", qwen());
+  ASSERT_TRUE(s.is_ok());
+  ASSERT_EQ(s->requests.size(), 12u);
+  const auto& t1 = s->requests.front().request;
+  const auto& t2 = s->requests.back().request;
+  EXPECT_EQ(t1.prompt.size(), 24'000u);
+  EXPECT_EQ(t1.max_new_tokens, 200u);
+  EXPECT_EQ(t2.prompt.size(), 24'500u);
+  for (std::size_t i = 1; i <= 10; ++i) EXPECT_EQ(s->requests[i].request.prompt.size(), 1'500u);
+  // Turn 2 continues turn 1 through the output the executor will generate.
+  const auto cont = CostExecutor::continuation(t1.prompt, 200);
+  EXPECT_TRUE(std::equal(cont.begin(), cont.end(), t2.prompt.begin()));
+  EXPECT_EQ(s->requests.back().reusable_tokens, 24'192u);
+  EXPECT_EQ(s->requests[1].reusable_tokens, 0u);
+  const CacheConfig c = cache_config(s->budget, qwen(), s->page_size);
+  EXPECT_EQ(c.gpu_pages, 512u);
+  EXPECT_EQ(c.gpu_snapshot_slots, 4u);
+  EXPECT_EQ(c.host_snapshot_slots, 32u);
+  EXPECT_EQ(c.host_pages, 16 * kGiB / (64 * 24'576));
+  EXPECT_EQ(c.snapshot_bytes, 77'266'944u);
+  EXPECT_FALSE(make_scenario("nope", qwen()).is_ok());
+}
+
+TEST(Scenarios, CompactionVariantsCutWhereWorkloadsSays) {
+  auto c = make_scenario("compaction", qwen());
+  ASSERT_TRUE(c.is_ok());
+  EXPECT_EQ(c->requests.front().request.prompt.size(), 985'577u);
+  const auto& replay = c->requests.back().request.prompt;
+  EXPECT_EQ(replay.size(), 760'534u + 600u);
+  EXPECT_EQ(c->requests.back().reusable_tokens, 760'512u);
+  auto t = make_scenario("compaction-turns", qwen());
+  ASSERT_TRUE(t.is_ok());
+  bool cut = false;
+  for (const auto& r : t->requests) cut = cut || r.request.prompt.size() == 760'534u;
+  EXPECT_TRUE(cut);
+  EXPECT_EQ(t->requests[t->requests.size() - 2].request.prompt.size(), 985'577u);
+  EXPECT_EQ(t->requests.back().reusable_tokens, 760'512u);
+}
+
+TEST(Scenarios, TraceBudgetSplitsHostBytes) {
+  ScenarioOptions o;
+  o.trace_host_bytes = 16 * kGiB;
+  const Scenario s = trace_scenario({req(1200, {1, 2, 3})}, qwen(), o);
+  EXPECT_TRUE(s.is_trace());
+  EXPECT_EQ(s.budget.host_kv_bytes, 14 * kGiB);
+  EXPECT_EQ(s.budget.host_snapshot_slots, 2 * kGiB / 77'266'944u);
+  const auto r = trace_request(s, 0);
+  EXPECT_EQ(r.prompt.size(), 1200u);
+  EXPECT_EQ(r.max_new_tokens, 2u);
+}
+
+TEST(Placement, ParsesRules) {
+  auto p = parse_placement("budgeted+tail+branch");
+  ASSERT_TRUE(p.is_ok());
+  EXPECT_TRUE(p->tail);
+  EXPECT_TRUE(p->branch);
+  EXPECT_EQ(p->name(), "budgeted+tail+branch");
+  EXPECT_FALSE(parse_placement("end-only+sideways").is_ok());
+  EXPECT_FALSE(parse_placement("bogus").is_ok());
+  EXPECT_FALSE(parse_placement("end-only").value().extended());
+}
+
+/// Two requests: the second shares all but the last partial chunk of the first.
+Scenario diverging() {
+  Scenario s;
+  s.name = "diverging";
+  s.budget.gpu_kv_tokens = 16'384;
+  s.budget.gpu_snapshot_slots = 4;
+  s.budget.host_kv_bytes = 1 * kGiB;
+  const auto a = synth_tokens(1, 5'000);
+  ScenarioRequest r1, r2;
+  r1.request.id = 1;
+  r1.request.prompt = a;
+  r1.request.max_new_tokens = 4;
+  r2.request.id = 2;
+  r2.request.prompt.assign(a.begin(), a.begin() + 4'200);
+  const auto tail = synth_tokens(2, 300);
+  r2.request.prompt.insert(r2.request.prompt.end(), tail.begin(), tail.end());
+  r2.request.max_new_tokens = 4;
+  s.requests = {r1, r2};
+  compute_reusable(s);
+  return s;
+}
+
+TEST(Placement, TailKeepsTheLastChunkBoundaryBelowThePromptEnd) {
+  const Scenario s = diverging();
+  SimOptions o;
+  o.check_invariants = true;
+  o.policy = "end-only";
+  auto plain = simulate(s, o);
+  ASSERT_TRUE(plain.is_ok()) << plain.status().to_string();
+  EXPECT_EQ(plain->rows.back().cached_tokens, 0u);
+  o.policy = "end-only+tail";
+  auto tail = simulate(s, o);
+  ASSERT_TRUE(tail.is_ok());
+  EXPECT_TRUE(tail->status.empty()) << tail->status;
+  EXPECT_EQ(tail->rows.back().cached_tokens, 4'096u);
+  EXPECT_EQ(tail->policy, "end-only+tail");
+}
+
+TEST(Simulator, ChurnNodeCacheBeatsTheIndexTier) {
+  auto s = make_scenario("churn", qwen());
+  ASSERT_TRUE(s.is_ok());
+  SimOptions o;
+  o.check_invariants = true;
+  std::map<CacheKind, SimResult> r;
+  for (CacheKind k : {CacheKind::kNode, CacheKind::kIndex, CacheKind::kGpuOnly}) {
+    o.cache = k;
+    auto x = simulate(*s, o);
+    ASSERT_TRUE(x.is_ok()) << x.status().to_string();
+    EXPECT_TRUE(x->status.empty()) << x->status;
+    EXPECT_EQ(x->failed, 0u);
+    EXPECT_EQ(x->requests, 12u);
+    r[k] = std::move(*x);
+  }
+  const SimResult& node = r[CacheKind::kNode];
+  EXPECT_GE(node.cached_tokens_last, 23'936u);
+  EXPECT_LE(node.ttft_s_last, 1.2 * node.floor_s_last);
+  EXPECT_LT(node.ttft_s_last, r[CacheKind::kIndex].ttft_s_last);
+  EXPECT_LT(r[CacheKind::kIndex].ttft_s_last, r[CacheKind::kGpuOnly].ttft_s_last);
+  EXPECT_EQ(r[CacheKind::kGpuOnly].cached_tokens_last, 0u);
+  EXPECT_LT(node.bytes_d2h, r[CacheKind::kIndex].bytes_d2h);
+  // The JSON object carries the fields issue #5 asks for.
+  const std::string j = to_json(node);
+  for (const char* key : {"requests", "input_tokens", "cached_tokens", "hit_ratio",
+                          "recomputed_tokens", "ttft_s_total", "ttft_s_last", "bytes_h2d",
+                          "bytes_d2h", "host_bytes_peak", "snapshots_kept"}) {
+    EXPECT_NE(j.find(std::string("\"") + key + "\": "), std::string::npos) << key;
+  }
+}
+
+TEST(Simulator, TraceReplayHonoursArrivalsAndTheIdealIsAnUpperReference) {
+  std::vector<TraceRequest> t;
+  for (std::uint64_t i = 0; i < 12; ++i) {
+    // Three conversations, each turn extending the previous one's blocks.
+    const std::uint64_t conv = i % 3, turn = i / 3;
+    std::vector<std::uint64_t> ids;
+    for (std::uint64_t b = 0; b < 4 + 2 * turn; ++b) ids.push_back(conv * 1000 + b);
+    t.push_back(req(ids.size() * 512 - 100, ids, 1000 * i));
+  }
+  ScenarioOptions so;
+  so.trace_host_bytes = 4 * kGiB;
+  so.trace_max_running = 2;
+  const Scenario s = trace_scenario(t, qwen(), so);
+  SimOptions o;
+  o.hardware = "h200-gen5";
+  o.check_invariants = true;
+  o.policy = "budgeted+tail";
+  auto node = simulate(s, o);
+  ASSERT_TRUE(node.is_ok()) << node.status().to_string();
+  EXPECT_TRUE(node->status.empty()) << node->status;
+  EXPECT_EQ(node->failed, 0u);
+  EXPECT_GT(node->hit_ratio, 0.0);
+  for (std::size_t i = 0; i < node->rows.size(); ++i) EXPECT_GE(node->rows[i].ttft_s, 0.3);
+  EXPECT_GE(node->sim_clock_s, 11.0);  // the last request arrives at 11 s
+  o.cache = CacheKind::kIdeal;
+  auto ideal = simulate(s, o);
+  ASSERT_TRUE(ideal.is_ok());
+  EXPECT_GE(ideal->hit_ratio, node->hit_ratio);
+  EXPECT_LE(ideal->hit_ratio, ideal->ceiling_ratio);
+  o.cache = CacheKind::kIdeal;
+  auto churn = make_scenario("churn", qwen());
+  ASSERT_TRUE(churn.is_ok());
+  EXPECT_FALSE(simulate(*churn, o).is_ok());  // the ideal is for traces only
+}
+
+TEST(Svg, ChartsNameTheirSeries) {
+  const std::string bars = svg::bar_chart({"t", "x", "y", true}, {"a", "b"},
+                                          {{"node", {1, 10}, false}, {"index", {0, 100}, false}});
+  EXPECT_NE(bars.find("<svg"), std::string::npos);
+  EXPECT_NE(bars.find("node"), std::string::npos);
+  EXPECT_NE(bars.find("</svg>"), std::string::npos);
+  const std::string lines =
+      svg::line_chart({"t", "x", "y", false}, {"16", "64"}, {{"ideal", {0.2, 0.3}, true}});
+  EXPECT_NE(lines.find("polyline"), std::string::npos);
+  EXPECT_NE(lines.find("stroke-dasharray"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace radixtier::sim
