@@ -46,7 +46,9 @@ Result<Admission> PrefixCache::admit(std::span<const Token> prompt) {
   // Rule 1: the last prompt token is always computed, so match on all but it.
   const auto query = prompt.first(prompt.size() - 1);
   std::vector<Node*> candidates;  // nodes with a snapshot on the KV-intact path, shallow first
+  std::size_t kv_tokens = 0;      // as match(): where the query leaves the cached KV path
   walk_kv_path(query, [&](const Node* c, std::size_t full_pages) {
+    kv_tokens = c->boundary - c->tokens.size() + full_pages * config_.page_size;
     if (full_pages == c->page_count(config_.page_size) && c->has_snapshot())
       candidates.push_back(const_cast<Node*>(c));
   });
@@ -55,12 +57,18 @@ Result<Admission> PrefixCache::admit(std::span<const Token> prompt) {
   // Deepest first; a candidate whose promotion cannot get GPU room falls back to a
   // shallower one (less reuse, never a wrong one).
   for (auto it = candidates.rbegin(); it != candidates.rend(); ++it) {
-    if (auto a = try_admit_at(*it)) return *a;
+    if (auto a = try_admit_at(*it)) {
+      a->kv_tokens = kv_tokens;
+      return *a;
+    }
   }
   const LockId id(next_lock_++);
   locks_.emplace(id.value(), LockRecord{root_, nullptr});
   lock_path(root_);
-  return Admission{id, 0, 0, 0, false, false};
+  Admission a;
+  a.lock = id;
+  a.kv_tokens = kv_tokens;
+  return a;
 }
 
 std::optional<Admission> PrefixCache::try_admit_at(Node* target) {

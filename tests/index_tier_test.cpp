@@ -167,7 +167,10 @@ TEST(IndexTier, GpuHitMatchesAllButLastTokenWithSameBytes) {
   // A prompt of exactly 5 pages matches only 4: the last token is always computed, and the
   // snapshot sits at 5 pages, so nothing usable lies below.
   const auto exact = seq(1, 5 * kPage);
-  EXPECT_EQ(rig.probe(exact).cached_tokens, 0u);
+  const Admission partial = rig.probe(exact);
+  EXPECT_EQ(partial.cached_tokens, 0u);
+  EXPECT_EQ(partial.kv_tokens, 4 * kPage);  // the KV is there, only the snapshot is not
+  EXPECT_EQ(again.kv_tokens, 5 * kPage);
   const CacheStats s = rig.cache->stats();
   EXPECT_EQ(s.admissions, 3u);
   EXPECT_EQ(s.hit_tokens_gpu, 5 * kPage);

@@ -98,6 +98,13 @@ TEST_P(PrefixCacheTest, MatchNeverUsesAShorterSnapshotForADeeperNode) {
   MatchResult mid = h.cache->match(std::span(prompt).first(20));
   EXPECT_EQ(mid.usable_tokens, 8u);
   EXPECT_EQ(mid.kv_tokens, 20u);
+  // admit() reports the same KV depth (on all but the last prompt token) with its lock.
+  auto admitted = h.cache->admit(std::span(prompt).first(21));
+  ASSERT_TRUE(admitted) << admitted.status().to_string();
+  EXPECT_EQ(admitted->cached_tokens, 8u);
+  EXPECT_EQ(admitted->kv_tokens, 20u);
+  EXPECT_TRUE(h.cache->wait(admitted->lock));
+  EXPECT_TRUE(h.cache->release(admitted->lock));
 }
 
 TEST_P(PrefixCacheTest, DivergingInsertSplitsTheNode) {

@@ -190,6 +190,43 @@ TEST(Scheduler, CompactionReplayRecomputesAtMostOneInterval) {
   EXPECT_EQ(run_exact(w).results[2].cached_tokens, 0u);
 }
 
+TEST(Scheduler, TailKeepsTheLastChunkBoundaryBelowThePromptAndStaysExact) {
+  // 100-token prompt, pages of 8, chunks of 32: final boundary 96, tail boundary 64.
+  const auto a = tokens(1, 100);
+  for (const char* policy : {"end-only", "end-only+tail", "budgeted+tail"}) {
+    SCOPED_TRACE(policy);
+    auto w = workload(policy);
+    add(w, a, 5);
+    add(w, cat({a.begin(), a.begin() + 70}, tokens(2, 10)), 3);  // diverges inside the tail
+    auto out = run_exact(w);
+    if (std::string(policy) == "end-only") {
+      EXPECT_EQ(out.results[1].snapshot_boundaries, (std::vector<std::size_t>{96, 104}));
+      EXPECT_EQ(out.results[2].cached_tokens, 0u);
+    } else {
+      // 100 prompt + 4 forwarded outputs = finish boundary 104.
+      EXPECT_EQ(out.results[1].snapshot_boundaries, (std::vector<std::size_t>{64, 96, 104}));
+      EXPECT_EQ(out.results[2].cached_tokens, 64u);
+      EXPECT_EQ(out.results[2].recomputed_tokens, 16u);
+    }
+  }
+}
+
+TEST(Scheduler, BranchKeepsASnapshotWhereThePromptLeavesCachedKv) {
+  const auto shared = tokens(1, 70);
+  for (const char* policy : {"end-only", "end-only+branch"}) {
+    SCOPED_TRACE(policy);
+    auto w = workload(policy);
+    for (std::uint64_t i = 0; i < 3; ++i) add(w, cat(shared, tokens(10 + i, 30)), 2);
+    auto out = run_exact(w);
+    // The second prompt follows the first one's KV for 8 pages (64 tokens), no snapshot there.
+    EXPECT_EQ(out.results[2].cached_tokens, 0u);
+    EXPECT_EQ(out.results[2].kv_tokens, 64u);
+    const bool branch = std::string(policy) != "end-only";
+    EXPECT_EQ(out.results[3].cached_tokens, branch ? 64u : 0u);
+    EXPECT_EQ(out.results[2].snapshot_boundaries.front(), branch ? 64u : 96u);
+  }
+}
+
 TEST(Scheduler, ChurnDemotesTheConversationSnapshotInsteadOfLosingIt) {
   for (std::uint32_t host_slots : {16u, 0u}) {
     SCOPED_TRACE(host_slots);

@@ -1,12 +1,12 @@
-// The simulator pieces: cost executor, hybrid-free ideal, scenario generators, placement
-// rules, SVG charts, and small end-to-end runs (churn: the node cache beats the index tier).
+// The simulator pieces: cost executor, hybrid-free ideal, scenario generators, the
+// +tail/+branch policy modifiers end to end, SVG charts, and small end-to-end runs (churn: the
+// node cache beats the index tier).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 
 #include "radixtier/sim/block_lru_ideal.hpp"
 #include "radixtier/sim/cost_executor.hpp"
-#include "radixtier/sim/placement.hpp"
 #include "radixtier/sim/scenarios.hpp"
 #include "radixtier/sim/simulator.hpp"
 #include "radixtier/sim/svg.hpp"
@@ -161,15 +161,15 @@ TEST(Scenarios, TraceBudgetSplitsHostBytes) {
   EXPECT_EQ(r.max_new_tokens, 2u);
 }
 
-TEST(Placement, ParsesRules) {
-  auto p = parse_placement("budgeted+tail+branch");
-  ASSERT_TRUE(p.is_ok());
-  EXPECT_TRUE(p->tail);
-  EXPECT_TRUE(p->branch);
-  EXPECT_EQ(p->name(), "budgeted+tail+branch");
-  EXPECT_FALSE(parse_placement("end-only+sideways").is_ok());
-  EXPECT_FALSE(parse_placement("bogus").is_ok());
-  EXPECT_FALSE(parse_placement("end-only").value().extended());
+TEST(SimPolicy, TakesSnapshotPolicyTextAndRejectsUnknownModifiers) {
+  const Scenario s = make_scenario("churn", qwen()).value();
+  SimOptions o;
+  o.policy = "end-only+sideways";
+  auto bad = simulate(s, o);
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_EQ(bad.status().code(), ErrorCode::kInvalidArgument);
+  o.policy = "bogus";
+  EXPECT_FALSE(simulate(s, o).is_ok());
 }
 
 /// Two requests: the second shares all but the last partial chunk of the first.
@@ -194,7 +194,7 @@ Scenario diverging() {
   return s;
 }
 
-TEST(Placement, TailKeepsTheLastChunkBoundaryBelowThePromptEnd) {
+TEST(SimPolicy, TailKeepsTheLastChunkBoundaryBelowThePromptEnd) {
   const Scenario s = diverging();
   SimOptions o;
   o.check_invariants = true;
@@ -208,6 +208,49 @@ TEST(Placement, TailKeepsTheLastChunkBoundaryBelowThePromptEnd) {
   EXPECT_TRUE(tail->status.empty()) << tail->status;
   EXPECT_EQ(tail->rows.back().cached_tokens, 4'096u);
   EXPECT_EQ(tail->policy, "end-only+tail");
+  // Real snapshot slots now (no placeholders): no more offers than the policy keeps.
+  EXPECT_EQ(tail->sched.snapshots_offered, tail->sched.snapshots_kept);
+}
+
+/// Three requests share a 5,000-token prefix and then go their own ways.
+Scenario branching() {
+  Scenario s;
+  s.name = "branching";
+  s.budget.gpu_kv_tokens = 32'768;
+  s.budget.gpu_snapshot_slots = 8;
+  s.budget.host_kv_bytes = 1 * kGiB;
+  const auto shared = synth_tokens(1, 5'000);
+  for (std::uint64_t i = 0; i < 3; ++i) {
+    ScenarioRequest r;
+    r.request.id = i + 1;
+    r.request.prompt = shared;
+    const auto own = synth_tokens(10 + i, 1'000);
+    r.request.prompt.insert(r.request.prompt.end(), own.begin(), own.end());
+    r.request.max_new_tokens = 4;
+    s.requests.push_back(std::move(r));
+  }
+  compute_reusable(s);
+  return s;
+}
+
+TEST(SimPolicy, BranchKeepsASnapshotWhereTheSecondRequestLeavesTheSharedPath) {
+  const Scenario s = branching();
+  SimOptions o;
+  o.check_invariants = true;
+  o.policy = "end-only";
+  auto plain = simulate(s, o);
+  ASSERT_TRUE(plain.is_ok()) << plain.status().to_string();
+  EXPECT_EQ(plain->rows[1].cached_tokens, 0u);
+  EXPECT_EQ(plain->rows[2].cached_tokens, 0u);
+  o.policy = "end-only+branch";
+  auto branch = simulate(s, o);
+  ASSERT_TRUE(branch.is_ok());
+  EXPECT_TRUE(branch->status.empty()) << branch->status;
+  EXPECT_EQ(branch->policy, "end-only+branch");
+  // The second request follows cached KV to 4,992 (a page below the shared 5,000) and keeps
+  // a snapshot at the chunk boundary 4,096 below it: the third one resumes there.
+  EXPECT_EQ(branch->rows[1].cached_tokens, 0u);
+  EXPECT_EQ(branch->rows[2].cached_tokens, 4'096u);
 }
 
 TEST(Simulator, ChurnNodeCacheBeatsTheIndexTier) {

@@ -31,6 +31,37 @@ TEST(SnapshotPolicy, ParsesEveryFormAndRoundTrips) {
   }
 }
 
+TEST(SnapshotPolicy, ParsesTheTailAndBranchModifiersAndRoundTrips) {
+  auto p = SnapshotPolicy::parse("budgeted+tail+branch");
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->kind(), SnapshotPolicy::Kind::kBudgeted);
+  EXPECT_TRUE(p->tail());
+  EXPECT_TRUE(p->branch());
+  EXPECT_EQ(*p, SnapshotPolicy::budgeted().with_tail().with_branch());
+  EXPECT_EQ(*SnapshotPolicy::parse("interval:512+branch"),
+            SnapshotPolicy::interval(512).with_branch());
+  EXPECT_EQ(*SnapshotPolicy::parse("budgeted:2M+tail"),
+            SnapshotPolicy::budgeted(2u << 20).with_tail());
+  // Either order; name() puts tail first.
+  EXPECT_EQ(SnapshotPolicy::parse("end-only+branch+tail")->name(), "end-only+tail+branch");
+  EXPECT_FALSE(SnapshotPolicy::end_only().tail());
+  EXPECT_NE(SnapshotPolicy::end_only(), SnapshotPolicy::end_only().with_tail());
+  for (const char* text : {"end-only+tail", "every-chunk+branch", "interval:48+tail+branch",
+                           "budgeted+tail", "budgeted:99+tail+branch"}) {
+    EXPECT_EQ(SnapshotPolicy::parse(text)->name(), text);
+    EXPECT_EQ(*SnapshotPolicy::parse(SnapshotPolicy::parse(text)->name()),
+              *SnapshotPolicy::parse(text));
+  }
+  for (const char* text : {"end-only+", "+tail", "end-only+sideways", "end-only+tail+tail",
+                           "bogus+tail", "interval:0+tail", "end-only+Tail", "tail"}) {
+    auto bad = SnapshotPolicy::parse(text);
+    ASSERT_FALSE(bad) << text;
+    EXPECT_EQ(bad.status().code(), ErrorCode::kInvalidArgument) << text;
+  }
+  EXPECT_NE(SnapshotPolicy::parse("end-only+x").status().message().find("+tail"),
+            std::string::npos);
+}
+
 TEST(SnapshotPolicy, RejectsBadTextWithTheAcceptedForms) {
   for (const char* text : {"", "endonly", "interval", "interval:", "interval:0", "interval:-3",
                            "interval:12x", "budgeted:", "budgeted:xM", "every-chunk:3"}) {
@@ -67,6 +98,61 @@ TEST(SnapshotPolicy, EndOnlyEveryChunkAndInterval) {
   EXPECT_EQ(iv.next_cut(256), 512u);
   EXPECT_EQ(iv.next_cut(300), 512u);
   EXPECT_FALSE(SnapshotPolicy::every_chunk().next_cut(0));
+}
+
+TEST(SnapshotPolicy, TailKeepsTheLastChunkBoundaryBelowTheFinalPromptBoundary) {
+  // 1000 tokens, pages of 16, chunks of 64: final boundary 992, tail boundary 960.
+  const auto tail = SnapshotPolicy::end_only().with_tail();
+  EXPECT_EQ(SnapshotPolicy::tail_boundary(query(0)), 960u);
+  EXPECT_TRUE(tail.keep(query(960)));
+  EXPECT_FALSE(SnapshotPolicy::end_only().keep(query(960)));
+  EXPECT_FALSE(tail.keep(query(896)));
+  EXPECT_TRUE(tail.keep(query(992)));  // the final boundary, as always
+  // A final boundary on a chunk multiple: the tail is the chunk below it.
+  EXPECT_EQ(SnapshotPolicy::tail_boundary(query(0, 1030)), 960u);
+  EXPECT_TRUE(tail.keep(query(960, 1030)));
+  // A prompt shorter than a page has no tail; one shorter than a chunk has none above 0.
+  EXPECT_EQ(SnapshotPolicy::tail_boundary(query(0, 10)), 0u);
+  EXPECT_EQ(SnapshotPolicy::tail_boundary(query(0, 40)), 0u);
+  EXPECT_FALSE(tail.keep(query(0, 40)));
+  // The modifier adds to the base answer, it takes nothing away.
+  const auto iv = SnapshotPolicy::interval(256).with_tail();
+  EXPECT_TRUE(iv.keep(query(512)));
+  EXPECT_TRUE(iv.keep(query(960)));
+  EXPECT_FALSE(iv.keep(query(576)));
+  EXPECT_EQ(iv.next_cut(300), 512u);
+}
+
+TEST(SnapshotPolicy, BranchKeepsTheChunkBoundaryWhereThePromptLeavesCachedKv) {
+  const auto branch = SnapshotPolicy::end_only().with_branch();
+  SnapshotQuery q = query(0);
+  q.cached_tokens = 128;
+  q.branch_tokens = 600;  // cached KV follows the prompt to 600: chunk boundary 576
+  EXPECT_EQ(SnapshotPolicy::branch_boundary(q), 576u);
+  q.boundary = 576;
+  EXPECT_TRUE(branch.keep(q));
+  EXPECT_FALSE(SnapshotPolicy::end_only().keep(q));
+  EXPECT_FALSE(SnapshotPolicy::end_only().with_tail().keep(q));
+  q.boundary = 640;
+  EXPECT_FALSE(branch.keep(q));
+  // Nothing beyond the usable match: no branch point to mark.
+  q.branch_tokens = 128;
+  q.boundary = 128;
+  EXPECT_EQ(SnapshotPolicy::branch_boundary(q), 0u);
+  EXPECT_FALSE(branch.keep(q));
+  q.branch_tokens = 0;
+  q.cached_tokens = 0;
+  q.boundary = 64;
+  EXPECT_FALSE(branch.keep(q));
+  // Both modifiers together keep both boundaries.
+  const auto both = SnapshotPolicy::end_only().with_tail().with_branch();
+  q.branch_tokens = 300;
+  q.boundary = 256;
+  EXPECT_TRUE(both.keep(q));
+  q.boundary = 960;
+  EXPECT_TRUE(both.keep(q));
+  q.boundary = 320;
+  EXPECT_FALSE(both.keep(q));
 }
 
 TEST(SnapshotPolicy, BudgetedSpendsItsBudgetWhereItSavesMost) {

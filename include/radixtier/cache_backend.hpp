@@ -5,7 +5,8 @@
 // A/B comparison is fair. A request's life:
 //
 //   admit(prompt)           match on all but the last prompt token, lock the usable match,
-//                           start promoting what of it is on host -> Admission
+//                           start promoting what of it is on host -> Admission (also how
+//                           deep the prompt follows cached KV: kv_tokens)
 //   wait(lock)              promotion finished? kTransferFailed: release and admit again
 //   path_pages(lock)        GPU pages of the matched prefix (the request's page table head)
 //   path_snapshot(lock)     GPU snapshot slot at the match: copy it into the live state
@@ -37,6 +38,10 @@ struct Admission {
   std::size_t host_tokens = 0;    ///< tokens of the match being promoted from host
   bool snapshot_from_host = false;
   bool promoting = false;  ///< wait(lock) before reading the pages
+  /// Deepest page-aligned prefix of the query (the prompt but its last token) whose KV is in
+  /// the cache, snapshot or not: where the prompt branches off the cached KV path
+  /// (>= cached_tokens). A snapshot policy may keep one near it (SnapshotPolicy `+branch`).
+  std::size_t kv_tokens = 0;
 };
 
 struct InsertResult {

@@ -24,7 +24,8 @@ void help(std::FILE* out) {
                "usage: radixtier demo [--json] [--scenario NAME] [--policy P]\n"
                "  --scenario NAME  churn | flush | compaction | agent (default: all, in order)\n"
                "  --policy P       snapshot placement: end-only | every-chunk | interval:N |\n"
-               "                   budgeted[:BYTES] (default: %s)\n"
+               "                   budgeted[:BYTES], each optionally +tail and/or +branch\n"
+               "                   (default: %s)\n"
                "  --json           print the reports as JSON on stdout\n"
                "Progress goes to stderr.\n",
                kDefaultPolicy);

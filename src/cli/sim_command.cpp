@@ -7,7 +7,7 @@
 #include <string>
 
 #include "commands.hpp"
-#include "radixtier/sim/placement.hpp"
+#include "radixtier/scheduler/snapshot_policy.hpp"
 #include "radixtier/sim/simulator.hpp"
 
 namespace {
@@ -139,7 +139,7 @@ int run_sim(int argc, char** argv) {
     return 2;
   }
   if (!policy_text.empty()) {
-    auto p = sim::parse_placement(policy_text);
+    auto p = sched::SnapshotPolicy::parse(policy_text);
     if (!p) {
       std::fprintf(stderr, "radixtier sim: %s\n", p.status().message().c_str());
       return 2;

@@ -71,13 +71,19 @@ TreeMatch HybridRadixTree::match(std::span<const Token> tokens) {
   TreeNode* node = root_.get();
   node->last_access = stamp();
   std::size_t pos = 0;
+  std::size_t partial = 0;  // common tokens with the child where the walk stops
   while (TreeNode* child = child_at(node, tokens, pos)) {
-    if (common_pages(child, tokens, pos) * page_size_ < child->key.size()) break;
+    const std::size_t common = common_pages(child, tokens, pos) * page_size_;
+    if (common < child->key.size()) {
+      partial = common;
+      break;
+    }
     child->last_access = stamp();
     node = child;
     pos += child->key.size();
   }
   TreeMatch m;
+  m.kv_tokens = pos + partial;
   for (; node != root_.get(); node = node->parent) {
     if (node->snapshot.valid()) break;
     if (hooks_ == nullptr) continue;

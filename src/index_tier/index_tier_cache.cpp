@@ -207,6 +207,7 @@ Result<Admission> IndexTierCache::admit(std::span<const Token> prompt) {
   a.host_tokens = host_tokens;
   a.snapshot_from_host = m.revived || host_tokens > 0;
   a.promoting = false;  // copies are synchronous
+  a.kv_tokens = std::max(m.kv_tokens, m.cached_tokens);
   return a;
 }
 

@@ -25,7 +25,9 @@ Result<Admission> NoReuseCache::admit(std::span<const Token> prompt) {
   locks_.insert(id.value());
   ++stats_.admissions;
   stats_.requested_tokens += prompt.size() - 1;
-  return Admission{id, 0, 0, 0, false, false};
+  Admission a;  // nothing is ever cached: kv_tokens stays 0
+  a.lock = id;
+  return a;
 }
 
 TransferState NoReuseCache::poll(LockId lock) {

@@ -166,6 +166,7 @@ Status Scheduler::admit(Request request, RequestResult res) {
     res.admit_copies_h2d = after.copies_h2d - before.copies_h2d;
     res.admit_bytes_d2h = after.bytes_d2h - before.bytes_d2h;
     res.cached_tokens = a->cached_tokens;
+    res.kv_tokens = std::max(a->kv_tokens, a->cached_tokens);
     res.gpu_cached_tokens = a->gpu_tokens;
     res.host_cached_tokens = a->host_tokens;
     res.snapshot_from_host = a->snapshot_from_host;
@@ -298,6 +299,7 @@ Scheduler::Outcome Scheduler::prefill_chunk(Running& r) {
     q.boundary = end;
     q.prompt_tokens = len;
     q.cached_tokens = r.res.cached_tokens;
+    q.branch_tokens = r.res.kv_tokens;
     q.last_prompt_chunk = end == last_boundary;
     q.snapshot_bytes = executor_.state_bytes();
     q.kv_bytes_per_token = config_.kv_bytes_per_token;
@@ -375,6 +377,7 @@ Scheduler::Outcome Scheduler::finish(Running& r) {
     q.boundary = boundary;
     q.prompt_tokens = r.req.prompt.size();
     q.cached_tokens = r.res.cached_tokens;
+    q.branch_tokens = r.res.kv_tokens;
     q.at_finish = true;
     q.snapshot_bytes = executor_.state_bytes();
     q.kv_bytes_per_token = config_.kv_bytes_per_token;

@@ -12,7 +12,7 @@ namespace {
 
 constexpr const char* kForms =
     "expected end-only, every-chunk, interval:N (tokens), budgeted or budgeted:BYTES "
-    "(BYTES may end in K, M or G)";
+    "(BYTES may end in K, M or G), optionally followed by +tail and/or +branch";
 
 std::optional<std::size_t> parse_size(std::string_view s, bool allow_suffix) {
   std::size_t mult = 1;
@@ -45,6 +45,28 @@ std::optional<std::size_t> parse_size(std::string_view s, bool allow_suffix) {
 }  // namespace
 
 Result<SnapshotPolicy> SnapshotPolicy::parse(std::string_view text) {
+  const auto plus = text.find('+');
+  if (plus != std::string_view::npos) {
+    auto base = parse(text.substr(0, plus));
+    if (!base) return base.status();
+    std::string_view rest = text.substr(plus + 1);
+    for (;;) {
+      const auto next = rest.find('+');
+      const std::string_view word = rest.substr(0, next);
+      if (word == "tail" && !base->tail_) {
+        base->tail_ = true;
+      } else if (word == "branch" && !base->branch_) {
+        base->branch_ = true;
+      } else {
+        return invalid_argument("snapshot policy '" + std::string(text) + "': modifier '" +
+                                std::string(word) +
+                                "' is unknown or repeated (known: +tail, +branch)");
+      }
+      if (next == std::string_view::npos) break;
+      rest = rest.substr(next + 1);
+    }
+    return base;
+  }
   if (text == "end-only") return end_only();
   if (text == "every-chunk") return every_chunk();
   if (text == "budgeted") return budgeted();
@@ -83,17 +105,24 @@ Status SnapshotPolicy::validate(std::uint32_t page_size) const {
 }
 
 std::string SnapshotPolicy::name() const {
+  std::string base = "?";
   switch (kind_) {
     case Kind::kEndOnly:
-      return "end-only";
+      base = "end-only";
+      break;
     case Kind::kEveryChunk:
-      return "every-chunk";
+      base = "every-chunk";
+      break;
     case Kind::kInterval:
-      return "interval:" + std::to_string(interval_);
+      base = "interval:" + std::to_string(interval_);
+      break;
     case Kind::kBudgeted:
-      return budget_ ? "budgeted:" + std::to_string(*budget_) : "budgeted";
+      base = budget_ ? "budgeted:" + std::to_string(*budget_) : "budgeted";
+      break;
   }
-  return "?";
+  if (tail_) base += "+tail";
+  if (branch_) base += "+branch";
+  return base;
 }
 
 std::optional<std::size_t> SnapshotPolicy::next_cut(std::size_t done) const {
@@ -143,8 +172,27 @@ std::vector<std::size_t> SnapshotPolicy::plan(const SnapshotQuery& q) const {
   return chosen;
 }
 
+std::size_t SnapshotPolicy::tail_boundary(const SnapshotQuery& q) {
+  if (q.page_size == 0 || q.chunk_tokens == 0) return 0;
+  const std::size_t final_boundary = q.prompt_tokens / q.page_size * q.page_size;
+  if (final_boundary == 0) return 0;
+  return (final_boundary - 1) / q.chunk_tokens * q.chunk_tokens;
+}
+
+std::size_t SnapshotPolicy::branch_boundary(const SnapshotQuery& q) {
+  if (q.chunk_tokens == 0 || q.branch_tokens <= q.cached_tokens) return 0;
+  return q.branch_tokens / q.chunk_tokens * q.chunk_tokens;
+}
+
 bool SnapshotPolicy::keep(const SnapshotQuery& q) const {
   if (q.last_prompt_chunk || q.at_finish) return true;
+  if (keep_base(q)) return true;
+  if (tail_ && q.boundary > 0 && q.boundary == tail_boundary(q)) return true;
+  if (branch_ && q.boundary > 0 && q.boundary == branch_boundary(q)) return true;
+  return false;
+}
+
+bool SnapshotPolicy::keep_base(const SnapshotQuery& q) const {
   switch (kind_) {
     case Kind::kEndOnly:
       return false;

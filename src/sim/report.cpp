@@ -310,9 +310,9 @@ Status write_report(const ReportOptions& o) {
     }
     md << "## Snapshot placement and eviction (node cache)\n\n"
        << "Cells: seed scenarios: tokens the last request resumes at / its TTFT (s); agent and "
-          "trace: token hit ratio. `+tail`/`+branch` are the simulator's placement rules "
-          "(docs/simulator.md). Eviction `utility` = CacheConfig::snapshot_eviction kUtility "
-          "(Marconi-style).\n\n| policy | eviction |";
+          "trace: token hit ratio. `+tail`/`+branch` are SnapshotPolicy modifiers "
+          "(docs/snapshot-policies.md). Eviction `utility` = CacheConfig::snapshot_eviction "
+          "kUtility (Marconi-style).\n\n| policy | eviction |";
     for (const auto& [name, s] : scenarios) md << " " << name << " |";
     md << "\n|---|---|";
     for (std::size_t i = 0; i < scenarios.size(); ++i) md << "---|";

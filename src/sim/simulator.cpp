@@ -11,7 +11,6 @@
 #include "radixtier/sim/block_lru_ideal.hpp"
 #include "radixtier/sim/cost_executor.hpp"
 #include "radixtier/sim/counting_transfer_engine.hpp"
-#include "radixtier/sim/placement.hpp"
 
 namespace radixtier::sim {
 
@@ -142,46 +141,37 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
     config.host_snapshot_slots = 0;
     config.write_policy = WritePolicy::kWriteBack;
   }
-  auto placement = parse_placement(
+  auto policy = sched::SnapshotPolicy::parse(
       !o.policy.empty() ? o.policy : (o.cache == CacheKind::kNode ? kDefaultPolicy : "end-only"));
-  if (!placement) return placement.status();
+  if (!policy) return policy.status();
   CountingTransferEngine engine(config);
   std::unique_ptr<CacheBackend> cache;
-  const PrefixCache* node = nullptr;
   if (o.cache == CacheKind::kNode) {
     auto c = PrefixCache::create(config, engine);
     if (!c) return c.status();
-    node = c->get();
     cache = std::move(*c);
   } else {
     auto c = index_tier::IndexTierCache::create(config, engine);
     if (!c) return c.status();
     cache = std::move(*c);
   }
-  std::unique_ptr<PlacementCache> wrapper;
-  if (placement->extended()) {
-    wrapper = std::make_unique<PlacementCache>(*cache, node, *placement, s.chunk_tokens,
-                                               config.snapshot_bytes, model->kv_bytes_per_token());
-  }
-  CacheBackend& used = wrapper ? static_cast<CacheBackend&>(*wrapper) : *cache;
 
   sched::SchedulerConfig sc;
   sc.chunk_tokens = s.chunk_tokens;
   sc.max_running = s.max_running;
-  // Extended placement: the scheduler offers every chunk end, the wrapper picks.
-  sc.policy = placement->extended() ? sched::SnapshotPolicy::every_chunk() : placement->base;
+  sc.policy = *policy;
   sc.max_admissions = 64;
   sc.check_invariants = o.check_invariants;
   sc.kv_bytes_per_token = model->kv_bytes_per_token();
-  out.policy = placement->name();
+  out.policy = policy->name();
   out.eviction = o.cache == CacheKind::kNode ? radixtier::to_string(o.eviction) : "lru";
 
   CostExecutorOptions eo;
   eo.decode_step_s = o.decode_step_s;
   eo.decode_batch = s.max_running;
-  eo.gpu_slots = wrapper ? 0 : config.gpu_snapshot_slots;  // placeholders are out of range
+  eo.gpu_slots = config.gpu_snapshot_slots;
   CostExecutor executor(*hw, model->snapshot_bytes(), eo);
-  auto made = sched::Scheduler::create(used, executor, sc);
+  auto made = sched::Scheduler::create(*cache, executor, sc);
   if (!made) return made.status();
   sched::Scheduler& sched = **made;
 

@@ -59,6 +59,8 @@ struct TreeMatch {
   TreeNode* node = nullptr;       ///< deepest node with a live snapshot (root: none)
   std::size_t cached_tokens = 0;  ///< node->boundary
   bool revived = false;           ///< node's snapshot came back through the hook
+  std::size_t kv_tokens = 0;      ///< page-aligned prefix whose KV is in the tree, snapshot or
+                                  ///< not (a partially matched node counts its common pages)
 };
 
 struct TreeInsert {

@@ -23,7 +23,8 @@
 //
 // Chunks: prefill resumes at the usable match and cuts at every multiple of chunk_tokens
 // (absolute positions, so boundaries line up across requests), at every boundary the policy
-// asks for (SnapshotPolicy::next_cut) and at the prompt length floored to a page; the tokens
+// asks for (SnapshotPolicy::next_cut; the +tail and +branch boundaries are chunk multiples
+// already) and at the prompt length floored to a page; the tokens
 // after that last page boundary run as one short chunk. So every chunk but the last ends on a
 // page boundary.
 //
@@ -81,6 +82,8 @@ struct RequestResult {
 
   // --- reuse, of the admission that completed the request --------------------------------
   std::size_t cached_tokens = 0;       ///< usable match at admission
+  std::size_t kv_tokens = 0;           ///< cached KV along the prompt at admission, snapshot
+                                       ///< or not (Admission::kv_tokens; the +branch rule)
   std::size_t gpu_cached_tokens = 0;   ///< of which already on GPU
   std::size_t host_cached_tokens = 0;  ///< of which promoted from host
   bool snapshot_from_host = false;

@@ -20,6 +20,16 @@
 //                 instead of the kept boundary p below it saves (c - p) tokens when it ends in
 //                 [c, n) (n: the next kept boundary), so a candidate's value is
 //                 (c - p) * (n - c) / L tokens per snapshot_bytes.
+// Two modifiers add boundaries to any of these ("BASE+tail", "BASE+branch", "BASE+tail+branch"):
+//   +tail         the last chunk boundary below the final prompt boundary: a later request
+//                 that shares the prompt but not its last partial chunk (an agent turn that
+//                 diverges before the previous end; the next turn of a trace conversation,
+//                 whose last partial block gets a new hash id) resumes there
+//   +branch       the chunk boundary at or below the point where this prompt leaves the
+//                 deepest cached KV path (Admission::kv_tokens, when it is above the usable
+//                 match): the second request to share a prefix keeps a snapshot there, so the
+//                 third one hits
+// Both are chunk multiples, so the scheduler's chunking already ends a chunk there.
 // Policies are values: cheap to copy, no per-request state (the budgeted plan is a pure
 // function of the prompt's geometry, so keep() answers the same at every chunk).
 #pragma once
@@ -40,6 +50,8 @@ struct SnapshotQuery {
   std::size_t boundary = 0;        ///< tokens from the root to this chunk end (page multiple)
   std::size_t prompt_tokens = 0;   ///< L
   std::size_t cached_tokens = 0;   ///< the request's usable match (a snapshot is there)
+  std::size_t branch_tokens = 0;   ///< where the prompt left the cached KV path at admission
+                                   ///< (Admission::kv_tokens; >= cached_tokens)
   bool last_prompt_chunk = false;  ///< boundary == L floored to a page
   bool at_finish = false;          ///< the finish boundary (prompt + output)
   std::size_t snapshot_bytes = 0;  ///< bytes of one snapshot
@@ -61,15 +73,35 @@ class SnapshotPolicy {
     return SnapshotPolicy(Kind::kBudgeted, 0, bytes);
   }
 
-  /// "end-only" | "every-chunk" | "interval:N" | "budgeted" | "budgeted:BYTES" (BYTES may end
-  /// in K, M or G: powers of 1024). kInvalidArgument naming the accepted forms otherwise.
+  /// This policy plus the `+tail` / `+branch` rule.
+  SnapshotPolicy with_tail(bool on = true) const {
+    SnapshotPolicy p = *this;
+    p.tail_ = on;
+    return p;
+  }
+  SnapshotPolicy with_branch(bool on = true) const {
+    SnapshotPolicy p = *this;
+    p.branch_ = on;
+    return p;
+  }
+
+  /// "BASE[+tail][+branch]", BASE one of "end-only" | "every-chunk" | "interval:N" |
+  /// "budgeted" | "budgeted:BYTES" (BYTES may end in K, M or G: powers of 1024); the
+  /// modifiers in any order, each at most once. kInvalidArgument naming the accepted forms
+  /// otherwise.
   static Result<SnapshotPolicy> parse(std::string_view text);
 
   /// Checks the policy against the scheduler's geometry (interval: a positive page multiple).
   Status validate(std::uint32_t page_size) const;
 
-  /// Keep a snapshot at q.boundary?
+  /// Keep a snapshot at q.boundary? The base kind's answer, or the tail or branch rule.
   bool keep(const SnapshotQuery& q) const;
+  /// The `+tail` boundary of q's prompt: the last chunk multiple below the final prompt
+  /// boundary (0: none). Independent of whether the modifier is on.
+  static std::size_t tail_boundary(const SnapshotQuery& q);
+  /// The `+branch` boundary of q's prompt: q.branch_tokens floored to a chunk, when the
+  /// prompt follows cached KV beyond its usable match (0: none).
+  static std::size_t branch_boundary(const SnapshotQuery& q);
 
   /// The first boundary > `done` where this policy needs a chunk to end (interval: the next
   /// multiple of N); std::nullopt when chunk ends suffice.
@@ -86,7 +118,9 @@ class SnapshotPolicy {
   Kind kind() const { return kind_; }
   std::size_t interval_tokens() const { return interval_; }
   std::optional<std::size_t> budget_bytes() const { return budget_; }
-  /// The text parse() accepts for this policy.
+  bool tail() const { return tail_; }
+  bool branch() const { return branch_; }
+  /// The text parse() accepts for this policy (modifiers last: "budgeted+tail+branch").
   std::string name() const;
 
   bool operator==(const SnapshotPolicy&) const = default;
@@ -95,9 +129,13 @@ class SnapshotPolicy {
   SnapshotPolicy(Kind kind, std::size_t interval, std::optional<std::size_t> budget)
       : kind_(kind), interval_(interval), budget_(budget) {}
 
+  bool keep_base(const SnapshotQuery& q) const;
+
   Kind kind_;
   std::size_t interval_;
   std::optional<std::size_t> budget_;
+  bool tail_ = false;
+  bool branch_ = false;
 };
 
 }  // namespace radixtier::sched

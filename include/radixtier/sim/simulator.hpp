@@ -40,8 +40,8 @@ struct SimOptions {
   CacheKind cache = CacheKind::kNode;
   std::string model = "qwen3-next-80b";
   std::string hardware = "consumer-gen4";
-  /// Snapshot placement, "POLICY[+tail][+branch]" (placement.hpp); empty: kDefaultPolicy for
-  /// node, end-only for index and gpu-only.
+  /// Snapshot placement, what SnapshotPolicy::parse accepts ("BASE[+tail][+branch]"); empty:
+  /// kDefaultPolicy for node, end-only for index and gpu-only.
   std::string policy;
   SnapshotEviction eviction = SnapshotEviction::kLru;
   WritePolicy write_policy = WritePolicy::kWriteBack;
