@@ -17,27 +17,20 @@
 
 #include "radixtier/demo/scenarios.hpp"
 
+#include "radixtier/workload/shapes.hpp"
+
 namespace radixtier::demo {
 
 namespace {
 
-std::uint64_t mix(std::uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
+using workload::cat;
+using workload::mix;
 
 /// n deterministic tokens of stream `seed`.
 std::vector<Token> synth(std::uint64_t seed, std::size_t n, std::uint32_t vocab) {
   std::vector<Token> out(n);
   for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<Token>(mix(seed * 1000003 + i) % vocab);
   return out;
-}
-
-std::vector<Token> cat(std::vector<Token> a, const std::vector<Token>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
 }
 
 struct Builder {
@@ -150,31 +143,20 @@ Workload agent(const sched::SnapshotPolicy& policy) {
   b.w.sched.max_running = 3;
   b.w.sched.chunk_tokens = 64;
   const auto vocab = b.w.model.vocab;
-  std::uint64_t seed = 1000;
-  std::vector<Token> conv = synth(seed++, 400, vocab);  // system prompt + first message
-  conv = cat(std::move(conv), synth(seed++, 200, vocab));
-  std::vector<std::vector<Token>> earlier;
-  for (int turn = 0; turn < 4; ++turn) {
-    const double at = 10.0 * turn;
-    const int sends = turn % 2 == 0 ? 3 : 2;
-    for (int k = 0; k < sends; ++k) {
-      auto p = cat(conv, synth(seed++, 20 + 13 * static_cast<std::size_t>(k), vocab));
-      b.add("turn " + std::to_string(turn + 1) + " send " + std::to_string(k + 1), p, 6, at);
-      earlier.push_back(std::move(p));
-    }
-    if (turn > 0) {
-      // A side request: an exact prefix of an earlier, longer prompt.
-      const auto& src = earlier[mix(seed) % (earlier.size() - static_cast<std::size_t>(sends))];
-      const std::size_t len = src.size() / 2 + mix(seed + 1) % (src.size() / 2);
-      b.add("turn " + std::to_string(turn + 1) + " side", {src.begin(), src.begin() + len}, 4,
-            at + 1.0);
-      ++seed;
-    }
-    const std::size_t diverge = 44 + mix(seed++) % (148 - 44 + 1);
-    conv.resize(conv.size() - diverge);
-    const std::size_t grow = 150 + mix(seed) % 100;
-    conv = cat(std::move(conv), synth(seed++, grow, vocab));
-  }
+  workload::AgentShape shape;
+  shape.system_tokens = 400;  // system prompt
+  shape.first_message_tokens = 200;
+  shape.turns = 4;
+  shape.turn_interval_s = 10.0;
+  shape.tail_tokens = 20;
+  shape.tail_step_tokens = 13;
+  shape.send_output = 6;
+  shape.side_output = 4;
+  shape.grow_min = 150;
+  shape.grow_max = 249;
+  const auto stream = [vocab](std::uint64_t seed, std::size_t n) { return synth(seed, n, vocab); };
+  for (auto& r : workload::agent_requests(shape, stream))
+    b.add(r.label, std::move(r.prompt), r.output, r.arrival_s);
   return b.w;
 }
 

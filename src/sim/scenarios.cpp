@@ -5,22 +5,14 @@
 #include <utility>
 
 #include "radixtier/sim/cost_executor.hpp"
+#include "radixtier/workload/shapes.hpp"
 
 namespace radixtier::sim {
 
 namespace {
 
-std::uint64_t mix(std::uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
-std::vector<Token> cat(std::vector<Token> a, const std::vector<Token>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
+using workload::cat;
+using workload::mix;
 
 struct Builder {
   Scenario s;
@@ -137,30 +129,19 @@ Scenario agent() {
   b.s.include_queue = true;
   b.s.budget.gpu_kv_tokens = 65'536;
   b.s.budget.gpu_snapshot_slots = gpu_snapshot_slots_for(3);
-  std::uint64_t seed = 1000;
-  std::vector<Token> conv = cat(synth_tokens(seed, 6'400), synth_tokens(seed + 1, 3'200));
-  seed += 2;
-  std::vector<std::vector<Token>> earlier;
-  for (int turn = 0; turn < 8; ++turn) {
-    const double at = 60.0 * turn;
-    const int sends = turn % 2 == 0 ? 3 : 2;
-    for (int k = 0; k < sends; ++k) {
-      auto p = cat(conv, synth_tokens(seed++, 320 + 208 * static_cast<std::size_t>(k)));
-      b.add("turn " + std::to_string(turn + 1) + " send " + std::to_string(k + 1), p, 100, at);
-      earlier.push_back(std::move(p));
-    }
-    if (turn > 0) {
-      const auto& src = earlier[mix(seed) % (earlier.size() - static_cast<std::size_t>(sends))];
-      const std::size_t len = src.size() / 2 + mix(seed + 1) % (src.size() / 2);
-      b.add("turn " + std::to_string(turn + 1) + " side", {src.begin(), src.begin() + len}, 64,
-            at + 1.0);
-      ++seed;
-    }
-    const std::size_t diverge = 44 + mix(seed++) % (148 - 44 + 1);
-    conv.resize(conv.size() - diverge);
-    const std::size_t grow = 2'400 + mix(seed) % 1'601;
-    conv = cat(std::move(conv), synth_tokens(seed++, grow));
-  }
+  workload::AgentShape shape;
+  shape.system_tokens = 6'400;
+  shape.first_message_tokens = 3'200;
+  shape.turns = 8;
+  shape.turn_interval_s = 60.0;
+  shape.tail_tokens = 320;
+  shape.tail_step_tokens = 208;
+  shape.send_output = 100;
+  shape.side_output = 64;
+  shape.grow_min = 2'400;
+  shape.grow_max = 4'000;
+  for (auto& r : workload::agent_requests(shape, synth_tokens))
+    b.add(r.label, std::move(r.prompt), r.output, r.arrival_s);
   return std::move(b.s);
 }
 
