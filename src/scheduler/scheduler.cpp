@@ -316,15 +316,17 @@ Scheduler::Outcome Scheduler::prefill_chunk(Running& r) {
   const auto logits = executor_.last_logits(r.req.id);
   r.res.first_logits.assign(logits.begin(), logits.end());
   r.res.first_token_s = now_;
-  if (r.req.max_new_tokens > 0) {
-    auto tok = executor_.next_token(r.req.id);
-    if (!tok) {
-      fail(r, tok.status());
-      return Outcome::kFailed;
-    }
-    r.res.output.push_back(*tok);
-    r.seq.push_back(*tok);
+  return r.req.max_new_tokens > 0 ? emit_token(r) : Outcome::kProgress;
+}
+
+Scheduler::Outcome Scheduler::emit_token(Running& r) {
+  auto tok = executor_.next_token(r.req.id);
+  if (!tok) {
+    fail(r, tok.status());
+    return Outcome::kFailed;
   }
+  r.res.output.push_back(*tok);
+  r.seq.push_back(*tok);
   return Outcome::kProgress;
 }
 
@@ -356,14 +358,7 @@ Scheduler::Outcome Scheduler::decode_token(Running& r) {
     }
     r.checkpoint_at = r.done;
   }
-  auto tok = executor_.next_token(r.req.id);
-  if (!tok) {
-    fail(r, tok.status());
-    return Outcome::kFailed;
-  }
-  r.res.output.push_back(*tok);
-  r.seq.push_back(*tok);
-  return Outcome::kProgress;
+  return emit_token(r);
 }
 
 Scheduler::Outcome Scheduler::finish(Running& r) {

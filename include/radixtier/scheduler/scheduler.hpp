@@ -172,6 +172,7 @@ class Scheduler {
   Outcome advance(Running& r);
   Outcome prefill_chunk(Running& r);
   Outcome decode_token(Running& r);
+  Outcome emit_token(Running& r);  ///< next_token into the output and the sequence
   Outcome finish(Running& r);
   /// Inserts table pages up to `boundary` (and a snapshot from live state or checkpoint).
   enum class StateSource { kNone, kLive, kCheckpoint };
