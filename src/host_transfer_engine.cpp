@@ -98,11 +98,13 @@ TransferState HostTransferEngine::wait(TicketId id) {
   std::unique_lock lock(mu_);
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return TransferState::kFailed;
-  if (mode_ == Mode::kManual) {
-    if (it->second.state == TransferState::kPending) run_job(lock, id);
-  } else {
-    cv_.wait(lock, [&] { return jobs_.at(id).state != TransferState::kPending; });
+  // Manual mode runs the copy here unless another caller is already running it; then (and
+  // in threaded mode) wait for whoever runs it.
+  if (mode_ == Mode::kManual && it->second.state == TransferState::kPending &&
+      !it->second.running) {
+    run_job(lock, id);
   }
+  cv_.wait(lock, [&] { return jobs_.at(id).state != TransferState::kPending; });
   return jobs_.at(id).state;
 }
 
@@ -146,7 +148,8 @@ bool HostTransferEngine::complete(TicketId id) {
   std::unique_lock lock(mu_);
   if (mode_ != Mode::kManual) return false;
   auto it = jobs_.find(id);
-  if (it == jobs_.end() || it->second.state != TransferState::kPending) return false;
+  if (it == jobs_.end() || it->second.state != TransferState::kPending || it->second.running)
+    return false;
   run_job(lock, id);
   return true;
 }

@@ -112,6 +112,7 @@ std::vector<Node*> PrefixCache::path_of(Node* n) const {
 
 void PrefixCache::set_gpu_pages(Node* n, std::vector<GpuPageId> pages) {
   const bool had = n->has_gpu_kv();
+  if (n->lock_count > 0) locked_gpu_pages_ += pages.size() - n->gpu_pages.size();
   n->gpu_pages = std::move(pages);
   if (had != n->has_gpu_kv() && n->parent) {
     n->has_gpu_kv() ? ++n->parent->gpu_kv_children : --n->parent->gpu_kv_children;
@@ -166,7 +167,7 @@ void PrefixCache::touch(Node* n) {
 
 void PrefixCache::lock_path(Node* n) {
   for (Node* p = n; p != nullptr; p = p->parent) {
-    ++p->lock_count;
+    if (p->lock_count++ == 0) locked_gpu_pages_ += p->gpu_pages.size();
     refresh(p);
   }
 }
@@ -174,7 +175,7 @@ void PrefixCache::lock_path(Node* n) {
 void PrefixCache::unlock_path(Node* n) {
   for (Node* p = n; p != nullptr; p = p->parent) {
     assert(p->lock_count > 0);
-    --p->lock_count;
+    if (--p->lock_count == 0) locked_gpu_pages_ -= p->gpu_pages.size();
     refresh(p);
   }
 }

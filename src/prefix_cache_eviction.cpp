@@ -1,6 +1,7 @@
 // Eviction (demote / drop) and the transfer bookkeeping of PrefixCache.
 #include <algorithm>
 #include <cassert>
+#include <unordered_set>
 
 #include "radixtier/prefix_cache.hpp"
 
@@ -52,6 +53,16 @@ Node* snapshot_victim(List& list, SnapshotEviction policy) {
 // making room
 
 Status PrefixCache::make_gpu_page_room(std::size_t n) {
+  // Hopeless requests fail before evicting anything: a fallback admission or a stalled
+  // request must not flush the GPU tier for nothing.
+  const std::size_t reclaimable =
+      gpu_pages_.count(Holder::kNode) + gpu_pages_.count(Holder::kTransfer) - locked_gpu_pages_;
+  if (gpu_pages_.free_count() + reclaimable < n) {
+    return out_of_memory("GPU KV pool: " + std::to_string(n) + " pages wanted, " +
+                         std::to_string(gpu_pages_.free_count()) + " free and " +
+                         std::to_string(reclaimable) +
+                         " reclaimable (the rest are locked or held by running requests)");
+  }
   while (gpu_pages_.free_count() < n) {
     if (!gpu_kv_lru_.empty()) {
       // One round takes the current leaves; their parents become leaves once they leave.
@@ -77,6 +88,18 @@ Status PrefixCache::make_gpu_page_room(std::size_t n) {
 }
 
 Status PrefixCache::make_gpu_slot_room() {
+  if (gpu_slots_.free_count() > 0) return Status::ok();
+  // As for pages: when every slot is pinned or held by a request, fail before evicting.
+  std::unordered_set<const Node*> pinned;
+  for (const auto& [id, rec] : locks_) {
+    if (rec.snap_node != nullptr && rec.snap_node->gpu_snapshot.valid())
+      pinned.insert(rec.snap_node);
+  }
+  if (gpu_slots_.count(Holder::kNode) + gpu_slots_.count(Holder::kTransfer) <= pinned.size()) {
+    return out_of_memory(
+        "GPU snapshot slots: none free and every slot is pinned by a running request or held "
+        "by one");
+  }
   while (gpu_slots_.free_count() == 0) {
     if (!gpu_snap_lru_.empty()) {
       PendingBatch demote;

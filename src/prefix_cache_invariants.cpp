@@ -69,7 +69,7 @@ std::string PrefixCache::check_invariants() const {
     for (const Node* p = rec.node; p != nullptr; p = p->parent) ++locks[p];
     if (rec.snap_node) ++snap_locks[rec.snap_node];
   }
-  std::size_t nodes = 0;
+  std::size_t nodes = 0, locked_pages = 0;
   std::size_t listed[4] = {0, 0, 0, 0};
   std::vector<const Node*> stack{root_};
   while (!stack.empty()) {
@@ -127,6 +127,7 @@ std::string PrefixCache::check_invariants() const {
     if (n->snap_xfer != Xfer::kNone && transfers_.find(n->snap_xfer_id) == transfers_.end())
       return fail("snapshot copy in flight with no transfer record");
 
+    if (n->lock_count > 0) locked_pages += n->gpu_pages.size();
     // Rule 3.
     const auto lk = locks.find(n);
     if (n->lock_count != (lk == locks.end() ? 0u : lk->second)) return fail("lock count is off");
@@ -158,6 +159,7 @@ std::string PrefixCache::check_invariants() const {
     }
   }
   if (nodes != node_count_) return "node count is off";
+  if (locked_pages != locked_gpu_pages_) return "locked GPU page count is off";
   if (listed[0] != gpu_kv_lru_.size() || listed[1] != host_kv_lru_.size() ||
       listed[2] != gpu_snap_lru_.size() || listed[3] != host_snap_lru_.size())
     return "an LRU list holds a node that is not in the tree";

@@ -332,6 +332,8 @@ Result<InsertResult> PrefixCache::insert(LockId lock, std::span<const Token> tok
   auto found = find_lock(lock);
   if (!found) return found.status();
   LockRecord& rec = locks_.at(lock.value());
+  // Rule 8: reject bad input before anything changes (settling below may run copies).
+  if (Status s = validate_insert(rec, tokens, pages, snapshot); !s) return s;
   poll();
   const std::uint32_t ps = config_.page_size;
 
@@ -351,7 +353,8 @@ Result<InsertResult> PrefixCache::insert(LockId lock, std::span<const Token> tok
     if (busy == nullptr) break;
     wait_transfer(busy->kv_xfer_id);
   }
-  // Validate after settling: finishing a copy may change which pages the tree holds.
+  // Validate again after settling: a copy that finished may have changed which pages the
+  // tree holds.
   if (Status s = validate_insert(rec, tokens, pages, snapshot); !s) return s;
 
   InsertResult out;
@@ -418,8 +421,9 @@ Status PrefixCache::release(LockId lock) {
   }
   unlock_path(rec.node);
   // A promotion that failed while locked left tombstones on this path; they can go now.
+  // snap_node is rec.node or one of its ancestors (insert only moves the lock down), so the
+  // walk up from rec.node covers it, and may free it: it must not be touched again.
   remove_if_empty(rec.node);
-  if (rec.snap_node && rec.snap_node != rec.node) remove_if_empty(rec.snap_node);
   return Status::ok();
 }
 

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include "cache_harness.hpp"
 
 namespace radixtier {
@@ -373,6 +375,107 @@ TEST(PrefixCacheThreaded, ByteExactWithTheAsyncEngine) {
   h.cache->drain();
   EXPECT_GT(h.cache->stats().kv_pages_promoted, 0u);
   EXPECT_EQ(h.cache->check_invariants(), "");
+}
+
+// ---- regressions found in review -------------------------------------------------------
+
+/// Pushes every unlocked page and snapshot out of the GPU (to host, write-back).
+void demote_all(Harness& h) {
+  auto pages = h.cache->alloc_pages(h.config.gpu_pages);
+  ASSERT_TRUE(pages);
+  ASSERT_TRUE(h.cache->free_pages(*pages));
+  std::vector<GpuSlotId> slots;
+  for (std::uint32_t i = 0; i < h.config.gpu_snapshot_slots; ++i)
+    slots.push_back(*h.cache->alloc_snapshot_slot());
+  for (auto slot : slots) ASSERT_TRUE(h.cache->free_snapshot_slot(slot));
+}
+
+TEST(PrefixCacheRegression, ReleaseAfterTwoFailedPromotionsFreesEachNodeOnce) {
+  Harness h{small_config()};
+  auto p = seq({{1, 13}});
+  const std::size_t snaps[] = {4, 12};
+  ASSERT_EQ(h.serve(p, snaps, 1).error, "");
+  demote_all(h);
+  auto a = h.cache->admit(std::span(p).first(5));
+  ASSERT_EQ(a->cached_tokens, 4u);
+  auto b = h.cache->admit(p);
+  ASSERT_EQ(b->cached_tokens, 12u);
+  auto mine = h.cache->alloc_pages(2);
+  ASSERT_TRUE(mine);
+  // Inserting before wait() (misuse, but reachable): the lock moves below its snapshot.
+  ASSERT_TRUE(h.cache->insert(a->lock, std::span(p).first(8), *mine, std::nullopt));
+  for (TicketId t : h.engine.pending()) h.engine.fail_ticket(t);
+  for (TicketId t : h.engine.pending()) h.engine.complete(t);
+  h.cache->poll();
+  ASSERT_TRUE(h.cache->release(b->lock));
+  ASSERT_TRUE(h.cache->release(a->lock));
+  EXPECT_TRUE(h.cache->free_pages(*mine));
+  EXPECT_EQ(h.cache->check_invariants(), "");
+}
+
+TEST(PrefixCacheRegression, BadInsertDoesNotRunPendingCopies) {
+  Harness h{small_config()};
+  auto p = seq({{1, 8}, {9, 1}});
+  const std::size_t snaps[] = {8};
+  ASSERT_EQ(h.serve(p, snaps, 2).error, "");
+  demote_all(h);
+  auto a = h.cache->admit(p);
+  ASSERT_TRUE(a->promoting);
+  auto b = h.cache->admit(seq({{500, 3}}));
+  const auto in_flight = h.cache->in_flight();
+  const auto pending = h.engine.pending().size();
+  auto mine = h.cache->alloc_pages(1);
+  auto r = h.cache->insert(b->lock, seq({{1, 4}, {77, 2}}), *mine, std::nullopt);  // 6 tokens
+  ASSERT_EQ(r.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(h.cache->in_flight(), in_flight);
+  EXPECT_EQ(h.engine.pending().size(), pending);
+  EXPECT_EQ(h.cache->poll(a->lock), TransferState::kPending);
+}
+
+TEST(PrefixCacheRegression, HopelessAllocationEvictsNothing) {
+  Harness h{small_config()};
+  auto p = seq({{1, 40}, {2, 1}});  // 10 pages, unlocked in the tree
+  const std::size_t snaps[] = {40};
+  h.serve(p, snaps);
+  auto held = h.cache->alloc_pages(20);  // a running request holds 20 of the 32
+  ASSERT_TRUE(held);
+  // 2 free + 10 reclaimable < 13: refused before the tree loses anything.
+  auto r = h.cache->alloc_pages(13);
+  EXPECT_EQ(r.status().code(), ErrorCode::kOutOfMemory);
+  EXPECT_EQ(h.cache->stats().kv_pages_demoted, 0u);
+  EXPECT_EQ(h.cache->match(p).host_tokens, 0u);
+  // Every slot held by requests: refused, the tree's snapshot stays on GPU.
+  std::vector<GpuSlotId> slots;
+  while (h.cache->occupancy().gpu_slots_free > 0) slots.push_back(*h.cache->alloc_snapshot_slot());
+  EXPECT_TRUE(h.cache->alloc_snapshot_slot());  // evicts the tree's one snapshot (unpinned)
+  EXPECT_EQ(h.cache->alloc_snapshot_slot().status().code(), ErrorCode::kOutOfMemory);
+  EXPECT_EQ(h.cache->check_invariants(), "");
+}
+
+TEST(HostTransferEngineTest, ManualCompleteDuringWaitRunsTheCopyOnce) {
+  CacheConfig c = small_config();
+  c.gpu_pages = c.host_pages = 2048;
+  c.page_bytes = 16 * 1024;
+  c.slice_pages = 16;
+  HostArenas mem(c);
+  HostTransferEngine engine(mem, c.slice_pages, HostTransferEngine::Mode::kManual);
+  TransferBatch batch;
+  batch.direction = Direction::kDeviceToHost;
+  for (std::uint32_t i = 0; i < 2048; ++i) batch.pages.push_back({GpuPageId(i), HostPageId(i)});
+  auto ticket = engine.submit(std::move(batch));
+  ASSERT_TRUE(ticket);
+  const TicketId id = ticket->id();
+  std::thread waiter([&] { EXPECT_EQ(engine.wait(id), TransferState::kDone); });
+  bool second = false;
+  for (int i = 0; i < 10'000'000 && !second; ++i) {
+    if (engine.pending().empty()) {
+      second = engine.complete(id);
+      break;
+    }
+  }
+  waiter.join();
+  EXPECT_FALSE(second);
+  EXPECT_EQ(engine.stats().slices, 2048u / 16u);
 }
 
 // ---- rule 8: bad input is rejected and changes nothing --------------------------------

@@ -187,6 +187,11 @@ class PrefixCache final : public CacheBackend {
   IdPool<GpuSlotId> gpu_slots_;
   IdPool<HostSlotId> host_slots_;
 
+  /// GPU pages of locked nodes (promotion destinations included): pages no eviction can
+  /// reclaim. Every other node-held GPU page is reclaimable, leaf-first, because an unlocked
+  /// node has no locked descendant.
+  std::size_t locked_gpu_pages_ = 0;
+
   LruList<&Node::gpu_kv_hook> gpu_kv_lru_;
   LruList<&Node::host_kv_hook> host_kv_lru_;
   LruList<&Node::gpu_snap_hook> gpu_snap_lru_;
