@@ -262,7 +262,7 @@ std::optional<std::uint32_t> PrefixCache::submit_batch(PendingBatch&& pending) {
   }
   (d2h ? stats_.bytes_d2h : stats_.bytes_h2d) += bytes;
   (d2h ? stats_.copies_d2h : stats_.copies_h2d) += copies;
-  const std::uint32_t id = next_transfer_++;
+  const std::uint32_t id = next_free_id(next_transfer_, transfers_);
   for (const CopyOp& op : pending.ops)
     (op.snapshot ? op.node->snap_xfer_id : op.node->kv_xfer_id) = id;
   transfers_.emplace(id, InFlight{std::move(*ticket), std::move(pending.ops)});

@@ -62,7 +62,7 @@ Result<Admission> PrefixCache::admit(std::span<const Token> prompt) {
       return *a;
     }
   }
-  const LockId id(next_lock_++);
+  const LockId id(next_free_id(next_lock_, locks_));
   locks_.emplace(id.value(), LockRecord{root_, nullptr});
   lock_path(root_);
   Admission a;
@@ -130,7 +130,7 @@ std::optional<Admission> PrefixCache::try_admit_at(Node* target) {
   }
   submit_batch(std::move(promote));
   for (Node* n : path) touch(n);
-  const LockId id(next_lock_++);
+  const LockId id(next_free_id(next_lock_, locks_));
   locks_.emplace(id.value(), LockRecord{target, target});
   a.lock = id;
   a.cached_tokens = target->boundary;

@@ -197,6 +197,14 @@ class PrefixCache final : public CacheBackend {
   LruList<&Node::gpu_snap_hook> gpu_snap_lru_;
   LruList<&Node::host_snap_hook> host_snap_lru_;
 
+  /// The next id after `counter` that is not a key of `in_use` (nor the invalid value), so
+  /// ids stay unique when a long-running server wraps the 32-bit counter.
+  template <class Map>
+  static std::uint32_t next_free_id(std::uint32_t& counter, const Map& in_use) {
+    while (counter == StrongId<LockTag>::kInvalid || in_use.count(counter) != 0) ++counter;
+    return counter++;
+  }
+
   std::unordered_map<std::uint32_t, LockRecord> locks_;
   std::uint32_t next_lock_ = 0;
   std::unordered_map<std::uint32_t, InFlight> transfers_;
