@@ -86,8 +86,7 @@ std::size_t PrefixCache::common_pages(const Node* n, std::span<const Token> toke
 MatchResult PrefixCache::match(std::span<const Token> tokens) const {
   MatchResult r;
   std::size_t host_along = 0;
-  walk_kv_path(tokens, [&](const Node* c, std::size_t full_pages) {
-    const std::size_t end = c->boundary - c->tokens.size() + full_pages * config_.page_size;
+  walk_kv_path(tokens, [&](const Node* c, std::size_t end) {
     r.kv_tokens = end;
     if (end != c->boundary) return;  // partial: no boundary inside a node
     if (!c->has_gpu_kv() || c->kv_xfer == Xfer::kPromote) host_along += c->tokens.size();

@@ -47,10 +47,9 @@ Result<Admission> PrefixCache::admit(std::span<const Token> prompt) {
   const auto query = prompt.first(prompt.size() - 1);
   std::vector<Node*> candidates;  // nodes with a snapshot on the KV-intact path, shallow first
   std::size_t kv_tokens = 0;      // as match(): where the query leaves the cached KV path
-  walk_kv_path(query, [&](const Node* c, std::size_t full_pages) {
-    kv_tokens = c->boundary - c->tokens.size() + full_pages * config_.page_size;
-    if (full_pages == c->page_count(config_.page_size) && c->has_snapshot())
-      candidates.push_back(const_cast<Node*>(c));
+  walk_kv_path(query, [&](const Node* c, std::size_t end) {
+    kv_tokens = end;
+    if (end == c->boundary && c->has_snapshot()) candidates.push_back(const_cast<Node*>(c));
   });
   ++stats_.admissions;
   stats_.requested_tokens += query.size();

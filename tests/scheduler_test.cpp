@@ -10,6 +10,7 @@
 #include "radixtier/scheduler/model_executor.hpp"
 #include "radixtier/scheduler/no_reuse_cache.hpp"
 #include "radixtier/scheduler/scheduler.hpp"
+#include "radixtier/workload/shapes.hpp"
 
 namespace radixtier::sched {
 namespace {
@@ -39,9 +40,18 @@ std::vector<Token> tokens(std::uint64_t seed, std::size_t n, std::uint32_t vocab
   return out;
 }
 
-std::vector<Token> cat(std::vector<Token> a, const std::vector<Token>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
+using workload::cat;
+
+/// Arenas sized for `m` with `gpu_pages` pages of 8 tokens and `slots` snapshot slots.
+CacheConfig arena_config(const model::TinyHybridModel& m, std::uint32_t gpu_pages,
+                         std::uint32_t slots) {
+  CacheConfig cc;
+  cc.page_size = 8;
+  cc.gpu_pages = gpu_pages;
+  cc.gpu_snapshot_slots = slots;
+  cc.page_bytes = m.page_bytes();
+  cc.snapshot_bytes = m.state_bytes();
+  return cc;
 }
 
 demo::Workload workload(const std::string& policy = "end-only") {
@@ -101,12 +111,7 @@ TEST(SchedulerConfig, RejectsNonsenseNamingTheField) {
 
   NoReuseCache cache(8, 16, 2);
   const model::TinyHybridModel m(small_model());
-  CacheConfig cc;
-  cc.page_size = 8;
-  cc.gpu_pages = 16;
-  cc.gpu_snapshot_slots = 2;
-  cc.page_bytes = m.page_bytes();
-  cc.snapshot_bytes = m.state_bytes();
+  const CacheConfig cc = arena_config(m, 16, 2);
   HostArenas mem(cc);
   ModelExecutor exec(m, mem);
   c.chunk_tokens = 5;
@@ -117,12 +122,7 @@ TEST(SchedulerConfig, RejectsNonsenseNamingTheField) {
 TEST(Scheduler, SubmitRejectsEmptyPromptAndDuplicateId) {
   NoReuseCache cache(8, 16, 2);
   const model::TinyHybridModel m(small_model());
-  CacheConfig cc;
-  cc.page_size = 8;
-  cc.gpu_pages = 16;
-  cc.gpu_snapshot_slots = 2;
-  cc.page_bytes = m.page_bytes();
-  cc.snapshot_bytes = m.state_bytes();
+  const CacheConfig cc = arena_config(m, 16, 2);
   HostArenas mem(cc);
   ModelExecutor exec(m, mem);
   SchedulerConfig c;
@@ -324,12 +324,7 @@ TEST(Scheduler, SeveralRequestsInFlightTakeTurns) {
 
 TEST(ModelExecutor, RestoreCopiesTheSnapshotAndLeavesItUntouched) {
   const model::TinyHybridModel m(small_model());
-  CacheConfig cc;
-  cc.page_size = 8;
-  cc.gpu_pages = 8;
-  cc.gpu_snapshot_slots = 2;
-  cc.page_bytes = m.page_bytes();
-  cc.snapshot_bytes = m.state_bytes();
+  const CacheConfig cc = arena_config(m, 8, 2);
   HostArenas mem(cc);
   ModelExecutor exec(m, mem);
   std::vector<GpuPageId> table;

@@ -134,8 +134,9 @@ class PrefixCache final : public CacheBackend {
   /// Removes n and then its ancestors while they are empty leaves; appends what it removed.
   void remove_if_empty(Node* n, std::vector<const Node*>* removed = nullptr);
   std::vector<Node*> path_of(Node* n) const;
-  /// Calls on_node(node, full_pages) for each node along `tokens` whose KV is present,
-  /// stopping after a partially matched node or before one whose KV is gone.
+  /// Calls on_node(node, end) for each node along `tokens` whose KV is present, where `end`
+  /// is the token count matched from the root through that node (== node->boundary when the
+  /// node matched whole); stops after a partially matched node or before one whose KV is gone.
   template <class F>
   void walk_kv_path(std::span<const Token> tokens, F&& on_node) const;
 
@@ -228,11 +229,8 @@ inline void PrefixCache::walk_kv_path(std::span<const Token> tokens, F&& on_node
     Node* c = find_child(n, tokens, pos);
     if (c == nullptr || !c->has_kv()) return;
     const std::size_t k = common_pages(c, tokens, pos);
-    if (k < c->page_count(config_.page_size)) {
-      on_node(c, k);
-      return;
-    }
-    on_node(c, k);
+    on_node(c, pos + k * config_.page_size);
+    if (k < c->page_count(config_.page_size)) return;
     pos += c->tokens.size();
     n = c;
   }

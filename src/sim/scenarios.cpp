@@ -61,6 +61,15 @@ Scenario churn(bool flush) {
   return std::move(b.s);
 }
 
+// Both compaction scenarios: GPU and host pools of 1,048,576 tokens (see compaction below),
+// one running request's GPU snapshot slots, host snapshots as the options say.
+void compaction_budget(Budget& budget, const ScenarioOptions& o) {
+  budget.gpu_kv_tokens = 1'048'576;
+  budget.gpu_snapshot_slots = gpu_snapshot_slots_for(1);
+  budget.host_kv_tokens = 1'048'576;
+  budget.host_snapshot_bytes = o.compaction_host_snapshot_bytes;
+}
+
 // compaction: a cached 985,577-token prompt, then a replay of its first 760,534 tokens + a
 // 600-token instruction. A running request pins its whole path on the GPU, so the GPU pool
 // must hold the prompt: 1,048,576 tokens (not workloads.md's 262,144). An unrelated
@@ -73,10 +82,7 @@ Scenario compaction(const ScenarioOptions& o) {
                    "a cached 985,577-token prompt, an unrelated 768,000-token generation that "
                    "pushes most of its KV to host, then a replay of its first 760,534 tokens + "
                    "a 600-token instruction");
-  b.s.budget.gpu_kv_tokens = 1'048'576;
-  b.s.budget.gpu_snapshot_slots = gpu_snapshot_slots_for(1);
-  b.s.budget.host_kv_tokens = 1'048'576;
-  b.s.budget.host_snapshot_bytes = o.compaction_host_snapshot_bytes;
+  compaction_budget(b.s.budget, o);
   const auto prompt = synth_tokens(3, 985'577);
   b.add("long prompt", prompt, 100);
   b.add("generation", synth_tokens(4, 32), 768'000);
@@ -92,10 +98,7 @@ Scenario compaction_turns(const ScenarioOptions& o) {
                    "a conversation built turn by turn to 985,577 tokens (500 output tokens and "
                    "15-25k new tokens per turn), then a replay that cuts at the boundary of "
                    "the turn whose prompt was 760,534 tokens, + 600 tokens");
-  b.s.budget.gpu_kv_tokens = 1'048'576;
-  b.s.budget.gpu_snapshot_slots = gpu_snapshot_slots_for(1);
-  b.s.budget.host_kv_tokens = 1'048'576;
-  b.s.budget.host_snapshot_bytes = o.compaction_host_snapshot_bytes;
+  compaction_budget(b.s.budget, o);
   constexpr std::size_t kOut = 500, kCut = 760'534, kEnd = 985'577;
   std::uint64_t seed = 200;
   std::vector<Token> conv = synth_tokens(seed++, 20'000);
