@@ -9,7 +9,7 @@
 #include <memory>
 #include <random>
 
-#include "radixtier/prefix_cache.hpp"
+#include "radixtier/cache/prefix_cache.hpp"
 
 namespace radixtier {
 namespace {

@@ -11,7 +11,7 @@
 
 #include <algorithm>
 
-#include "radixtier/demo/scenarios.hpp"
+#include "demo/scenarios.hpp"
 
 namespace radixtier {
 namespace {

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "radixtier/host_transfer_engine.hpp"
-#include "radixtier/prefix_cache.hpp"
+#include "radixtier/cache/prefix_cache.hpp"
+#include "radixtier/transfer/host_transfer_engine.hpp"
 
 namespace radixtier::testing {
 

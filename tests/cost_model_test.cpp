@@ -1,5 +1,5 @@
 // The cost model against the numbers of /work/shared/reference/workloads.md.
-#include "radixtier/sim/cost_model.hpp"
+#include "sim/cost_model.hpp"
 
 #include <gtest/gtest.h>
 

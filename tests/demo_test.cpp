@@ -2,7 +2,7 @@
 // with the cache is identical to the no-reuse run (what `make demo` prints).
 #include <gtest/gtest.h>
 
-#include "radixtier/demo/scenarios.hpp"
+#include "demo/scenarios.hpp"
 
 namespace radixtier::demo {
 namespace {

@@ -1,7 +1,7 @@
 // Unit tests of the index-based baseline (IndexTierCache) with real bytes: every page and
 // snapshot written by a "request" is derived from the tokens before it, so any mix-up of
 // slots shows up as a byte mismatch.
-#include "radixtier/index_tier/index_tier_cache.hpp"
+#include "baseline/index_tier_cache.hpp"
 
 #include <gtest/gtest.h>
 
@@ -12,8 +12,8 @@
 #include <tuple>
 #include <vector>
 
-#include "radixtier/host_transfer_engine.hpp"
-#include "radixtier/sim/counting_transfer_engine.hpp"
+#include "radixtier/transfer/host_transfer_engine.hpp"
+#include "sim/counting_transfer_engine.hpp"
 
 namespace radixtier::index_tier {
 namespace {

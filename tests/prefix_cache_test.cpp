@@ -1,4 +1,4 @@
-#include "radixtier/prefix_cache.hpp"
+#include "radixtier/cache/prefix_cache.hpp"
 
 #include <gtest/gtest.h>
 

@@ -5,12 +5,12 @@
 
 #include <stdexcept>
 
-#include "radixtier/demo/scenarios.hpp"
-#include "radixtier/prefix_cache.hpp"
-#include "radixtier/scheduler/model_executor.hpp"
+#include "demo/scenarios.hpp"
+#include "model/model_executor.hpp"
+#include "radixtier/cache/prefix_cache.hpp"
 #include "radixtier/scheduler/no_reuse_cache.hpp"
 #include "radixtier/scheduler/scheduler.hpp"
-#include "radixtier/workload/shapes.hpp"
+#include "workload/shapes.hpp"
 
 namespace radixtier::sched {
 namespace {

@@ -5,11 +5,11 @@
 
 #include <algorithm>
 
-#include "radixtier/sim/block_lru_ideal.hpp"
-#include "radixtier/sim/cost_executor.hpp"
-#include "radixtier/sim/scenarios.hpp"
-#include "radixtier/sim/simulator.hpp"
-#include "radixtier/sim/svg.hpp"
+#include "sim/block_lru_ideal.hpp"
+#include "sim/cost_executor.hpp"
+#include "sim/scenarios.hpp"
+#include "sim/simulator.hpp"
+#include "sim/svg.hpp"
 
 namespace radixtier::sim {
 namespace {

@@ -1,6 +1,6 @@
 // The tiny hybrid model: bit-exact across chunkings, really reads its pages and state, and its
 // pages and snapshots survive copies (including a demote/promote through the host engine).
-#include "radixtier/model/tiny_model.hpp"
+#include "model/tiny_model.hpp"
 
 #include <gtest/gtest.h>
 
@@ -12,7 +12,7 @@
 #include <numeric>
 #include <vector>
 
-#include "radixtier/host_transfer_engine.hpp"
+#include "radixtier/transfer/host_transfer_engine.hpp"
 
 namespace radixtier::model {
 namespace {

@@ -1,5 +1,5 @@
 // Mooncake trace parsing, token synthesis and the infinite-cache ceiling.
-#include "radixtier/sim/trace.hpp"
+#include "sim/trace.hpp"
 
 #include <gtest/gtest.h>
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "commands.hpp"
-#include "radixtier/demo/scenarios.hpp"
+#include "demo/scenarios.hpp"
 
 namespace {
 

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "commands.hpp"
-#include "radixtier/sim/report.hpp"
+#include "sim/report.hpp"
 
 namespace {
 

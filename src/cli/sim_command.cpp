@@ -8,7 +8,7 @@
 
 #include "commands.hpp"
 #include "radixtier/scheduler/snapshot_policy.hpp"
-#include "radixtier/sim/simulator.hpp"
+#include "sim/simulator.hpp"
 
 namespace {
 

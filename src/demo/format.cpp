@@ -2,7 +2,7 @@
 #include <cstdio>
 #include <sstream>
 
-#include "radixtier/demo/scenarios.hpp"
+#include "demo/scenarios.hpp"
 
 namespace radixtier::demo {
 

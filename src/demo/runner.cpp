@@ -4,9 +4,9 @@
 #include <cstring>
 #include <memory>
 
-#include "radixtier/demo/scenarios.hpp"
-#include "radixtier/prefix_cache.hpp"
-#include "radixtier/scheduler/model_executor.hpp"
+#include "demo/scenarios.hpp"
+#include "model/model_executor.hpp"
+#include "radixtier/cache/prefix_cache.hpp"
 #include "radixtier/scheduler/no_reuse_cache.hpp"
 
 namespace radixtier::demo {

@@ -15,9 +15,9 @@
 //               side requests are shorter exact prefixes of earlier, longer prompts.
 #include <algorithm>
 
-#include "radixtier/demo/scenarios.hpp"
+#include "demo/scenarios.hpp"
 
-#include "radixtier/workload/shapes.hpp"
+#include "workload/shapes.hpp"
 
 namespace radixtier::demo {
 

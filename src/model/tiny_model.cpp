@@ -1,4 +1,4 @@
-#include "radixtier/model/tiny_model.hpp"
+#include "model/tiny_model.hpp"
 
 #include <algorithm>
 #include <cassert>

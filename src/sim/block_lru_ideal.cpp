@@ -1,5 +1,5 @@
 // The hybrid-free LRU block cache (see block_lru_ideal.hpp).
-#include "radixtier/sim/block_lru_ideal.hpp"
+#include "sim/block_lru_ideal.hpp"
 
 #include <algorithm>
 

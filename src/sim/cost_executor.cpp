@@ -1,5 +1,5 @@
 // CostExecutor: modeled seconds instead of compute (see cost_executor.hpp).
-#include "radixtier/sim/cost_executor.hpp"
+#include "sim/cost_executor.hpp"
 
 #include <string>
 

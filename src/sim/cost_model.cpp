@@ -1,4 +1,4 @@
-#include "radixtier/sim/cost_model.hpp"
+#include "sim/cost_model.hpp"
 
 #include <array>
 

@@ -1,4 +1,4 @@
-#include "radixtier/sim/counting_transfer_engine.hpp"
+#include "sim/counting_transfer_engine.hpp"
 
 #include <algorithm>
 #include <sstream>

@@ -1,5 +1,5 @@
 // The simulator report (see report.hpp).
-#include "radixtier/sim/report.hpp"
+#include "sim/report.hpp"
 
 #include <chrono>
 #include <cstdio>
@@ -8,8 +8,8 @@
 #include <map>
 #include <sstream>
 
-#include "radixtier/sim/simulator.hpp"
-#include "radixtier/sim/svg.hpp"
+#include "sim/simulator.hpp"
+#include "sim/svg.hpp"
 
 namespace radixtier::sim {
 

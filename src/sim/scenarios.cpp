@@ -1,11 +1,11 @@
 // The simulator's scenarios at full scale (see scenarios.hpp and docs/simulator.md).
-#include "radixtier/sim/scenarios.hpp"
+#include "sim/scenarios.hpp"
 
 #include <algorithm>
 #include <utility>
 
-#include "radixtier/sim/cost_executor.hpp"
-#include "radixtier/workload/shapes.hpp"
+#include "sim/cost_executor.hpp"
+#include "workload/shapes.hpp"
 
 namespace radixtier::sim {
 

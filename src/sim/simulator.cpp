@@ -1,16 +1,16 @@
 // The simulator (see simulator.hpp).
-#include "radixtier/sim/simulator.hpp"
+#include "sim/simulator.hpp"
 
 #include <chrono>
 #include <cstdio>
 #include <memory>
 #include <sstream>
 
-#include "radixtier/index_tier/index_tier_cache.hpp"
-#include "radixtier/prefix_cache.hpp"
-#include "radixtier/sim/block_lru_ideal.hpp"
-#include "radixtier/sim/cost_executor.hpp"
-#include "radixtier/sim/counting_transfer_engine.hpp"
+#include "baseline/index_tier_cache.hpp"
+#include "radixtier/cache/prefix_cache.hpp"
+#include "sim/block_lru_ideal.hpp"
+#include "sim/cost_executor.hpp"
+#include "sim/counting_transfer_engine.hpp"
 
 namespace radixtier::sim {
 

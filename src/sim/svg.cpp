@@ -1,5 +1,5 @@
 // Minimal SVG charts (see svg.hpp).
-#include "radixtier/sim/svg.hpp"
+#include "sim/svg.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "radixtier/sim/trace.hpp"
+#include "sim/trace.hpp"
 
 #include <cctype>
 #include <fstream>

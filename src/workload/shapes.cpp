@@ -1,4 +1,4 @@
-#include "radixtier/workload/shapes.hpp"
+#include "workload/shapes.hpp"
 
 namespace radixtier::workload {
 

@@ -50,7 +50,7 @@ build_with_nvcc() {
   local flags=(-std=c++20 -O2 "-arch=sm_$arch" -I"$ROOT/include" -I"$ROOT/kernels" -I"$ROOT/tests/gpu"
                -Xcompiler=-Wall,-Wextra -cudart=static)
   echo "building with $nvcc (sm_$arch) into $OUT/build"
-  local pids=() srcs=("$ROOT/src/status.cpp" "$ROOT/src/cuda_plan.cpp"
+  local pids=() srcs=("$ROOT/src/status.cpp" "$ROOT/src/transfer/ticket.cpp" "$ROOT/kernels/transfer_plan.cpp"
     "$ROOT/kernels/cuda_transfer_engine.cpp" "$ROOT/kernels/pinned_host_pool.cpp"
     "$ROOT/kernels/copy_kernels.cu" "$ROOT/tests/gpu/gpu_transfer_tests.cu"
     "$ROOT/tests/gpu/gpu_transfer_bench.cu")
@@ -64,7 +64,7 @@ build_with_nvcc() {
   local ok=0 p
   for p in "${pids[@]}"; do wait "$p" || ok=1; done
   [[ $ok -eq 0 ]] || { echo "ERROR: nvcc build failed"; return 1; }
-  local lib=("$obj/status.cpp.o" "$obj/cuda_plan.cpp.o" "$obj/cuda_transfer_engine.cpp.o"
+  local lib=("$obj/status.cpp.o" "$obj/ticket.cpp.o" "$obj/transfer_plan.cpp.o" "$obj/cuda_transfer_engine.cpp.o"
              "$obj/pinned_host_pool.cpp.o" "$obj/copy_kernels.cu.o")
   "$nvcc" "-arch=sm_$arch" -cudart=static "${lib[@]}" "$obj/gpu_transfer_tests.cu.o" -o "$OUT/build/bin/$TESTS" -lpthread &&
     "$nvcc" "-arch=sm_$arch" -cudart=static "${lib[@]}" "$obj/gpu_transfer_bench.cu.o" -o "$OUT/build/bin/$BENCH" -lpthread ||

@@ -43,7 +43,7 @@
 #include <vector>
 
 #include "radixtier/cuda/transfer_plan.hpp"
-#include "radixtier/transfer_engine.hpp"
+#include "radixtier/transfer/transfer_engine.hpp"
 
 namespace radixtier::cuda {
 

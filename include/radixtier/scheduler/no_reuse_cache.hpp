@@ -9,7 +9,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "radixtier/cache_backend.hpp"
+#include "radixtier/cache/cache_backend.hpp"
 
 namespace radixtier::sched {
 

@@ -46,7 +46,7 @@
 #include <string>
 #include <vector>
 
-#include "radixtier/cache_backend.hpp"
+#include "radixtier/cache/cache_backend.hpp"
 #include "radixtier/scheduler/executor.hpp"
 #include "radixtier/scheduler/snapshot_policy.hpp"
 

@@ -1,0 +1,97 @@
+// The scheduler-facing interface of a prefix cache.
+//
+// A scheduler drives every cache through these calls, so one scheduler can run the
+// node-residency cache (PrefixCache), the index-based baseline or a GPU-only cache, and an
+// A/B comparison is fair. A request's life:
+//
+//   admit(prompt)           match on all but the last prompt token, lock the usable match,
+//                           start promoting what of it is on host -> Admission (also how
+//                           deep the prompt follows cached KV: kv_tokens)
+//   wait(lock)              promotion finished? kTransferFailed: release and admit again
+//   path_pages(lock)        GPU pages of the matched prefix (the request's page table head)
+//   path_snapshot(lock)     GPU snapshot slot at the match: copy it into the live state
+//   alloc_pages(n)          pages for new tokens (may demote or drop LRU victims)
+//   alloc_snapshot_slot()   a slot to copy the live state into at a page boundary
+//   insert(lock, ...)       hand pages (and a snapshot) to the tree after a chunk; the lock
+//                           moves down to the inserted boundary
+//   free_pages / free_snapshot_slot   return what insert did not take
+//   release(lock)           the request finished or was aborted
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "radixtier/ids.hpp"
+#include "radixtier/status.hpp"
+#include "radixtier/transfer/transfer_engine.hpp"
+
+namespace radixtier {
+
+struct Admission {
+  LockId lock;                    ///< the request's lock; also the ticket of its promotion
+  std::size_t cached_tokens = 0;  ///< usable match length (a page multiple, < prompt size)
+  std::size_t gpu_tokens = 0;     ///< tokens of the match whose KV was already on GPU
+  std::size_t host_tokens = 0;    ///< tokens of the match being promoted from host
+  bool snapshot_from_host = false;
+  bool promoting = false;  ///< wait(lock) before reading the pages
+  /// Deepest page-aligned prefix of the query (the prompt but its last token) whose KV is in
+  /// the cache, snapshot or not: where the prompt branches off the cached KV path
+  /// (>= cached_tokens). A snapshot policy may keep one near it (SnapshotPolicy `+branch`).
+  std::size_t kv_tokens = 0;
+};
+
+struct InsertResult {
+  std::vector<GpuPageId> not_taken;  ///< the caller's pages the tree did not adopt (still the
+                                     ///< caller's: free them when the request stops using them)
+  bool snapshot_taken = false;       ///< false: the caller still owns its snapshot slot
+};
+
+struct CacheStats {
+  std::uint64_t admissions = 0;
+  std::uint64_t requested_tokens = 0;  ///< tokens asked for at admission (prompt minus one)
+  std::uint64_t hit_tokens_gpu = 0;    ///< usable-match tokens already on GPU at admission
+  std::uint64_t hit_tokens_host = 0;   ///< usable-match tokens promoted from host
+  std::uint64_t bytes_d2h = 0;         ///< demotion + write-through bytes, KV and snapshots
+  std::uint64_t bytes_h2d = 0;         ///< promotion bytes, KV and snapshots
+  std::uint64_t copies_d2h = 0;        ///< slices submitted device-to-host
+  std::uint64_t copies_h2d = 0;        ///< slices submitted host-to-device
+  std::uint64_t kv_pages_demoted = 0;
+  std::uint64_t kv_pages_promoted = 0;
+  std::uint64_t kv_pages_dropped_gpu = 0;   ///< GPU pages freed without a host copy kept
+  std::uint64_t kv_pages_dropped_host = 0;  ///< host pages freed
+  std::uint64_t snapshots_demoted = 0;
+  std::uint64_t snapshots_promoted = 0;
+  std::uint64_t snapshots_dropped = 0;  ///< snapshots lost from every tier
+  std::uint64_t snapshots_inserted = 0;
+  std::uint64_t transfers_failed = 0;
+  std::uint64_t host_bytes_peak = 0;  ///< most host bytes in use at once
+};
+
+class CacheBackend {
+ public:
+  virtual ~CacheBackend() = default;
+
+  virtual std::uint32_t page_size() const = 0;
+  virtual Result<Admission> admit(std::span<const Token> prompt) = 0;
+  virtual TransferState poll(LockId lock) = 0;
+  virtual Status wait(LockId lock) = 0;
+  virtual Result<std::vector<GpuPageId>> path_pages(LockId lock) const = 0;
+  virtual Result<GpuSlotId> path_snapshot(LockId lock) const = 0;
+  virtual Result<std::vector<GpuPageId>> alloc_pages(std::size_t n) = 0;
+  virtual Result<GpuSlotId> alloc_snapshot_slot() = 0;
+  virtual Status free_pages(std::span<const GpuPageId> pages) = 0;
+  virtual Status free_snapshot_slot(GpuSlotId slot) = 0;
+  virtual Result<InsertResult> insert(LockId lock, std::span<const Token> tokens,
+                                      std::span<const GpuPageId> pages,
+                                      std::optional<GpuSlotId> snapshot) = 0;
+  virtual Status release(LockId lock) = 0;
+  virtual CacheStats stats() const = 0;
+  /// Empty when every rule of the brief holds, else a description of the first violation.
+  virtual std::string check_invariants() const = 0;
+};
+
+}  // namespace radixtier

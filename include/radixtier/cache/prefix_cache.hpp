@@ -1,0 +1,239 @@
+// PrefixCache: the node-residency prefix cache for hybrid attention + GDN models.
+//
+// One radix tree over token ids at page granularity. Every node carries the residency of
+// its own KV pages and of the snapshot at its boundary (see node.hpp for the state
+// machine). Four intrusive LRU lists hold exactly the nodes evictable on each tier now:
+//   gpu_kv_lru_    GPU KV leaves       (no child holds GPU KV: eviction goes leaf-first)
+//   host_kv_lru_   host KV leaves
+//   gpu_snap_lru_  GPU snapshots
+//   host_snap_lru_ host snapshots
+// Evicting from GPU demotes to host (write-back: a sliced async copy; write-through: the
+// clean host copy already exists, so it is free) or drops when host has no room.
+//
+// Rules kept (numbers as in the brief), checked by check_invariants():
+//  1. usable match = deepest node on the path whose root path has KV everywhere and which
+//     has a snapshot; never a shorter snapshot for a deeper node; admit() matches on all
+//     but the last prompt token.
+//  2. every id of the four spaces is held by exactly one of: free list, node, request,
+//     in-flight transfer (IdPool records the holder; counts add up to capacity).
+//  3. a lock pins the KV of every node on the request's path (lock_count, so a parent is
+//     locked at least as often as a child) and the snapshot the request resumes from
+//     (snapshot_lock); pinned resources are never demoted or dropped; release() restores
+//     the exact prior counts. Snapshots at other boundaries of a locked path stay evictable:
+//     a running request no longer needs them and GPU snapshot slots are few.
+//  4. LRU membership == the evictable predicates of node.hpp, refreshed at every change.
+//  5. sources and destinations of a copy stay held until it completes, so recycling an id
+//     can never mix bytes.
+//  6. path_snapshot() hands out the cached slot read-only; the caller copies it into its
+//     own live state (the cache never gives a request a slot it still references).
+//  7. a failed demotion or promotion turns the node's resource into a tombstone; wait()
+//     reports kTransferFailed and a new admission matches less.
+//  8. every entry point validates first and mutates after: bad input changes nothing.
+//
+// Threading: not thread-safe; one scheduler thread calls it. Copies run on the transfer
+// engine's own threads or streams; the cache reaps them in poll() and at every entry point.
+#pragma once
+
+#include <boost/pool/pool.hpp>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "radixtier/cache/cache_backend.hpp"
+#include "radixtier/cache/id_pool.hpp"
+#include "radixtier/cache/node.hpp"
+#include "radixtier/config.hpp"
+#include "radixtier/transfer/transfer_engine.hpp"
+
+namespace radixtier {
+
+/// What the tree holds for a token sequence, without side effects.
+struct MatchResult {
+  std::size_t usable_tokens = 0;  ///< rule 1
+  std::size_t kv_tokens = 0;      ///< deepest page-aligned prefix whose KV is all present
+  std::size_t host_tokens = 0;    ///< tokens of the usable match whose KV is host-only
+  bool snapshot_on_gpu = false;   ///< the usable node's snapshot is on GPU
+};
+
+struct Occupancy {
+  std::uint32_t gpu_pages_free, host_pages_free, gpu_slots_free, host_slots_free;
+  std::size_t nodes;
+};
+
+class PrefixCache final : public CacheBackend {
+ public:
+  /// Validates the config; the engine must outlive the cache.
+  static Result<std::unique_ptr<PrefixCache>> create(const CacheConfig& config,
+                                                     TransferEngine& engine);
+  ~PrefixCache() override;
+  PrefixCache(const PrefixCache&) = delete;
+  PrefixCache& operator=(const PrefixCache&) = delete;
+
+  // --- CacheBackend ----------------------------------------------------------------------
+  std::uint32_t page_size() const override { return config_.page_size; }
+  Result<Admission> admit(std::span<const Token> prompt) override;
+  TransferState poll(LockId lock) override;
+  Status wait(LockId lock) override;
+  Result<std::vector<GpuPageId>> path_pages(LockId lock) const override;
+  Result<GpuSlotId> path_snapshot(LockId lock) const override;
+  Result<std::vector<GpuPageId>> alloc_pages(std::size_t n) override;
+  Result<GpuSlotId> alloc_snapshot_slot() override;
+  Status free_pages(std::span<const GpuPageId> pages) override;
+  Status free_snapshot_slot(GpuSlotId slot) override;
+  Result<InsertResult> insert(LockId lock, std::span<const Token> tokens,
+                              std::span<const GpuPageId> pages,
+                              std::optional<GpuSlotId> snapshot) override;
+  Status release(LockId lock) override;
+  CacheStats stats() const override { return stats_; }
+  std::string check_invariants() const override;
+
+  // --- queries and maintenance -----------------------------------------------------------
+  /// Read-only lookup of `tokens` (all of them; admit() is the one that drops the last).
+  MatchResult match(std::span<const Token> tokens) const;
+  /// Reaps finished transfers (applies their state changes). Cheap when none finished.
+  void poll();
+  /// Waits for every in-flight transfer and reaps it.
+  void drain();
+  /// Drops every unpinned host copy (host memory reclaimed); GPU copies stay.
+  void drop_host();
+  Occupancy occupancy() const;
+  const CacheConfig& config() const { return config_; }
+  std::size_t in_flight() const { return transfers_.size(); }
+
+ private:
+  struct LockRecord {
+    Node* node;       ///< deepest node of the locked path
+    Node* snap_node;  ///< node whose snapshot the request resumes from (nullptr: none)
+  };
+  struct CopyOp {
+    Node* node;
+    bool snapshot;  ///< false: the node's KV pages
+    Xfer kind;
+  };
+  struct InFlight {
+    Ticket ticket;
+    std::vector<CopyOp> ops;
+  };
+  /// A batch under construction, submitted at once by submit_batch().
+  struct PendingBatch {
+    TransferBatch batch;
+    std::vector<CopyOp> ops;
+  };
+
+  PrefixCache(const CacheConfig& config, TransferEngine& engine);
+
+  // tree
+  Node* new_node(Node* parent, std::span<const Token> tokens);
+  void destroy_subtree(Node* n);
+  Node* find_child(const Node* n, std::span<const Token> tokens, std::size_t pos) const;
+  std::size_t common_pages(const Node* n, std::span<const Token> tokens, std::size_t pos) const;
+  Node* split(Node* n, std::size_t pages);
+  /// Removes n and then its ancestors while they are empty leaves; appends what it removed.
+  void remove_if_empty(Node* n, std::vector<const Node*>* removed = nullptr);
+  std::vector<Node*> path_of(Node* n) const;
+  /// Calls on_node(node, end) for each node along `tokens` whose KV is present, where `end`
+  /// is the token count matched from the root through that node (== node->boundary when the
+  /// node matched whole); stops after a partially matched node or before one whose KV is gone.
+  template <class F>
+  void walk_kv_path(std::span<const Token> tokens, F&& on_node) const;
+
+  // residency setters keep the parent's child counters and the LRU lists exact
+  void set_gpu_pages(Node* n, std::vector<GpuPageId> pages);
+  void set_host_pages(Node* n, std::vector<HostPageId> pages);
+  void refresh(Node* n);
+  void touch(Node* n);
+  void lock_path(Node* n);
+  void unlock_path(Node* n);
+
+  // eviction
+  Status make_gpu_page_room(std::size_t n);
+  Status make_gpu_slot_room();
+  bool make_host_page_room(std::size_t n);
+  bool make_host_slot_room();
+  void evict_gpu_kv(Node* n, PendingBatch& demote);
+  void evict_gpu_snapshot(Node* n, PendingBatch& demote);
+  void drop_host_kv(Node* n);
+  void drop_host_snapshot(Node* n);
+  void drop_gpu_kv(Node* n);
+  void drop_gpu_snapshot(Node* n);
+  void write_through(std::span<Node* const> nodes, Node* snapshot_node);
+
+  // transfers
+  std::optional<std::uint32_t> submit_batch(PendingBatch&& pending);
+  void wait_transfer(std::uint32_t id);
+  void finish_transfer(std::uint32_t id, bool ok);
+  void finish_ops(std::span<const CopyOp> ops, bool ok);
+  void finish_op(const CopyOp& op, bool ok);
+  bool wait_any_transfer();
+
+  // admission helpers
+  std::optional<Admission> try_admit_at(Node* target);
+  Status validate_insert(const LockRecord& rec, std::span<const Token> tokens,
+                         std::span<const GpuPageId> pages, std::optional<GpuSlotId> snapshot) const;
+  Result<const LockRecord*> find_lock(LockId id) const;
+  void note_host_usage();
+
+  CacheConfig config_;
+  TransferEngine& engine_;
+  boost::pool<> node_pool_;
+  Node* root_;
+  std::size_t node_count_ = 0;
+  std::uint64_t clock_ = 0;
+
+  IdPool<GpuPageId> gpu_pages_;
+  IdPool<HostPageId> host_pages_;
+  IdPool<GpuSlotId> gpu_slots_;
+  IdPool<HostSlotId> host_slots_;
+
+  /// GPU pages of locked nodes (promotion destinations included): pages no eviction can
+  /// reclaim. Every other node-held GPU page is reclaimable, leaf-first, because an unlocked
+  /// node has no locked descendant.
+  std::size_t locked_gpu_pages_ = 0;
+
+  LruList<&Node::gpu_kv_hook> gpu_kv_lru_;
+  LruList<&Node::host_kv_hook> host_kv_lru_;
+  LruList<&Node::gpu_snap_hook> gpu_snap_lru_;
+  LruList<&Node::host_snap_hook> host_snap_lru_;
+
+  /// The next id after `counter` that is not a key of `in_use` (nor the invalid value), so
+  /// ids stay unique when a long-running server wraps the 32-bit counter.
+  template <class Map>
+  static std::uint32_t next_free_id(std::uint32_t& counter, const Map& in_use) {
+    while (counter == StrongId<LockTag>::kInvalid || in_use.count(counter) != 0) ++counter;
+    return counter++;
+  }
+
+  std::unordered_map<std::uint32_t, LockRecord> locks_;
+  std::uint32_t next_lock_ = 0;
+  std::unordered_map<std::uint32_t, InFlight> transfers_;
+  std::uint32_t next_transfer_ = 1;
+
+  CacheStats stats_;
+
+  // Duplicate detection for page lists in O(n) without allocating: an id was seen in the
+  // current list iff its stamp equals the current epoch.
+  void new_page_list() const;
+  bool seen_before(GpuPageId id) const;
+  mutable std::vector<std::uint32_t> page_stamp_;
+  mutable std::uint32_t page_epoch_ = 0;
+};
+
+template <class F>
+inline void PrefixCache::walk_kv_path(std::span<const Token> tokens, F&& on_node) const {
+  const Node* n = root_;
+  std::size_t pos = 0;
+  for (;;) {
+    Node* c = find_child(n, tokens, pos);
+    if (c == nullptr || !c->has_kv()) return;
+    const std::size_t k = common_pages(c, tokens, pos);
+    on_node(c, pos + k * config_.page_size);
+    if (k < c->page_count(config_.page_size)) return;
+    pos += c->tokens.size();
+    n = c;
+  }
+}
+
+}  // namespace radixtier

@@ -1,0 +1,30 @@
+#include "radixtier/config.hpp"
+
+#include <string>
+
+namespace radixtier {
+
+const char* to_string(WritePolicy policy) {
+  return policy == WritePolicy::kWriteBack ? "write-back" : "write-through";
+}
+
+const char* to_string(SnapshotEviction eviction) {
+  return eviction == SnapshotEviction::kLru ? "lru" : "utility";
+}
+
+Status CacheConfig::validate() const {
+  auto bad = [](const char* field, const char* why) {
+    return invalid_argument(std::string("CacheConfig.") + field + ": " + why);
+  };
+  if (page_size == 0) return bad("page_size", "must be at least 1 token");
+  if (gpu_pages == 0) return bad("gpu_pages", "must be at least 1 page");
+  if (gpu_snapshot_slots == 0) return bad("gpu_snapshot_slots", "must be at least 1 slot");
+  if (page_bytes == 0) return bad("page_bytes", "must be at least 1 byte");
+  if (snapshot_bytes == 0) return bad("snapshot_bytes", "must be at least 1 byte");
+  if (slice_pages == 0) return bad("slice_pages", "must be at least 1 page");
+  if (write_policy == WritePolicy::kWriteThrough && host_pages == 0)
+    return bad("write_policy", "write-through needs a host tier (host_pages > 0)");
+  return Status::ok();
+}
+
+}  // namespace radixtier

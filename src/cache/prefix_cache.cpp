@@ -1,0 +1,245 @@
+#include "radixtier/cache/prefix_cache.hpp"
+
+#include <algorithm>
+#include <cassert>
+#include <cstring>
+#include <new>
+#include <sstream>
+#include <unordered_set>
+
+namespace radixtier {
+
+// ---------------------------------------------------------------------------------------
+// construction
+
+Result<std::unique_ptr<PrefixCache>> PrefixCache::create(const CacheConfig& config,
+                                                         TransferEngine& engine) {
+  if (Status s = config.validate(); !s) return s;
+  return std::unique_ptr<PrefixCache>(new PrefixCache(config, engine));
+}
+
+PrefixCache::PrefixCache(const CacheConfig& config, TransferEngine& engine)
+    : config_(config),
+      engine_(engine),
+      node_pool_(sizeof(Node)),
+      gpu_pages_(config.gpu_pages),
+      host_pages_(config.host_pages),
+      gpu_slots_(config.gpu_snapshot_slots),
+      host_slots_(config.host_snapshot_slots) {
+  root_ = new_node(nullptr, {});
+}
+
+PrefixCache::~PrefixCache() {
+  drain();
+  gpu_kv_lru_.clear();
+  host_kv_lru_.clear();
+  gpu_snap_lru_.clear();
+  host_snap_lru_.clear();
+  destroy_subtree(root_);
+}
+
+Node* PrefixCache::new_node(Node* parent, std::span<const Token> tokens) {
+  void* mem = node_pool_.malloc();
+  if (mem == nullptr) throw std::bad_alloc();
+  Node* n = new (mem) Node;
+  n->parent = parent;
+  n->tokens.assign(tokens.begin(), tokens.end());
+  n->boundary = (parent ? parent->boundary : 0) + tokens.size();
+  if (parent) parent->children.emplace(n->first_page(config_.page_size), n);
+  ++node_count_;
+  return n;
+}
+
+void PrefixCache::destroy_subtree(Node* top) {
+  std::vector<Node*> stack{top};
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    for (auto& [key, child] : n->children) stack.push_back(child);
+    n->~Node();
+    node_pool_.free(n);
+    --node_count_;
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// tree walking
+
+Node* PrefixCache::find_child(const Node* n, std::span<const Token> tokens, std::size_t pos) const {
+  if (pos + config_.page_size > tokens.size()) return nullptr;
+  auto it = n->children.find(PageKey{tokens.data() + pos, config_.page_size});
+  return it == n->children.end() ? nullptr : it->second;
+}
+
+std::size_t PrefixCache::common_pages(const Node* n, std::span<const Token> tokens,
+                                      std::size_t pos) const {
+  const std::size_t avail = (tokens.size() - pos) / config_.page_size * config_.page_size;
+  const std::size_t len = std::min(n->tokens.size(), avail);
+  const Token* mine = n->tokens.data();
+  const Token* theirs = tokens.data() + pos;
+  // The common case is a full match: one vectorised memcmp, then find the page only if not.
+  if (std::memcmp(mine, theirs, len * sizeof(Token)) == 0) return len / config_.page_size;
+  auto [a, b] = std::mismatch(mine, mine + len, theirs);
+  return static_cast<std::size_t>(a - mine) / config_.page_size;
+}
+
+MatchResult PrefixCache::match(std::span<const Token> tokens) const {
+  MatchResult r;
+  std::size_t host_along = 0;
+  walk_kv_path(tokens, [&](const Node* c, std::size_t end) {
+    r.kv_tokens = end;
+    if (end != c->boundary) return;  // partial: no boundary inside a node
+    if (!c->has_gpu_kv() || c->kv_xfer == Xfer::kPromote) host_along += c->tokens.size();
+    if (c->has_snapshot()) {
+      r.usable_tokens = end;
+      r.host_tokens = host_along;
+      r.snapshot_on_gpu = c->gpu_snapshot.valid() && c->snap_xfer != Xfer::kPromote;
+    }
+  });
+  return r;
+}
+
+std::vector<Node*> PrefixCache::path_of(Node* n) const {
+  std::vector<Node*> path;
+  for (; n != nullptr && !n->is_root(); n = n->parent) path.push_back(n);
+  std::reverse(path.begin(), path.end());
+  return path;
+}
+
+// ---------------------------------------------------------------------------------------
+// residency bookkeeping
+
+void PrefixCache::set_gpu_pages(Node* n, std::vector<GpuPageId> pages) {
+  const bool had = n->has_gpu_kv();
+  if (n->lock_count > 0) locked_gpu_pages_ += pages.size() - n->gpu_pages.size();
+  n->gpu_pages = std::move(pages);
+  if (had != n->has_gpu_kv() && n->parent) {
+    n->has_gpu_kv() ? ++n->parent->gpu_kv_children : --n->parent->gpu_kv_children;
+    refresh(n->parent);
+  }
+  refresh(n);
+}
+
+void PrefixCache::set_host_pages(Node* n, std::vector<HostPageId> pages) {
+  const bool had = n->has_host_kv();
+  n->host_pages = std::move(pages);
+  if (had != n->has_host_kv() && n->parent) {
+    n->has_host_kv() ? ++n->parent->host_kv_children : --n->parent->host_kv_children;
+    refresh(n->parent);
+  }
+  refresh(n);
+  note_host_usage();
+}
+
+namespace {
+template <class List, class Hook>
+void sync(List& list, Node& n, Hook& hook, bool want) {
+  if (want && !hook.is_linked()) {
+    list.push_back(n);
+  } else if (!want && hook.is_linked()) {
+    list.erase(list.iterator_to(n));
+  }
+}
+template <class List, class Hook>
+void move_to_back(List& list, Node& n, Hook& hook) {
+  if (hook.is_linked()) {
+    list.erase(list.iterator_to(n));
+    list.push_back(n);
+  }
+}
+}  // namespace
+
+void PrefixCache::refresh(Node* n) {
+  sync(gpu_kv_lru_, *n, n->gpu_kv_hook, n->gpu_kv_evictable());
+  sync(host_kv_lru_, *n, n->host_kv_hook, n->host_kv_evictable());
+  sync(gpu_snap_lru_, *n, n->gpu_snap_hook, n->gpu_snapshot_evictable());
+  sync(host_snap_lru_, *n, n->host_snap_hook, n->host_snapshot_evictable());
+}
+
+void PrefixCache::touch(Node* n) {
+  n->last_access = ++clock_;
+  move_to_back(gpu_kv_lru_, *n, n->gpu_kv_hook);
+  move_to_back(host_kv_lru_, *n, n->host_kv_hook);
+  move_to_back(gpu_snap_lru_, *n, n->gpu_snap_hook);
+  move_to_back(host_snap_lru_, *n, n->host_snap_hook);
+}
+
+void PrefixCache::lock_path(Node* n) {
+  for (Node* p = n; p != nullptr; p = p->parent) {
+    if (p->lock_count++ == 0) locked_gpu_pages_ += p->gpu_pages.size();
+    refresh(p);
+  }
+}
+
+void PrefixCache::unlock_path(Node* n) {
+  for (Node* p = n; p != nullptr; p = p->parent) {
+    assert(p->lock_count > 0);
+    if (--p->lock_count == 0) locked_gpu_pages_ -= p->gpu_pages.size();
+    refresh(p);
+  }
+}
+
+void PrefixCache::remove_if_empty(Node* n, std::vector<const Node*>* removed) {
+  while (n != nullptr && !n->is_root() && n->children.empty() && n->lock_count == 0 &&
+         n->snapshot_lock == 0 && !n->has_kv() && n->kv_xfer == Xfer::kNone &&
+         n->snap_xfer == Xfer::kNone) {
+    // A snapshot without KV below it can never be used: it leaves with the node.
+    if (n->gpu_snapshot.valid()) drop_gpu_snapshot(n);
+    if (n->host_snapshot.valid()) drop_host_snapshot(n);
+    Node* parent = n->parent;
+    parent->children.erase(n->first_page(config_.page_size));
+    refresh(n);  // unlinks every hook: nothing is evictable any more
+    if (removed) removed->push_back(n);
+    n->~Node();
+    node_pool_.free(n);
+    --node_count_;
+    n = parent;
+  }
+}
+
+Node* PrefixCache::split(Node* n, std::size_t pages) {
+  assert(n->kv_xfer == Xfer::kNone && pages > 0 && pages < n->page_count(config_.page_size));
+  const std::size_t cut = pages * config_.page_size;
+  Node* parent = n->parent;
+  parent->children.erase(n->first_page(config_.page_size));
+  void* mem = node_pool_.malloc();
+  if (mem == nullptr) throw std::bad_alloc();
+  Node* upper = new (mem) Node;
+  ++node_count_;
+  upper->parent = parent;
+  upper->tokens.assign(n->tokens.begin(), n->tokens.begin() + cut);
+  upper->boundary = n->boundary - (n->tokens.size() - cut);
+  n->tokens.erase(n->tokens.begin(), n->tokens.begin() + cut);
+  if (n->has_gpu_kv()) {
+    upper->gpu_pages.assign(n->gpu_pages.begin(), n->gpu_pages.begin() + pages);
+    n->gpu_pages.erase(n->gpu_pages.begin(), n->gpu_pages.begin() + pages);
+    upper->gpu_kv_children = 1;
+  }
+  if (n->has_host_kv()) {
+    upper->host_pages.assign(n->host_pages.begin(), n->host_pages.begin() + pages);
+    n->host_pages.erase(n->host_pages.begin(), n->host_pages.begin() + pages);
+    upper->host_kv_children = 1;
+  }
+  upper->lock_count = n->lock_count;
+  upper->last_access = n->last_access;
+  n->parent = upper;
+  upper->children.emplace(n->first_page(config_.page_size), n);
+  parent->children.emplace(upper->first_page(config_.page_size), upper);
+  refresh(upper);
+  refresh(n);
+  return upper;
+}
+
+void PrefixCache::note_host_usage() {
+  const std::uint64_t bytes =
+      std::uint64_t{host_pages_.capacity() - host_pages_.free_count()} * config_.page_bytes +
+      std::uint64_t{host_slots_.capacity() - host_slots_.free_count()} * config_.snapshot_bytes;
+  stats_.host_bytes_peak = std::max(stats_.host_bytes_peak, bytes);
+}
+
+Occupancy PrefixCache::occupancy() const {
+  return {gpu_pages_.free_count(), host_pages_.free_count(), gpu_slots_.free_count(),
+          host_slots_.free_count(), node_count_};
+}
+
+}  // namespace radixtier

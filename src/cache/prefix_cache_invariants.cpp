@@ -1,0 +1,178 @@
+// PrefixCache::check_invariants(): rebuilds every count from the tree and compares, in the
+// spirit of an idle-time sanity check. Returns the first violation, or "" when all hold.
+#include <sstream>
+#include <unordered_map>
+
+#include "radixtier/cache/prefix_cache.hpp"
+
+namespace radixtier {
+
+namespace {
+
+/// Counts references to each id of one space and checks each id's recorded holder.
+template <class Id>
+class RefCounter {
+ public:
+  RefCounter(const IdPool<Id>& pool, const char* name)
+      : pool_(pool), name_(name), refs_(pool.capacity(), 0) {}
+
+  std::string add(Id id, Holder expected) {
+    if (!pool_.in_range(id)) return std::string(name_) + ": a node holds an out-of-range id";
+    if (++refs_[id.value()] > 1) {
+      std::ostringstream os;
+      os << name_ << ": " << id << " is held by two nodes";
+      return os.str();
+    }
+    if (pool_.holder(id) != expected) {
+      std::ostringstream os;
+      os << name_ << ": " << id << " is on a node but recorded as held by holder #"
+         << static_cast<int>(pool_.holder(id));
+      return os.str();
+    }
+    return {};
+  }
+
+  /// Every id recorded as held by a node or a transfer is referenced by exactly one node.
+  std::string finish() const {
+    if (std::string e = pool_.check(name_); !e.empty()) return e;
+    for (std::uint32_t i = 0; i < refs_.size(); ++i) {
+      const Holder h = pool_.holder(Id(i));
+      const bool tree_held = h == Holder::kNode || h == Holder::kTransfer;
+      if (tree_held != (refs_[i] == 1)) {
+        std::ostringstream os;
+        os << name_ << ": " << Id(i) << " is recorded as held by holder #" << static_cast<int>(h)
+           << " but " << refs_[i] << " nodes reference it";
+        return os.str();
+      }
+    }
+    return {};
+  }
+
+ private:
+  const IdPool<Id>& pool_;
+  const char* name_;
+  std::vector<std::uint32_t> refs_;
+};
+
+}  // namespace
+
+std::string PrefixCache::check_invariants() const {
+  const std::uint32_t ps = config_.page_size;
+  RefCounter<GpuPageId> gpu(gpu_pages_, "gpu pages");
+  RefCounter<HostPageId> host(host_pages_, "host pages");
+  RefCounter<GpuSlotId> gslots(gpu_slots_, "gpu snapshot slots");
+  RefCounter<HostSlotId> hslots(host_slots_, "host snapshot slots");
+
+  // Rule 3: lock counts rebuilt from the lock records.
+  std::unordered_map<const Node*, std::uint32_t> locks, snap_locks;
+  for (const auto& [id, rec] : locks_) {
+    for (const Node* p = rec.node; p != nullptr; p = p->parent) ++locks[p];
+    if (rec.snap_node) ++snap_locks[rec.snap_node];
+  }
+  std::size_t nodes = 0, locked_pages = 0;
+  std::size_t listed[4] = {0, 0, 0, 0};
+  std::vector<const Node*> stack{root_};
+  while (!stack.empty()) {
+    const Node* n = stack.back();
+    stack.pop_back();
+    ++nodes;
+    std::ostringstream where;
+    where << "node at boundary " << n->boundary << ": ";
+    auto fail = [&](const std::string& what) { return where.str() + what; };
+
+    if (n->is_root()) {
+      if (!n->tokens.empty() || n->has_kv() || n->has_snapshot())
+        return fail("the root holds data");
+    } else {
+      if (n->tokens.empty() || n->tokens.size() % ps != 0)
+        return fail("tokens are not whole pages");
+      if (n->boundary != n->parent->boundary + n->tokens.size()) return fail("wrong boundary");
+      auto it = n->parent->children.find(n->first_page(ps));
+      if (it == n->parent->children.end() || it->second != n)
+        return fail("not keyed in its parent");
+      const std::size_t np = n->page_count(ps);
+      if (n->has_gpu_kv() && n->gpu_pages.size() != np) return fail("GPU page count != pages");
+      if (n->has_host_kv() && n->host_pages.size() != np) return fail("host page count != pages");
+      if (n->children.empty() && n->lock_count == 0 && n->snapshot_lock == 0 && !n->has_kv() &&
+          n->kv_xfer == Xfer::kNone && n->snap_xfer == Xfer::kNone)
+        return fail("an empty leaf was left in the tree");
+    }
+    // Rule 2 and 5: each id in one place; ids of an in-flight copy are held by it.
+    const bool kv_to_host = n->kv_xfer == Xfer::kDemote || n->kv_xfer == Xfer::kWriteThrough;
+    const bool kv_to_gpu = n->kv_xfer == Xfer::kPromote;
+    if ((kv_to_host || kv_to_gpu) && !(n->has_gpu_kv() && n->has_host_kv()))
+      return fail("a KV copy is in flight without both ends");
+    for (GpuPageId id : n->gpu_pages)
+      if (auto e = gpu.add(id, kv_to_gpu ? Holder::kTransfer : Holder::kNode); !e.empty())
+        return fail(e);
+    for (HostPageId id : n->host_pages)
+      if (auto e = host.add(id, kv_to_host ? Holder::kTransfer : Holder::kNode); !e.empty())
+        return fail(e);
+    const bool snap_to_host = n->snap_xfer == Xfer::kDemote || n->snap_xfer == Xfer::kWriteThrough;
+    const bool snap_to_gpu = n->snap_xfer == Xfer::kPromote;
+    if ((snap_to_host || snap_to_gpu) && !(n->gpu_snapshot.valid() && n->host_snapshot.valid()))
+      return fail("a snapshot copy is in flight without both ends");
+    if (n->gpu_snapshot.valid())
+      if (auto e = gslots.add(n->gpu_snapshot, snap_to_gpu ? Holder::kTransfer : Holder::kNode);
+          !e.empty())
+        return fail(e);
+    if (n->host_snapshot.valid())
+      if (auto e = hslots.add(n->host_snapshot, snap_to_host ? Holder::kTransfer : Holder::kNode);
+          !e.empty())
+        return fail(e);
+    if (n->kv_xfer != Xfer::kNone) {
+      auto t = transfers_.find(n->kv_xfer_id);
+      if (t == transfers_.end()) return fail("KV copy in flight with no transfer record");
+    }
+    if (n->snap_xfer != Xfer::kNone && transfers_.find(n->snap_xfer_id) == transfers_.end())
+      return fail("snapshot copy in flight with no transfer record");
+
+    if (n->lock_count > 0) locked_pages += n->gpu_pages.size();
+    // Rule 3.
+    const auto lk = locks.find(n);
+    if (n->lock_count != (lk == locks.end() ? 0u : lk->second)) return fail("lock count is off");
+    const auto sl = snap_locks.find(n);
+    if (n->snapshot_lock != (sl == snap_locks.end() ? 0u : sl->second))
+      return fail("snapshot lock count is off");
+
+    std::uint32_t gpu_children = 0, host_children = 0;
+    for (const auto& [key, c] : n->children) {
+      if (c->parent != n) return fail("a child does not point back to its parent");
+      if (c->lock_count > n->lock_count) return fail("a child is locked more than its parent");
+      gpu_children += c->has_gpu_kv();
+      host_children += c->has_host_kv();
+      stack.push_back(c);
+    }
+    if (gpu_children != n->gpu_kv_children || host_children != n->host_kv_children)
+      return fail("child residency counters are off");
+
+    // Rule 4: on a list iff evictable there now.
+    const bool on[4] = {n->gpu_kv_hook.is_linked(), n->host_kv_hook.is_linked(),
+                        n->gpu_snap_hook.is_linked(), n->host_snap_hook.is_linked()};
+    const bool want[4] = {n->gpu_kv_evictable(), n->host_kv_evictable(),
+                          n->gpu_snapshot_evictable(), n->host_snapshot_evictable()};
+    static const char* kList[4] = {"GPU KV", "host KV", "GPU snapshot", "host snapshot"};
+    for (int i = 0; i < 4; ++i) {
+      if (on[i] != want[i])
+        return fail(std::string(kList[i]) + " LRU membership differs from evictability");
+      listed[i] += on[i];
+    }
+  }
+  if (nodes != node_count_) return "node count is off";
+  if (locked_pages != locked_gpu_pages_) return "locked GPU page count is off";
+  if (listed[0] != gpu_kv_lru_.size() || listed[1] != host_kv_lru_.size() ||
+      listed[2] != gpu_snap_lru_.size() || listed[3] != host_snap_lru_.size())
+    return "an LRU list holds a node that is not in the tree";
+  for (const std::string& e : {gpu.finish(), host.finish(), gslots.finish(), hslots.finish()})
+    if (!e.empty()) return e;
+  for (const auto& [id, t] : transfers_) {
+    for (const CopyOp& op : t.ops) {
+      const Xfer state = op.snapshot ? op.node->snap_xfer : op.node->kv_xfer;
+      const std::uint32_t xid = op.snapshot ? op.node->snap_xfer_id : op.node->kv_xfer_id;
+      if (state != op.kind || xid != id) return "a transfer record disagrees with its node";
+    }
+  }
+  return {};
+}
+
+}  // namespace radixtier

@@ -1,0 +1,429 @@
+// The request lifecycle of PrefixCache: admit, wait, allocate, insert, release.
+#include <algorithm>
+#include <sstream>
+
+#include "radixtier/cache/prefix_cache.hpp"
+
+namespace radixtier {
+
+namespace {
+template <class Id>
+std::string describe(Id id) {
+  std::ostringstream os;
+  os << id;
+  return os.str();
+}
+}  // namespace
+
+void PrefixCache::new_page_list() const {
+  if (page_stamp_.size() != gpu_pages_.capacity()) page_stamp_.assign(gpu_pages_.capacity(), 0);
+  if (++page_epoch_ == 0) {  // wrapped: forget every old stamp
+    std::fill(page_stamp_.begin(), page_stamp_.end(), 0);
+    page_epoch_ = 1;
+  }
+}
+
+bool PrefixCache::seen_before(GpuPageId id) const {
+  if (page_stamp_[id.value()] == page_epoch_) return true;
+  page_stamp_[id.value()] = page_epoch_;
+  return false;
+}
+
+Result<const PrefixCache::LockRecord*> PrefixCache::find_lock(LockId id) const {
+  auto it = locks_.find(id.value());
+  if (it == locks_.end()) {
+    return not_found(describe(id) + " is unknown (never admitted, or already released)");
+  }
+  return &it->second;
+}
+
+// ---------------------------------------------------------------------------------------
+// admission
+
+Result<Admission> PrefixCache::admit(std::span<const Token> prompt) {
+  if (prompt.empty()) return invalid_argument("admit: the prompt is empty");
+  poll();
+  // Rule 1: the last prompt token is always computed, so match on all but it.
+  const auto query = prompt.first(prompt.size() - 1);
+  std::vector<Node*> candidates;  // nodes with a snapshot on the KV-intact path, shallow first
+  std::size_t kv_tokens = 0;      // as match(): where the query leaves the cached KV path
+  walk_kv_path(query, [&](const Node* c, std::size_t end) {
+    kv_tokens = end;
+    if (end == c->boundary && c->has_snapshot()) candidates.push_back(const_cast<Node*>(c));
+  });
+  ++stats_.admissions;
+  stats_.requested_tokens += query.size();
+  // Deepest first; a candidate whose promotion cannot get GPU room falls back to a
+  // shallower one (less reuse, never a wrong one).
+  for (auto it = candidates.rbegin(); it != candidates.rend(); ++it) {
+    if (auto a = try_admit_at(*it)) {
+      a->kv_tokens = kv_tokens;
+      return *a;
+    }
+  }
+  const LockId id(next_free_id(next_lock_, locks_));
+  locks_.emplace(id.value(), LockRecord{root_, nullptr});
+  lock_path(root_);
+  Admission a;
+  a.lock = id;
+  a.kv_tokens = kv_tokens;
+  return a;
+}
+
+std::optional<Admission> PrefixCache::try_admit_at(Node* target) {
+  lock_path(target);
+  ++target->snapshot_lock;
+  refresh(target);
+  auto undo = [&] {
+    --target->snapshot_lock;
+    refresh(target);
+    unlock_path(target);
+  };
+  const std::vector<Node*> path = path_of(target);
+  std::size_t need_pages = 0;
+  for (Node* n : path) {
+    if (!n->has_gpu_kv()) need_pages += n->page_count(config_.page_size);
+  }
+  const bool need_slot = !target->gpu_snapshot.valid();
+  if ((need_pages > 0 && !make_gpu_page_room(need_pages)) || (need_slot && !make_gpu_slot_room())) {
+    undo();
+    return std::nullopt;
+  }
+  // Making room waits on transfers; a failed one may have turned part of this path into a
+  // tombstone. Re-check before planning.
+  for (Node* n : path) {
+    if (!n->has_kv()) {
+      undo();
+      return std::nullopt;
+    }
+  }
+  if (!target->has_snapshot()) {
+    undo();
+    return std::nullopt;
+  }
+  PendingBatch promote;
+  promote.batch.direction = Direction::kHostToDevice;
+  Admission a;
+  for (Node* n : path) {
+    if (n->has_gpu_kv()) {
+      (n->kv_xfer == Xfer::kPromote ? a.host_tokens : a.gpu_tokens) += n->tokens.size();
+      continue;
+    }
+    std::vector<GpuPageId> dst;
+    for (HostPageId h : n->host_pages) {
+      dst.push_back(*gpu_pages_.take(Holder::kTransfer));
+      promote.batch.pages.push_back({dst.back(), h});
+    }
+    n->kv_xfer = Xfer::kPromote;
+    set_gpu_pages(n, std::move(dst));
+    promote.ops.push_back({n, false, Xfer::kPromote});
+    a.host_tokens += n->tokens.size();
+  }
+  if (!target->gpu_snapshot.valid()) {
+    target->gpu_snapshot = *gpu_slots_.take(Holder::kTransfer);
+    target->snap_xfer = Xfer::kPromote;
+    promote.batch.snapshots.push_back({target->gpu_snapshot, target->host_snapshot});
+    promote.ops.push_back({target, true, Xfer::kPromote});
+    refresh(target);
+    a.snapshot_from_host = true;
+  }
+  submit_batch(std::move(promote));
+  for (Node* n : path) touch(n);
+  const LockId id(next_free_id(next_lock_, locks_));
+  locks_.emplace(id.value(), LockRecord{target, target});
+  a.lock = id;
+  a.cached_tokens = target->boundary;
+  a.promoting = poll(id) == TransferState::kPending;
+  stats_.hit_tokens_gpu += a.gpu_tokens;
+  stats_.hit_tokens_host += a.host_tokens;
+  return a;
+}
+
+TransferState PrefixCache::poll(LockId lock) {
+  auto rec = find_lock(lock);
+  if (!rec) return TransferState::kFailed;
+  poll();
+  const LockRecord& r = **rec;
+  bool pending = false, lost = false;
+  for (Node* n = r.node; n != nullptr && !n->is_root(); n = n->parent) {
+    pending |= n->kv_xfer == Xfer::kPromote;
+    lost |= !n->has_gpu_kv();
+  }
+  if (r.snap_node) {
+    pending |= r.snap_node->snap_xfer == Xfer::kPromote;
+    lost |= !r.snap_node->gpu_snapshot.valid();
+  }
+  if (lost) return TransferState::kFailed;
+  return pending ? TransferState::kPending : TransferState::kDone;
+}
+
+Status PrefixCache::wait(LockId lock) {
+  auto rec = find_lock(lock);
+  if (!rec) return rec.status();
+  const LockRecord& r = **rec;
+  for (Node* n = r.node; n != nullptr && !n->is_root(); n = n->parent) {
+    if (n->kv_xfer == Xfer::kPromote) wait_transfer(n->kv_xfer_id);
+  }
+  if (r.snap_node && r.snap_node->snap_xfer == Xfer::kPromote) {
+    wait_transfer(r.snap_node->snap_xfer_id);
+  }
+  if (poll(lock) == TransferState::kFailed) {
+    return {ErrorCode::kTransferFailed,
+            "promotion of the matched prefix failed; it degraded to recompute: release this "
+            "lock and admit again"};
+  }
+  return Status::ok();
+}
+
+Result<std::vector<GpuPageId>> PrefixCache::path_pages(LockId lock) const {
+  auto rec = find_lock(lock);
+  if (!rec) return rec.status();
+  std::vector<GpuPageId> pages;
+  for (Node* n : path_of((*rec)->node)) {
+    if (!n->has_gpu_kv() || n->kv_xfer == Xfer::kPromote) {
+      return Status(ErrorCode::kFailedPrecondition,
+                    "path_pages: the prefix is not on GPU yet (wait() for the promotion; if it "
+                    "failed, release and admit again)");
+    }
+    pages.insert(pages.end(), n->gpu_pages.begin(), n->gpu_pages.end());
+  }
+  return pages;
+}
+
+Result<GpuSlotId> PrefixCache::path_snapshot(LockId lock) const {
+  auto rec = find_lock(lock);
+  if (!rec) return rec.status();
+  const Node* n = (*rec)->snap_node;
+  if (n == nullptr) return not_found("path_snapshot: the admission matched nothing");
+  if (!n->gpu_snapshot.valid() || n->snap_xfer == Xfer::kPromote) {
+    return Status(ErrorCode::kFailedPrecondition,
+                  "path_snapshot: the snapshot is not on GPU yet (wait() for the promotion)");
+  }
+  return n->gpu_snapshot;
+}
+
+// ---------------------------------------------------------------------------------------
+// allocation for running requests
+
+Result<std::vector<GpuPageId>> PrefixCache::alloc_pages(std::size_t n) {
+  if (n > gpu_pages_.capacity()) {
+    return invalid_argument("alloc_pages: " + std::to_string(n) +
+                            " pages asked, the GPU pool has " +
+                            std::to_string(gpu_pages_.capacity()));
+  }
+  poll();
+  if (Status s = make_gpu_page_room(n); !s) return s;
+  std::vector<GpuPageId> pages;
+  pages.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) pages.push_back(*gpu_pages_.take(Holder::kRequest));
+  return pages;
+}
+
+Result<GpuSlotId> PrefixCache::alloc_snapshot_slot() {
+  poll();
+  if (Status s = make_gpu_slot_room(); !s) return s;
+  return *gpu_slots_.take(Holder::kRequest);
+}
+
+Status PrefixCache::free_pages(std::span<const GpuPageId> pages) {
+  new_page_list();
+  for (GpuPageId id : pages) {
+    if (!gpu_pages_.in_range(id))
+      return invalid_argument("free_pages: " + describe(id) + " out of range");
+    if (gpu_pages_.holder(id) != Holder::kRequest) {
+      return invalid_argument("free_pages: " + describe(id) +
+                              " is not held by a request (double release?)");
+    }
+    if (seen_before(id)) return invalid_argument("free_pages: " + describe(id) + " listed twice");
+  }
+  for (GpuPageId id : pages) gpu_pages_.give_back(id);
+  return Status::ok();
+}
+
+Status PrefixCache::free_snapshot_slot(GpuSlotId slot) {
+  if (!gpu_slots_.in_range(slot))
+    return invalid_argument("free_snapshot_slot: " + describe(slot) + " out of range");
+  if (gpu_slots_.holder(slot) != Holder::kRequest) {
+    return invalid_argument("free_snapshot_slot: " + describe(slot) +
+                            " is not held by a request (double release?)");
+  }
+  gpu_slots_.give_back(slot);
+  return Status::ok();
+}
+
+// ---------------------------------------------------------------------------------------
+// insert
+
+Status PrefixCache::validate_insert(const LockRecord& rec, std::span<const Token> tokens,
+                                    std::span<const GpuPageId> pages,
+                                    std::optional<GpuSlotId> snapshot) const {
+  const std::uint32_t ps = config_.page_size;
+  if (tokens.size() % ps != 0) {
+    return invalid_argument("insert: " + std::to_string(tokens.size()) +
+                            " tokens is not a whole number of pages of " + std::to_string(ps));
+  }
+  if (pages.size() != tokens.size() / ps) {
+    return invalid_argument("insert: " + std::to_string(pages.size()) + " pages for " +
+                            std::to_string(tokens.size() / ps) + " pages of tokens");
+  }
+  if (tokens.size() < rec.node->boundary) {
+    return invalid_argument("insert: the tokens end before the request's locked prefix");
+  }
+  if (snapshot) {
+    if (tokens.empty()) return invalid_argument("insert: the root takes no snapshot");
+    if (!gpu_slots_.in_range(*snapshot))
+      return invalid_argument("insert: " + describe(*snapshot) + " out of range");
+    if (gpu_slots_.holder(*snapshot) != Holder::kRequest)
+      return invalid_argument("insert: " + describe(*snapshot) + " is not held by a request");
+  }
+  new_page_list();
+  for (GpuPageId id : pages) {
+    if (!gpu_pages_.in_range(id))
+      return invalid_argument("insert: " + describe(id) + " out of range");
+    if (seen_before(id)) return invalid_argument("insert: " + describe(id) + " listed twice");
+  }
+  // Walk what the tree already has: the locked path must be a prefix of `tokens`, and a page
+  // the caller does not hold must be the tree's own page at that very position.
+  const Node* n = root_;
+  std::size_t pos = 0;
+  bool on_lock_path = true;
+  for (;;) {
+    if (n == rec.node) {
+      on_lock_path = false;
+    } else if (on_lock_path && n->boundary >= rec.node->boundary) {
+      return invalid_argument("insert: the tokens do not extend the request's locked prefix");
+    }
+    const Node* c = find_child(n, tokens, pos);
+    const std::size_t k = c ? common_pages(c, tokens, pos) : 0;
+    if (on_lock_path && (c == nullptr || k < c->page_count(ps))) {
+      return invalid_argument("insert: the tokens do not extend the request's locked prefix");
+    }
+    if (c == nullptr) break;
+    for (std::size_t i = 0; i < k; ++i) {
+      const GpuPageId id = pages[pos / ps + i];
+      const bool tree_page =
+          c->has_gpu_kv() && c->kv_xfer != Xfer::kPromote && c->gpu_pages[i] == id;
+      if (!tree_page && gpu_pages_.holder(id) != Holder::kRequest) {
+        return invalid_argument("insert: " + describe(id) + " at page " +
+                                std::to_string(pos / ps + i) +
+                                " is neither the caller's nor the tree's page there");
+      }
+    }
+    if (k < c->page_count(ps)) {
+      pos += k * ps;
+      break;
+    }
+    pos += c->tokens.size();
+    n = c;
+  }
+  for (std::size_t i = pos / ps; i < pages.size(); ++i) {
+    if (gpu_pages_.holder(pages[i]) != Holder::kRequest) {
+      return invalid_argument("insert: " + describe(pages[i]) + " at page " + std::to_string(i) +
+                              " is not held by a request");
+    }
+  }
+  return Status::ok();
+}
+
+Result<InsertResult> PrefixCache::insert(LockId lock, std::span<const Token> tokens,
+                                         std::span<const GpuPageId> pages,
+                                         std::optional<GpuSlotId> snapshot) {
+  auto found = find_lock(lock);
+  if (!found) return found.status();
+  LockRecord& rec = locks_.at(lock.value());
+  // Rule 8: reject bad input before anything changes (settling below may run copies).
+  if (Status s = validate_insert(rec, tokens, pages, snapshot); !s) return s;
+  poll();
+  const std::uint32_t ps = config_.page_size;
+
+  // The node this insert will split (if any) must not be mid-copy: let its copy finish
+  // first. The walk goes through tombstones, as the insert below does.
+  for (;;) {
+    Node* busy = nullptr;
+    Node* n = root_;
+    for (std::size_t pos = 0; Node* c = find_child(n, tokens, pos); n = c) {
+      const std::size_t k = common_pages(c, tokens, pos);
+      if (k < c->page_count(ps)) {
+        if (c->kv_xfer != Xfer::kNone) busy = c;
+        break;
+      }
+      pos += c->tokens.size();
+    }
+    if (busy == nullptr) break;
+    wait_transfer(busy->kv_xfer_id);
+  }
+  // Validate again after settling: a copy that finished may have changed which pages the
+  // tree holds.
+  if (Status s = validate_insert(rec, tokens, pages, snapshot); !s) return s;
+
+  InsertResult out;
+  std::vector<Node*> adopted;
+  Node* n = root_;
+  std::size_t pos = 0;
+  while (pos < tokens.size()) {
+    const auto mine = pages.subspan(pos / ps);
+    Node* c = find_child(n, tokens, pos);
+    if (c == nullptr) {
+      c = new_node(n, tokens.subspan(pos));
+    } else if (std::size_t k = common_pages(c, tokens, pos); k < c->page_count(ps)) {
+      c = split(c, k);
+    }
+    const auto seg = mine.first(c->page_count(ps));
+    if (c->has_gpu_kv()) {
+      // Duplicate: the tree keeps its pages (or the ones a promotion is filling); the
+      // caller keeps its own and frees them when done.
+      for (std::size_t i = 0; i < seg.size(); ++i) {
+        if (seg[i] != c->gpu_pages[i]) out.not_taken.push_back(seg[i]);
+      }
+    } else {
+      // New node, tombstone or host-only node: adopt the caller's freshly computed pages.
+      for (GpuPageId id : seg) gpu_pages_.reassign(id, Holder::kNode);
+      set_gpu_pages(c, std::vector<GpuPageId>(seg.begin(), seg.end()));
+      adopted.push_back(c);
+    }
+    pos += c->tokens.size();
+    n = c;
+  }
+  if (snapshot) {
+    if (n->gpu_snapshot.valid()) {
+      // Duplicate snapshot: the tree keeps its own.
+    } else {
+      gpu_slots_.reassign(*snapshot, Holder::kNode);
+      n->gpu_snapshot = *snapshot;
+      out.snapshot_taken = true;
+      ++stats_.snapshots_inserted;
+    }
+  }
+  // The lock follows the request down to its new boundary.
+  if (n != rec.node) {
+    lock_path(n);
+    unlock_path(rec.node);
+    rec.node = n;
+  }
+  for (Node* a : adopted) touch(a);
+  touch(n);
+  refresh(n);
+  if (config_.write_policy == WritePolicy::kWriteThrough) {
+    write_through(adopted, out.snapshot_taken ? n : nullptr);
+  }
+  return out;
+}
+
+Status PrefixCache::release(LockId lock) {
+  auto found = find_lock(lock);
+  if (!found) return found.status();
+  const LockRecord rec = **found;
+  locks_.erase(lock.value());
+  if (rec.snap_node) {
+    --rec.snap_node->snapshot_lock;
+    refresh(rec.snap_node);
+  }
+  unlock_path(rec.node);
+  // A promotion that failed while locked left tombstones on this path; they can go now.
+  // snap_node is rec.node or one of its ancestors (insert only moves the lock down), so the
+  // walk up from rec.node covers it, and may free it: it must not be touched again.
+  remove_if_empty(rec.node);
+  return Status::ok();
+}
+
+}  // namespace radixtier

@@ -1,0 +1,259 @@
+#include "radixtier/transfer/host_transfer_engine.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+
+namespace radixtier {
+
+HostArenas::HostArenas(const CacheConfig& c)
+    : page_bytes_(c.page_bytes),
+      snapshot_bytes_(c.snapshot_bytes),
+      gpu_pages_(c.gpu_pages),
+      host_pages_(c.host_pages),
+      gpu_slots_(c.gpu_snapshot_slots),
+      host_slots_(c.host_snapshot_slots),
+      gpu_kv_(std::size_t{c.gpu_pages} * c.page_bytes),
+      host_kv_(std::size_t{c.host_pages} * c.page_bytes),
+      gpu_snap_(std::size_t{c.gpu_snapshot_slots} * c.snapshot_bytes),
+      host_snap_(std::size_t{c.host_snapshot_slots} * c.snapshot_bytes) {}
+
+std::span<std::byte> HostArenas::gpu_page(GpuPageId id) {
+  assert(id.value() < gpu_pages_);
+  return {gpu_kv_.data() + std::size_t{id.value()} * page_bytes_, page_bytes_};
+}
+std::span<std::byte> HostArenas::host_page(HostPageId id) {
+  assert(id.value() < host_pages_);
+  return {host_kv_.data() + std::size_t{id.value()} * page_bytes_, page_bytes_};
+}
+std::span<std::byte> HostArenas::gpu_snapshot(GpuSlotId id) {
+  assert(id.value() < gpu_slots_);
+  return {gpu_snap_.data() + std::size_t{id.value()} * snapshot_bytes_, snapshot_bytes_};
+}
+std::span<std::byte> HostArenas::host_snapshot(HostSlotId id) {
+  assert(id.value() < host_slots_);
+  return {host_snap_.data() + std::size_t{id.value()} * snapshot_bytes_, snapshot_bytes_};
+}
+
+HostTransferEngine::HostTransferEngine(HostArenas& memory, std::size_t slice_pages, Mode mode)
+    : memory_(memory), slice_pages_(std::max<std::size_t>(1, slice_pages)), mode_(mode) {
+  const std::size_t staging = slice_pages_ * memory_.page_bytes();
+  staging_d2h_.resize(staging);
+  staging_h2d_.resize(staging);
+  stats_.staging_bytes = 2 * staging;
+  if (mode_ == Mode::kThreaded) worker_ = std::thread([this] { worker_loop(); });
+}
+
+HostTransferEngine::~HostTransferEngine() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+}
+
+Status HostTransferEngine::validate(const TransferBatch& b) const {
+  std::ostringstream err;
+  for (const auto& p : b.pages) {
+    if (p.gpu.value() >= memory_.gpu_pages()) err << p.gpu << " out of range; ";
+    if (p.host.value() >= memory_.host_pages()) err << p.host << " out of range; ";
+  }
+  for (const auto& s : b.snapshots) {
+    if (s.gpu.value() >= memory_.gpu_slots()) err << s.gpu << " out of range; ";
+    if (s.host.value() >= memory_.host_slots()) err << s.host << " out of range; ";
+  }
+  if (err.tellp() > 0) return invalid_argument("transfer batch rejected: " + err.str());
+  return Status::ok();
+}
+
+Result<Ticket> HostTransferEngine::submit(TransferBatch batch) {
+  if (Status s = validate(batch); !s) return s;
+  TicketId id;
+  {
+    std::lock_guard lock(mu_);
+    id = TicketId(next_id_++);
+    Job job{std::move(batch)};
+    const std::uint64_t n = submissions_++;
+    auto it = std::find(fail_submissions_.begin(), fail_submissions_.end(), n);
+    if (it != fail_submissions_.end()) {
+      job.fail = true;
+      fail_submissions_.erase(it);
+    }
+    jobs_.emplace(id, std::move(job));
+    queue_.push_back(id);
+    ++stats_.batches;
+  }
+  cv_.notify_all();
+  return Ticket(this, id);
+}
+
+TransferState HostTransferEngine::poll(TicketId id) {
+  std::lock_guard lock(mu_);
+  auto it = jobs_.find(id);
+  return it == jobs_.end() ? TransferState::kFailed : it->second.state;
+}
+
+TransferState HostTransferEngine::wait(TicketId id) {
+  std::unique_lock lock(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return TransferState::kFailed;
+  // Manual mode runs the copy here unless another caller is already running it; then (and
+  // in threaded mode) wait for whoever runs it.
+  if (mode_ == Mode::kManual && it->second.state == TransferState::kPending &&
+      !it->second.running) {
+    run_job(lock, id);
+  }
+  cv_.wait(lock, [&] { return jobs_.at(id).state != TransferState::kPending; });
+  return jobs_.at(id).state;
+}
+
+void HostTransferEngine::release(TicketId id) {
+  std::lock_guard lock(mu_);
+  auto it = jobs_.find(id);
+  if (it != jobs_.end() && it->second.state != TransferState::kPending) jobs_.erase(it);
+}
+
+void HostTransferEngine::fail_ticket(TicketId id) {
+  std::lock_guard lock(mu_);
+  if (auto it = jobs_.find(id); it != jobs_.end()) it->second.fail = true;
+}
+
+void HostTransferEngine::fail_nth_submission(std::uint64_t n) {
+  std::lock_guard lock(mu_);
+  fail_submissions_.push_back(submissions_ + n);
+}
+
+void HostTransferEngine::delay_ticket(TicketId id) {
+  std::lock_guard lock(mu_);
+  if (auto it = jobs_.find(id); it != jobs_.end()) it->second.delayed = true;
+}
+
+void HostTransferEngine::resume(TicketId id) {
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = jobs_.find(id); it != jobs_.end()) it->second.delayed = false;
+  }
+  cv_.notify_all();
+}
+
+std::vector<TicketId> HostTransferEngine::pending() const {
+  std::lock_guard lock(mu_);
+  std::vector<TicketId> out;
+  for (TicketId id : queue_) out.push_back(id);
+  return out;
+}
+
+bool HostTransferEngine::complete(TicketId id) {
+  std::unique_lock lock(mu_);
+  if (mode_ != Mode::kManual) return false;
+  auto it = jobs_.find(id);
+  if (it == jobs_.end() || it->second.state != TransferState::kPending || it->second.running)
+    return false;
+  run_job(lock, id);
+  return true;
+}
+
+HostEngineStats HostTransferEngine::stats() const {
+  std::lock_guard lock(mu_);
+  return stats_;
+}
+
+// Called with mu_ held; releases it while bytes move.
+void HostTransferEngine::run_job(std::unique_lock<std::mutex>& lock, TicketId id) {
+  Job& job = jobs_.at(id);
+  job.running = true;
+  queue_.erase(std::find(queue_.begin(), queue_.end(), id));
+  const bool fail = job.fail;
+  const TransferBatch* batch = &job.batch;  // stable: unordered_map nodes do not move
+  lock.unlock();
+  const bool ok = run_copy(*batch, fail);
+  lock.lock();
+  Job& done = jobs_.at(id);
+  done.running = false;
+  done.state = ok ? TransferState::kDone : TransferState::kFailed;
+  const std::size_t bytes = done.batch.pages.size() * memory_.page_bytes() +
+                            done.batch.snapshots.size() * memory_.snapshot_bytes();
+  if (!ok) ++stats_.failed;
+  (done.batch.direction == Direction::kDeviceToHost ? stats_.bytes_d2h : stats_.bytes_h2d) +=
+      ok ? bytes : 0;
+  cv_.notify_all();
+}
+
+void HostTransferEngine::worker_loop() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    TicketId next;
+    cv_.wait(lock, [&] {
+      if (stop_) return true;
+      for (TicketId id : queue_) {
+        if (!jobs_.at(id).delayed) {
+          next = id;
+          return true;
+        }
+      }
+      return false;
+    });
+    if (stop_) return;
+    run_job(lock, next);
+  }
+}
+
+void HostTransferEngine::copy_sliced(std::span<const std::byte> src, std::span<std::byte> dst,
+                                     std::vector<std::byte>& staging) {
+  for (std::size_t off = 0; off < src.size(); off += staging.size()) {
+    const std::size_t n = std::min(staging.size(), src.size() - off);
+    std::memcpy(staging.data(), src.data() + off, n);
+    std::memcpy(dst.data() + off, staging.data(), n);
+  }
+}
+
+bool HostTransferEngine::run_copy(const TransferBatch& b, bool fail) {
+  std::lock_guard copy_lock(copy_mu_);
+  const bool d2h = b.direction == Direction::kDeviceToHost;
+  auto& staging = d2h ? staging_d2h_ : staging_h2d_;
+  const std::size_t pb = memory_.page_bytes();
+  std::uint64_t slices = 0;
+  auto page_src = [&](const PageCopy& p) {
+    return d2h ? memory_.gpu_page(p.gpu) : memory_.host_page(p.host);
+  };
+  auto page_dst = [&](const PageCopy& p) {
+    return d2h ? memory_.host_page(p.host) : memory_.gpu_page(p.gpu);
+  };
+  // Pages: slices of at most slice_pages_ pages, each staged whole.
+  for (std::size_t first = 0; first < b.pages.size(); first += slice_pages_) {
+    const std::size_t last = std::min(b.pages.size(), first + slice_pages_);
+    for (std::size_t i = first; i < last; ++i) {
+      std::memcpy(staging.data() + (i - first) * pb, page_src(b.pages[i]).data(), pb);
+    }
+    for (std::size_t i = first; i < last; ++i) {
+      std::memcpy(page_dst(b.pages[i]).data(), staging.data() + (i - first) * pb, pb);
+    }
+    ++slices;
+    if (fail) break;
+  }
+  for (const auto& s : b.snapshots) {
+    if (fail) break;
+    auto src = d2h ? memory_.gpu_snapshot(s.gpu) : memory_.host_snapshot(s.host);
+    auto dst = d2h ? memory_.host_snapshot(s.host) : memory_.gpu_snapshot(s.gpu);
+    copy_sliced(src, dst, staging);
+    slices += (src.size() + staging.size() - 1) / std::max<std::size_t>(1, staging.size());
+  }
+  if (fail) {
+    // A failed copy leaves garbage behind: poison every destination so that any use of
+    // these bytes is caught by the byte checks.
+    for (const auto& p : b.pages) {
+      auto dst = page_dst(p);
+      std::fill(dst.begin(), dst.end(), kPoison);
+    }
+    for (const auto& s : b.snapshots) {
+      auto dst = d2h ? memory_.host_snapshot(s.host) : memory_.gpu_snapshot(s.gpu);
+      std::fill(dst.begin(), dst.end(), kPoison);
+    }
+  }
+  std::lock_guard lock(mu_);
+  stats_.slices += slices;
+  return !fail;
+}
+
+}  // namespace radixtier
