@@ -183,19 +183,19 @@ struct Release : Cmd {
 struct Pressure : Cmd {
   std::size_t pages = *rc::gen::inRange<std::size_t>(1, 33);
   void run(const Model&, Sut& s) const override {
-    auto got = s.h.cache->alloc_pages(pages);
+    auto got = s.h.cache->alloc_pages(s.h.side_lock(), pages);
     check_invariants(s);
     if (got) {
       for (GpuPageId p : *got) {  // scribble: freed pages must never be read as cached
         auto bytes = s.h.memory.gpu_page(p);
         std::fill(bytes.begin(), bytes.end(), std::byte{0xA5});
       }
-      RC_ASSERT(s.h.cache->free_pages(*got).is_ok());
+      RC_ASSERT(s.h.cache->free_pages(s.h.side_lock(), *got).is_ok());
     } else {
       RC_ASSERT(got.status().code() == ErrorCode::kOutOfMemory);
     }
-    auto slot = s.h.cache->alloc_snapshot_slot();
-    if (slot) RC_ASSERT(s.h.cache->free_snapshot_slot(*slot).is_ok());
+    auto slot = s.h.cache->alloc_snapshot_slot(s.h.side_lock());
+    if (slot) RC_ASSERT(s.h.cache->free_snapshot_slot(s.h.side_lock(), *slot).is_ok());
     check_invariants(s);
   }
   void show(std::ostream& os) const override { os << "Pressure(" << pages << " pages)"; }

@@ -48,6 +48,7 @@ struct Harness {
   HostArenas memory;
   HostTransferEngine engine;
   std::unique_ptr<PrefixCache> cache;
+  LockId side_;
 
   explicit Harness(const CacheConfig& c,
                    HostTransferEngine::Mode mode = HostTransferEngine::Mode::kManual)
@@ -58,6 +59,19 @@ struct Harness {
   }
 
   std::uint32_t ps() const { return config.page_size; }
+
+  /// The lock of a "side request" that holds pages and slots a test allocates to put the
+  /// cache under pressure (allocation belongs to a request, rule 9). Admitted on first use
+  /// with a one-token prompt, so it matches nothing and pins only the root.
+  LockId side_lock() {
+    if (!side_.valid()) {
+      const Token t[] = {-1};
+      auto a = cache->admit(t);
+      if (!a) throw std::runtime_error(a.status().to_string());
+      side_ = a->lock;
+    }
+    return side_;
+  }
 
   /// Page i of `tokens` as the model would write it.
   void fill_page(GpuPageId id, std::span<const Token> tokens, std::size_t page) {
@@ -124,7 +138,7 @@ struct Harness {
     std::size_t done = table.size();
     while (done < whole) {
       const std::size_t n = std::min(chunk_pages, whole - done);
-      auto pages = cache->alloc_pages(n);
+      auto pages = cache->alloc_pages(a.lock, n);
       if (!pages) {
         out.error = pages.status().to_string();
         break;
@@ -138,7 +152,7 @@ struct Harness {
       const std::size_t boundary = done * ps();
       std::optional<GpuSlotId> snap;
       if (std::find(snapshot_at.begin(), snapshot_at.end(), boundary) != snapshot_at.end()) {
-        auto slot = cache->alloc_snapshot_slot();
+        auto slot = cache->alloc_snapshot_slot(a.lock);
         if (slot) {
           fill_snapshot(*slot, prompt.first(boundary));
           snap = *slot;
@@ -147,7 +161,7 @@ struct Harness {
       auto ins = cache->insert(a.lock, prompt.first(boundary), table, snap);
       if (!ins) {
         out.error = ins.status().to_string();
-        if (snap) (void)cache->free_snapshot_slot(*snap);
+        if (snap) (void)cache->free_snapshot_slot(a.lock, *snap);
         break;
       }
       // Pages the tree adopted are no longer ours.
@@ -156,9 +170,9 @@ struct Harness {
         if (std::find(ins->not_taken.begin(), ins->not_taken.end(), p) != ins->not_taken.end())
           keep.push_back(p);
       mine = keep;
-      if (snap && !ins->snapshot_taken) (void)cache->free_snapshot_slot(*snap);
+      if (snap && !ins->snapshot_taken) (void)cache->free_snapshot_slot(a.lock, *snap);
     }
-    (void)cache->free_pages(mine);
+    (void)cache->free_pages(a.lock, mine);
     (void)cache->release(a.lock);
     return out;
   }

@@ -105,7 +105,7 @@ struct Rig {
     const std::size_t aligned = prompt.size() / kPage * kPage;
     std::vector<GpuPageId> table = cache->path_pages(a.lock).value();
     const std::size_t have = table.size();
-    auto fresh = cache->alloc_pages(aligned / kPage - have);
+    auto fresh = cache->alloc_pages(a.lock, aligned / kPage - have);
     EXPECT_TRUE(fresh.is_ok()) << fresh.status().to_string();
     for (std::size_t i = 0; i < fresh->size(); ++i) {
       fill(arenas.gpu_page((*fresh)[i]), prefix_hash(prompt, (have + i + 1) * kPage), kKvSalt);
@@ -113,16 +113,16 @@ struct Rig {
     }
     std::optional<GpuSlotId> slot;
     if (with_snapshot && aligned > 0) {
-      auto s = cache->alloc_snapshot_slot();
+      auto s = cache->alloc_snapshot_slot(a.lock);
       EXPECT_TRUE(s.is_ok()) << s.status().to_string();
       slot = *s;
       fill(arenas.gpu_snapshot(*slot), prefix_hash(prompt, aligned), kSnapSalt);
     }
     auto ins = cache->insert(a.lock, prompt.first(aligned), table, slot);
     EXPECT_TRUE(ins.is_ok()) << ins.status().to_string();
-    EXPECT_TRUE(cache->free_pages(ins->not_taken).is_ok());
+    EXPECT_TRUE(cache->free_pages(a.lock, ins->not_taken).is_ok());
     if (slot && !ins->snapshot_taken) {
-      EXPECT_TRUE(cache->free_snapshot_slot(*slot).is_ok());
+      EXPECT_TRUE(cache->free_snapshot_slot(a.lock, *slot).is_ok());
     }
     EXPECT_TRUE(cache->release(a.lock).is_ok());
     EXPECT_EQ(cache->check_invariants(), "");
@@ -337,7 +337,7 @@ TEST(IndexTier, BadInputsGiveClearErrorsAndChangeNothing) {
   auto admitted = rig.cache->admit(seq(2, 3 * kPage + 1));
   ASSERT_TRUE(admitted.is_ok());
   const LockId lock = admitted->lock;
-  auto mine = rig.cache->alloc_pages(3);
+  auto mine = rig.cache->alloc_pages(lock, 3);
   ASSERT_TRUE(mine.is_ok());
   const std::size_t free_pages = rig.cache->gpu_pages_free();
   const std::size_t free_slots = rig.cache->gpu_slots_free();
@@ -392,19 +392,42 @@ TEST(IndexTier, BadInputsGiveClearErrorsAndChangeNothing) {
             ErrorCode::kInvalidArgument);
   EXPECT_TRUE(rig.cache->release(on_a->lock).is_ok());
   // free ids the caller does not own
-  EXPECT_EQ(rig.cache->free_pages(std::vector{GpuPageId(5000)}).code(),
+  EXPECT_EQ(rig.cache->free_pages(lock, std::vector{GpuPageId(5000)}).code(),
             ErrorCode::kInvalidArgument);
-  EXPECT_EQ(rig.cache->free_pages(stolen).code(), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(rig.cache->free_pages(dup).code(), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(rig.cache->free_snapshot_slot(GpuSlotId(9)).code(), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(rig.cache->free_snapshot_slot(GpuSlotId(0)).code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(rig.cache->free_pages(lock, stolen).code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(rig.cache->free_pages(lock, dup).code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(rig.cache->free_snapshot_slot(lock, GpuSlotId(9)).code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(rig.cache->free_snapshot_slot(lock, GpuSlotId(0)).code(), ErrorCode::kInvalidArgument);
   expect_unchanged();
 
   // double release
-  EXPECT_TRUE(rig.cache->free_pages(*mine).is_ok());
-  EXPECT_EQ(rig.cache->free_pages(*mine).code(), ErrorCode::kInvalidArgument);
+  EXPECT_TRUE(rig.cache->free_pages(lock, *mine).is_ok());
+  EXPECT_EQ(rig.cache->free_pages(lock, *mine).code(), ErrorCode::kInvalidArgument);
   EXPECT_TRUE(rig.cache->release(lock).is_ok());
   EXPECT_EQ(rig.cache->release(lock).code(), ErrorCode::kNotFound);
+  EXPECT_EQ(rig.cache->check_invariants(), "");
+}
+
+TEST(IndexTier, PagesBelongToTheRequestThatAllocatedThem) {
+  Rig rig(make_config(32, 0, 4, 0));
+  const auto a = seq(1, 2 * kPage + 1);
+  auto r1 = rig.cache->admit(a);
+  auto r2 = rig.cache->admit(seq(7, 2 * kPage + 1));
+  auto p1 = rig.cache->alloc_pages(r1->lock, 2);
+  auto s1 = rig.cache->alloc_snapshot_slot(r1->lock);
+  ASSERT_TRUE(p1.is_ok() && s1.is_ok());
+  const std::size_t free_pages = rig.cache->gpu_pages_free();
+  EXPECT_EQ(
+      rig.cache->insert(r2->lock, std::span(a).first(2 * kPage), *p1, std::nullopt).status().code(),
+      ErrorCode::kInvalidArgument);
+  EXPECT_EQ(rig.cache->free_pages(r2->lock, *p1).code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(rig.cache->free_snapshot_slot(r2->lock, *s1).code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(rig.cache->gpu_pages_free(), free_pages);
+  EXPECT_EQ(rig.cache->check_invariants(), "");
+  // Releasing the owner returns what it still owns.
+  EXPECT_TRUE(rig.cache->release(r1->lock).is_ok());
+  EXPECT_EQ(rig.cache->gpu_pages_free(), free_pages + 2);
+  EXPECT_TRUE(rig.cache->release(r2->lock).is_ok());
   EXPECT_EQ(rig.cache->check_invariants(), "");
 }
 
@@ -414,8 +437,8 @@ TEST(IndexTier, InsertMovesTheLockAndReturnsPagesTheTreeHad) {
   auto r1 = rig.cache->admit(a);
   auto r2 = rig.cache->admit(a);  // both miss, both compute A
   ASSERT_EQ(r1->cached_tokens + r2->cached_tokens, 0u);
-  auto p1 = rig.cache->alloc_pages(4);
-  auto p2 = rig.cache->alloc_pages(4);
+  auto p1 = rig.cache->alloc_pages(r1->lock, 4);
+  auto p2 = rig.cache->alloc_pages(r2->lock, 4);
   const auto toks = std::span(a).first(4 * kPage);
   auto i1 = rig.cache->insert(r1->lock, toks, *p1, std::nullopt);
   ASSERT_TRUE(i1.is_ok());
@@ -426,13 +449,14 @@ TEST(IndexTier, InsertMovesTheLockAndReturnsPagesTheTreeHad) {
   EXPECT_EQ(rig.cache->path_pages(r2->lock).value(), *p1);  // lock moved to the boundary
   EXPECT_EQ(rig.cache->check_invariants(), "");
   // Locked path survives any eviction pressure.
-  EXPECT_EQ(rig.cache->alloc_pages(32).status().code(), ErrorCode::kOutOfMemory);
+  EXPECT_EQ(rig.cache->alloc_pages(r1->lock, 32).status().code(), ErrorCode::kOutOfMemory);
   EXPECT_EQ(rig.cache->path_pages(r1->lock).value(), *p1);
-  EXPECT_TRUE(rig.cache->free_pages(i2->not_taken).is_ok());
+  EXPECT_TRUE(rig.cache->free_pages(r2->lock, i2->not_taken).is_ok());
   EXPECT_TRUE(rig.cache->release(r1->lock).is_ok());
   EXPECT_TRUE(rig.cache->release(r2->lock).is_ok());
   EXPECT_EQ(rig.cache->check_invariants(), "");
-  EXPECT_TRUE(rig.cache->alloc_pages(32).is_ok());  // everything unlocked: all evictable
+  auto after = rig.cache->admit(seq(9, 1));
+  EXPECT_TRUE(rig.cache->alloc_pages(after->lock, 32).is_ok());  // all unlocked: all evictable
   EXPECT_EQ(rig.cache->check_invariants(), "");
 }
 
@@ -504,13 +528,13 @@ TEST(IndexTierSim, CountingEngineRunsMillionTokenScaleWithoutMemory) {
     Admission a = cache->admit(prompt).value();
     const std::size_t aligned = prompt.size() / 64 * 64;
     std::vector<GpuPageId> table = cache->path_pages(a.lock).value();
-    auto fresh = cache->alloc_pages(aligned / 64 - table.size()).value();
+    auto fresh = cache->alloc_pages(a.lock, aligned / 64 - table.size()).value();
     table.insert(table.end(), fresh.begin(), fresh.end());
-    GpuSlotId slot = cache->alloc_snapshot_slot().value();
+    GpuSlotId slot = cache->alloc_snapshot_slot(a.lock).value();
     auto ins = cache->insert(a.lock, prompt.first(aligned), table, slot).value();
-    EXPECT_TRUE(cache->free_pages(ins.not_taken).is_ok());
+    EXPECT_TRUE(cache->free_pages(a.lock, ins.not_taken).is_ok());
     if (!ins.snapshot_taken) {
-      EXPECT_TRUE(cache->free_snapshot_slot(slot).is_ok());
+      EXPECT_TRUE(cache->free_snapshot_slot(a.lock, slot).is_ok());
     }
     EXPECT_TRUE(cache->release(a.lock).is_ok());
     return a;

@@ -30,6 +30,8 @@ IndexTierCache::IndexTierCache(const CacheConfig& config, TransferEngine& engine
       host_tier_(config.host_pages > 0 || config.host_snapshot_slots > 0),
       gpu_pages_(config.gpu_pages),
       gpu_slots_(config.gpu_snapshot_slots),
+      page_owner_(config.gpu_pages),
+      slot_owner_(config.gpu_snapshot_slots),
       host_(config.page_size, config.host_pages, config.host_snapshot_slots, config.page_bytes,
             config.snapshot_bytes),
       tree_(config.page_size, gpu_pages_, gpu_slots_,
@@ -242,41 +244,51 @@ Result<GpuSlotId> IndexTierCache::path_snapshot(LockId lock) const {
 
 // --- request-owned ids -----------------------------------------------------------------------
 
-Result<std::vector<GpuPageId>> IndexTierCache::alloc_pages(std::size_t n) {
+Result<std::vector<GpuPageId>> IndexTierCache::alloc_pages(LockId lock, std::size_t n) {
+  if (auto rec = find_lock(lock); !rec) return rec.status();
   if (gpu_pages_.free_count() < n) tree_.evict_kv(n - gpu_pages_.free_count());
   if (gpu_pages_.free_count() < n)
     return out_of_memory("alloc_pages: " + std::to_string(n) + " pages wanted, " +
                          std::to_string(gpu_pages_.free_count()) + " free after eviction");
   std::vector<GpuPageId> out;
   out.reserve(n);
-  for (std::size_t i = 0; i < n; ++i) out.push_back(*gpu_pages_.take(Holder::kRequest));
+  for (std::size_t i = 0; i < n; ++i) {
+    out.push_back(*gpu_pages_.take(Holder::kRequest));
+    page_owner_.add(lock, out.back());
+  }
   return out;
 }
 
-Result<GpuSlotId> IndexTierCache::alloc_snapshot_slot() {
+Result<GpuSlotId> IndexTierCache::alloc_snapshot_slot(LockId lock) {
+  if (auto rec = find_lock(lock); !rec) return rec.status();
   std::optional<GpuSlotId> slot = take_gpu_slot(Holder::kRequest);
   if (!slot) return out_of_memory("alloc_snapshot_slot: every GPU snapshot slot is locked");
+  slot_owner_.add(lock, *slot);
   return *slot;
 }
 
-Status IndexTierCache::free_pages(std::span<const GpuPageId> pages) {
+Status IndexTierCache::free_pages(LockId lock, std::span<const GpuPageId> pages) {
+  if (auto rec = find_lock(lock); !rec) return rec.status();
   std::unordered_set<GpuPageId> seen;
   for (GpuPageId p : pages) {
     if (!gpu_pages_.in_range(p))
       return invalid_argument("free_pages: " + id_text(p) + " out of range");
     if (!seen.insert(p).second) return invalid_argument("free_pages: " + id_text(p) + " twice");
-    if (gpu_pages_.holder(p) != Holder::kRequest)
-      return invalid_argument("free_pages: " + id_text(p) + " is not held by a request");
+    if (Status s = page_owner_.check_owner(lock, p, "free_pages"); !s) return s;
   }
-  for (GpuPageId p : pages) gpu_pages_.give_back(p);
+  for (GpuPageId p : pages) {
+    page_owner_.remove(p);
+    gpu_pages_.give_back(p);
+  }
   return Status::ok();
 }
 
-Status IndexTierCache::free_snapshot_slot(GpuSlotId slot) {
+Status IndexTierCache::free_snapshot_slot(LockId lock, GpuSlotId slot) {
+  if (auto rec = find_lock(lock); !rec) return rec.status();
   if (!gpu_slots_.in_range(slot))
     return invalid_argument("free_snapshot_slot: " + id_text(slot) + " out of range");
-  if (gpu_slots_.holder(slot) != Holder::kRequest)
-    return invalid_argument("free_snapshot_slot: " + id_text(slot) + " is not held by a request");
+  if (Status s = slot_owner_.check_owner(lock, slot, "free_snapshot_slot"); !s) return s;
+  slot_owner_.remove(slot);
   gpu_slots_.give_back(slot);
   return Status::ok();
 }
@@ -294,10 +306,11 @@ Result<InsertResult> IndexTierCache::insert(LockId lock, std::span<const Token> 
   if (pages.size() * ps != tokens.size())
     return invalid_argument("insert: " + std::to_string(pages.size()) + " pages for " +
                             std::to_string(tokens.size()) + " tokens");
-  if (snapshot &&
-      (!gpu_slots_.in_range(*snapshot) || gpu_slots_.holder(*snapshot) != Holder::kRequest))
-    return invalid_argument("insert: snapshot " + id_text(*snapshot) +
-                            " is out of range or not held by a request");
+  if (snapshot && !gpu_slots_.in_range(*snapshot))
+    return invalid_argument("insert: snapshot " + id_text(*snapshot) + " is out of range");
+  if (snapshot) {
+    if (Status s = slot_owner_.check_owner(lock, *snapshot, "insert"); !s) return s;
+  }
   const std::vector<Token> locked_tokens = tree_.prefix_tokens(locked);
   if (tokens.size() < locked_tokens.size() ||
       !std::equal(locked_tokens.begin(), locked_tokens.end(), tokens.begin()))
@@ -309,9 +322,9 @@ Result<InsertResult> IndexTierCache::insert(LockId lock, std::span<const Token> 
     if (!gpu_pages_.in_range(p)) return invalid_argument("insert: " + id_text(p) + " out of range");
     if (!seen.insert(p).second) return invalid_argument("insert: " + id_text(p) + " twice");
     if (i < tree_pages.size() && tree_pages[i] == p) continue;  // the tree's own page
-    if (gpu_pages_.holder(p) != Holder::kRequest)
+    if (page_owner_.owner(p) != lock)
       return invalid_argument("insert: " + id_text(p) + " at page " + std::to_string(i) +
-                              " is neither the tree's page there nor held by a request");
+                              " is neither the tree's page there nor the caller's");
   }
 
   const TreeInsert r = tree_.insert(tokens, pages, snapshot.value_or(GpuSlotId()));
@@ -320,6 +333,8 @@ Result<InsertResult> IndexTierCache::insert(LockId lock, std::span<const Token> 
   for (std::size_t i = 0; i < r.existing_pages; ++i) {
     if (gpu_pages_.holder(pages[i]) == Holder::kRequest) out.not_taken.push_back(pages[i]);
   }
+  for (std::size_t i = r.existing_pages; i < pages.size(); ++i) page_owner_.remove(pages[i]);
+  if (r.snapshot_taken) slot_owner_.remove(*snapshot);
   out.snapshot_taken = r.snapshot_taken;
   if (r.snapshot_taken) ++stats_.snapshots_inserted;
   tree_.lock(r.end);
@@ -333,6 +348,8 @@ Status IndexTierCache::release(LockId lock) {
   if (!found) return found.status();
   tree_.unlock((*found)->node);
   locks_.erase(lock.value());
+  for (GpuPageId p : page_owner_.take_all(lock)) gpu_pages_.give_back(p);
+  for (GpuSlotId s : slot_owner_.take_all(lock)) gpu_slots_.give_back(s);
   return Status::ok();
 }
 
@@ -372,6 +389,11 @@ std::string IndexTierCache::check_invariants() const {
     return "gpu snapshot slots: held by nodes per pool != slots found in the tree";
   if (gpu_pages_.count(Holder::kTransfer) + gpu_slots_.count(Holder::kTransfer) != 0)
     return "an id is held by a transfer between calls";
+  if (std::string e = page_owner_.check("gpu pages"); !e.empty()) return e;
+  if (std::string e = slot_owner_.check("gpu snapshot slots"); !e.empty()) return e;
+  if (page_owner_.owned_count() != gpu_pages_.count(Holder::kRequest) ||
+      slot_owner_.owned_count() != gpu_slots_.count(Holder::kRequest))
+    return "request-held ids and request owners differ";
   if (!host_tier_ && host_.entries() != 0) return "gpu-only cache has host entries";
 
   // Rule 3: lock counts equal what the lock records imply.

@@ -35,6 +35,7 @@
 #include "baseline/hybrid_radix_tree.hpp"
 #include "radixtier/cache/cache_backend.hpp"
 #include "radixtier/cache/id_pool.hpp"
+#include "radixtier/cache/request_ownership.hpp"
 #include "radixtier/config.hpp"
 #include "radixtier/transfer/transfer_engine.hpp"
 
@@ -72,10 +73,10 @@ class IndexTierCache final : public CacheBackend, private TreeHooks {
   Status wait(LockId lock) override;
   Result<std::vector<GpuPageId>> path_pages(LockId lock) const override;
   Result<GpuSlotId> path_snapshot(LockId lock) const override;
-  Result<std::vector<GpuPageId>> alloc_pages(std::size_t n) override;
-  Result<GpuSlotId> alloc_snapshot_slot() override;
-  Status free_pages(std::span<const GpuPageId> pages) override;
-  Status free_snapshot_slot(GpuSlotId slot) override;
+  Result<std::vector<GpuPageId>> alloc_pages(LockId lock, std::size_t n) override;
+  Result<GpuSlotId> alloc_snapshot_slot(LockId lock) override;
+  Status free_pages(LockId lock, std::span<const GpuPageId> pages) override;
+  Status free_snapshot_slot(LockId lock, GpuSlotId slot) override;
   Result<InsertResult> insert(LockId lock, std::span<const Token> tokens,
                               std::span<const GpuPageId> pages,
                               std::optional<GpuSlotId> snapshot) override;
@@ -118,6 +119,8 @@ class IndexTierCache final : public CacheBackend, private TreeHooks {
   bool host_tier_;
   IdPool<GpuPageId> gpu_pages_;
   IdPool<GpuSlotId> gpu_slots_;
+  RequestOwnership<GpuPageId> page_owner_;  ///< which request owns each request-held id
+  RequestOwnership<GpuSlotId> slot_owner_;
   HostPrefixIndex host_;
   HybridRadixTree tree_;
   std::unordered_map<std::uint32_t, LockRecord> locks_;

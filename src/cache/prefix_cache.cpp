@@ -25,7 +25,9 @@ PrefixCache::PrefixCache(const CacheConfig& config, TransferEngine& engine)
       gpu_pages_(config.gpu_pages),
       host_pages_(config.host_pages),
       gpu_slots_(config.gpu_snapshot_slots),
-      host_slots_(config.host_snapshot_slots) {
+      host_slots_(config.host_snapshot_slots),
+      page_owner_(config.gpu_pages),
+      slot_owner_(config.gpu_snapshot_slots) {
   root_ = new_node(nullptr, {});
 }
 

@@ -56,6 +56,22 @@ class RefCounter {
 
 }  // namespace
 
+template <class Id>
+std::string PrefixCache::check_ownership(const IdPool<Id>& pool, const RequestOwnership<Id>& owners,
+                                         const char* name) const {
+  if (std::string e = owners.check(name); !e.empty()) return e;
+  if (owners.owned_count() != pool.count(Holder::kRequest))
+    return std::string(name) + ": request-held count differs from the owned count";
+  for (std::uint32_t i = 0; i < pool.capacity(); ++i) {
+    const LockId o = owners.owner(Id(i));
+    if (o.valid() != (pool.holder(Id(i)) == Holder::kRequest))
+      return std::string(name) + ": an id is owned by a request but not request-held, or back";
+    if (o.valid() && locks_.find(o.value()) == locks_.end())
+      return std::string(name) + ": an id is owned by a request that was released";
+  }
+  return {};
+}
+
 std::string PrefixCache::check_invariants() const {
   const std::uint32_t ps = config_.page_size;
   RefCounter<GpuPageId> gpu(gpu_pages_, "gpu pages");
@@ -165,6 +181,10 @@ std::string PrefixCache::check_invariants() const {
     return "an LRU list holds a node that is not in the tree";
   for (const std::string& e : {gpu.finish(), host.finish(), gslots.finish(), hslots.finish()})
     if (!e.empty()) return e;
+  // Rule 9: every request-held id has exactly one owner, a live request.
+  if (std::string e = check_ownership(gpu_pages_, page_owner_, "GPU pages"); !e.empty()) return e;
+  if (std::string e = check_ownership(gpu_slots_, slot_owner_, "GPU snapshot slots"); !e.empty())
+    return e;
   for (const auto& [id, t] : transfers_) {
     for (const CopyOp& op : t.ops) {
       const Xfer state = op.snapshot ? op.node->snap_xfer : op.node->kv_xfer;

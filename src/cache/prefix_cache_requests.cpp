@@ -13,6 +13,10 @@ std::string describe(Id id) {
   os << id;
   return os.str();
 }
+
+std::string owned_by(LockId owner) {
+  return owner.valid() ? " (it belongs to request " + describe(owner) + ")" : std::string();
+}
 }  // namespace
 
 void PrefixCache::new_page_list() const {
@@ -205,7 +209,8 @@ Result<GpuSlotId> PrefixCache::path_snapshot(LockId lock) const {
 // ---------------------------------------------------------------------------------------
 // allocation for running requests
 
-Result<std::vector<GpuPageId>> PrefixCache::alloc_pages(std::size_t n) {
+Result<std::vector<GpuPageId>> PrefixCache::alloc_pages(LockId lock, std::size_t n) {
+  if (auto rec = find_lock(lock); !rec) return rec.status();
   if (n > gpu_pages_.capacity()) {
     return invalid_argument("alloc_pages: " + std::to_string(n) +
                             " pages asked, the GPU pool has " +
@@ -215,38 +220,44 @@ Result<std::vector<GpuPageId>> PrefixCache::alloc_pages(std::size_t n) {
   if (Status s = make_gpu_page_room(n); !s) return s;
   std::vector<GpuPageId> pages;
   pages.reserve(n);
-  for (std::size_t i = 0; i < n; ++i) pages.push_back(*gpu_pages_.take(Holder::kRequest));
+  for (std::size_t i = 0; i < n; ++i) {
+    pages.push_back(*gpu_pages_.take(Holder::kRequest));
+    page_owner_.add(lock, pages.back());
+  }
   return pages;
 }
 
-Result<GpuSlotId> PrefixCache::alloc_snapshot_slot() {
+Result<GpuSlotId> PrefixCache::alloc_snapshot_slot(LockId lock) {
+  if (auto rec = find_lock(lock); !rec) return rec.status();
   poll();
   if (Status s = make_gpu_slot_room(); !s) return s;
-  return *gpu_slots_.take(Holder::kRequest);
+  const GpuSlotId slot = *gpu_slots_.take(Holder::kRequest);
+  slot_owner_.add(lock, slot);
+  return slot;
 }
 
-Status PrefixCache::free_pages(std::span<const GpuPageId> pages) {
+Status PrefixCache::free_pages(LockId lock, std::span<const GpuPageId> pages) {
+  if (auto rec = find_lock(lock); !rec) return rec.status();
   new_page_list();
   for (GpuPageId id : pages) {
     if (!gpu_pages_.in_range(id))
       return invalid_argument("free_pages: " + describe(id) + " out of range");
-    if (gpu_pages_.holder(id) != Holder::kRequest) {
-      return invalid_argument("free_pages: " + describe(id) +
-                              " is not held by a request (double release?)");
-    }
+    if (Status s = page_owner_.check_owner(lock, id, "free_pages"); !s) return s;
     if (seen_before(id)) return invalid_argument("free_pages: " + describe(id) + " listed twice");
   }
-  for (GpuPageId id : pages) gpu_pages_.give_back(id);
+  for (GpuPageId id : pages) {
+    page_owner_.remove(id);
+    gpu_pages_.give_back(id);
+  }
   return Status::ok();
 }
 
-Status PrefixCache::free_snapshot_slot(GpuSlotId slot) {
+Status PrefixCache::free_snapshot_slot(LockId lock, GpuSlotId slot) {
+  if (auto rec = find_lock(lock); !rec) return rec.status();
   if (!gpu_slots_.in_range(slot))
     return invalid_argument("free_snapshot_slot: " + describe(slot) + " out of range");
-  if (gpu_slots_.holder(slot) != Holder::kRequest) {
-    return invalid_argument("free_snapshot_slot: " + describe(slot) +
-                            " is not held by a request (double release?)");
-  }
+  if (Status s = slot_owner_.check_owner(lock, slot, "free_snapshot_slot"); !s) return s;
+  slot_owner_.remove(slot);
   gpu_slots_.give_back(slot);
   return Status::ok();
 }
@@ -254,8 +265,8 @@ Status PrefixCache::free_snapshot_slot(GpuSlotId slot) {
 // ---------------------------------------------------------------------------------------
 // insert
 
-Status PrefixCache::validate_insert(const LockRecord& rec, std::span<const Token> tokens,
-                                    std::span<const GpuPageId> pages,
+Status PrefixCache::validate_insert(LockId lock, const LockRecord& rec,
+                                    std::span<const Token> tokens, std::span<const GpuPageId> pages,
                                     std::optional<GpuSlotId> snapshot) const {
   const std::uint32_t ps = config_.page_size;
   if (tokens.size() % ps != 0) {
@@ -273,8 +284,7 @@ Status PrefixCache::validate_insert(const LockRecord& rec, std::span<const Token
     if (tokens.empty()) return invalid_argument("insert: the root takes no snapshot");
     if (!gpu_slots_.in_range(*snapshot))
       return invalid_argument("insert: " + describe(*snapshot) + " out of range");
-    if (gpu_slots_.holder(*snapshot) != Holder::kRequest)
-      return invalid_argument("insert: " + describe(*snapshot) + " is not held by a request");
+    if (Status s = slot_owner_.check_owner(lock, *snapshot, "insert"); !s) return s;
   }
   new_page_list();
   for (GpuPageId id : pages) {
@@ -303,10 +313,10 @@ Status PrefixCache::validate_insert(const LockRecord& rec, std::span<const Token
       const GpuPageId id = pages[pos / ps + i];
       const bool tree_page =
           c->has_gpu_kv() && c->kv_xfer != Xfer::kPromote && c->gpu_pages[i] == id;
-      if (!tree_page && gpu_pages_.holder(id) != Holder::kRequest) {
-        return invalid_argument("insert: " + describe(id) + " at page " +
-                                std::to_string(pos / ps + i) +
-                                " is neither the caller's nor the tree's page there");
+      if (!tree_page && page_owner_.owner(id) != lock) {
+        return invalid_argument(
+            "insert: " + describe(id) + " at page " + std::to_string(pos / ps + i) +
+            " is neither the caller's nor the tree's page there" + owned_by(page_owner_.owner(id)));
       }
     }
     if (k < c->page_count(ps)) {
@@ -317,9 +327,8 @@ Status PrefixCache::validate_insert(const LockRecord& rec, std::span<const Token
     n = c;
   }
   for (std::size_t i = pos / ps; i < pages.size(); ++i) {
-    if (gpu_pages_.holder(pages[i]) != Holder::kRequest) {
-      return invalid_argument("insert: " + describe(pages[i]) + " at page " + std::to_string(i) +
-                              " is not held by a request");
+    if (Status s = page_owner_.check_owner(lock, pages[i], "insert"); !s) {
+      return invalid_argument(s.message() + " (page " + std::to_string(i) + ")");
     }
   }
   return Status::ok();
@@ -332,7 +341,7 @@ Result<InsertResult> PrefixCache::insert(LockId lock, std::span<const Token> tok
   if (!found) return found.status();
   LockRecord& rec = locks_.at(lock.value());
   // Rule 8: reject bad input before anything changes (settling below may run copies).
-  if (Status s = validate_insert(rec, tokens, pages, snapshot); !s) return s;
+  if (Status s = validate_insert(lock, rec, tokens, pages, snapshot); !s) return s;
   poll();
   const std::uint32_t ps = config_.page_size;
 
@@ -354,7 +363,7 @@ Result<InsertResult> PrefixCache::insert(LockId lock, std::span<const Token> tok
   }
   // Validate again after settling: a copy that finished may have changed which pages the
   // tree holds.
-  if (Status s = validate_insert(rec, tokens, pages, snapshot); !s) return s;
+  if (Status s = validate_insert(lock, rec, tokens, pages, snapshot); !s) return s;
 
   InsertResult out;
   std::vector<Node*> adopted;
@@ -377,7 +386,10 @@ Result<InsertResult> PrefixCache::insert(LockId lock, std::span<const Token> tok
       }
     } else {
       // New node, tombstone or host-only node: adopt the caller's freshly computed pages.
-      for (GpuPageId id : seg) gpu_pages_.reassign(id, Holder::kNode);
+      for (GpuPageId id : seg) {
+        page_owner_.remove(id);
+        gpu_pages_.reassign(id, Holder::kNode);
+      }
       set_gpu_pages(c, std::vector<GpuPageId>(seg.begin(), seg.end()));
       adopted.push_back(c);
     }
@@ -388,6 +400,7 @@ Result<InsertResult> PrefixCache::insert(LockId lock, std::span<const Token> tok
     if (n->gpu_snapshot.valid()) {
       // Duplicate snapshot: the tree keeps its own.
     } else {
+      slot_owner_.remove(*snapshot);
       gpu_slots_.reassign(*snapshot, Holder::kNode);
       n->gpu_snapshot = *snapshot;
       out.snapshot_taken = true;
@@ -414,6 +427,9 @@ Status PrefixCache::release(LockId lock) {
   if (!found) return found.status();
   const LockRecord rec = **found;
   locks_.erase(lock.value());
+  // What the request still owns goes back to the free lists (rule 9).
+  for (GpuPageId id : page_owner_.take_all(lock)) gpu_pages_.give_back(id);
+  for (GpuSlotId id : slot_owner_.take_all(lock)) gpu_slots_.give_back(id);
   if (rec.snap_node) {
     --rec.snap_node->snapshot_lock;
     refresh(rec.snap_node);

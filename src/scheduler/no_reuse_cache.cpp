@@ -7,7 +7,11 @@ namespace radixtier::sched {
 
 NoReuseCache::NoReuseCache(std::uint32_t page_size, std::uint32_t gpu_pages,
                            std::uint32_t gpu_slots)
-    : page_size_(page_size), page_held_(gpu_pages, false), slot_held_(gpu_slots, false) {
+    : page_size_(page_size),
+      gpu_pages_(gpu_pages),
+      gpu_slots_(gpu_slots),
+      page_owner_(gpu_pages),
+      slot_owner_(gpu_slots) {
   for (std::uint32_t i = gpu_pages; i > 0; --i) free_pages_.push_back(GpuPageId(i - 1));
   for (std::uint32_t i = gpu_slots; i > 0; --i) free_slots_.push_back(GpuSlotId(i - 1));
 }
@@ -48,10 +52,11 @@ Result<GpuSlotId> NoReuseCache::path_snapshot(LockId lock) const {
   return not_found("path_snapshot: the admission matched nothing");
 }
 
-Result<std::vector<GpuPageId>> NoReuseCache::alloc_pages(std::size_t n) {
-  if (n > page_held_.size()) {
+Result<std::vector<GpuPageId>> NoReuseCache::alloc_pages(LockId lock, std::size_t n) {
+  if (Status s = known(lock); !s) return s;
+  if (n > gpu_pages_) {
     return invalid_argument("alloc_pages: " + std::to_string(n) +
-                            " pages asked, the GPU pool has " + std::to_string(page_held_.size()));
+                            " pages asked, the GPU pool has " + std::to_string(gpu_pages_));
   }
   if (n > free_pages_.size()) {
     return out_of_memory("alloc_pages: " + std::to_string(n) + " pages asked, " +
@@ -62,41 +67,45 @@ Result<std::vector<GpuPageId>> NoReuseCache::alloc_pages(std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) {
     const GpuPageId p = free_pages_.back();
     free_pages_.pop_back();
-    page_held_[p.value()] = true;
+    page_owner_.add(lock, p);
     out.push_back(p);
   }
   return out;
 }
 
-Result<GpuSlotId> NoReuseCache::alloc_snapshot_slot() {
+Result<GpuSlotId> NoReuseCache::alloc_snapshot_slot(LockId lock) {
+  if (Status s = known(lock); !s) return s;
   if (free_slots_.empty()) return out_of_memory("alloc_snapshot_slot: no free slot");
   GpuSlotId s = free_slots_.back();
   free_slots_.pop_back();
-  slot_held_[s.value()] = true;
+  slot_owner_.add(lock, s);
   return s;
 }
 
-Status NoReuseCache::free_pages(std::span<const GpuPageId> pages) {
-  std::vector<bool> seen(page_held_.size(), false);
+Status NoReuseCache::free_pages(LockId lock, std::span<const GpuPageId> pages) {
+  if (Status s = known(lock); !s) return s;
+  std::vector<bool> seen(gpu_pages_, false);
   for (GpuPageId p : pages) {
-    if (!p.valid() || p.value() >= page_held_.size() || !page_held_[p.value()] || seen[p.value()]) {
+    if (!p.valid() || p.value() >= gpu_pages_ || seen[p.value()]) {
       return invalid_argument("free_pages: page " + std::to_string(p.value()) +
-                              " is out of range, not held or listed twice");
+                              " is out of range or listed twice");
     }
+    if (Status s = page_owner_.check_owner(lock, p, "free_pages"); !s) return s;
     seen[p.value()] = true;
   }
   for (GpuPageId p : pages) {
-    page_held_[p.value()] = false;
+    page_owner_.remove(p);
     free_pages_.push_back(p);
   }
   return Status::ok();
 }
 
-Status NoReuseCache::free_snapshot_slot(GpuSlotId slot) {
-  if (!slot.valid() || slot.value() >= slot_held_.size() || !slot_held_[slot.value()]) {
-    return invalid_argument("free_snapshot_slot: slot out of range or not held");
-  }
-  slot_held_[slot.value()] = false;
+Status NoReuseCache::free_snapshot_slot(LockId lock, GpuSlotId slot) {
+  if (Status s = known(lock); !s) return s;
+  if (!slot.valid() || slot.value() >= gpu_slots_)
+    return invalid_argument("free_snapshot_slot: slot out of range");
+  if (Status s = slot_owner_.check_owner(lock, slot, "free_snapshot_slot"); !s) return s;
+  slot_owner_.remove(slot);
   free_slots_.push_back(slot);
   return Status::ok();
 }
@@ -108,15 +117,16 @@ Result<InsertResult> NoReuseCache::insert(LockId lock, std::span<const Token> to
   if (tokens.size() % page_size_ != 0 || pages.size() != tokens.size() / page_size_) {
     return invalid_argument("insert: tokens and pages must be whole pages of the same count");
   }
-  if (snapshot && (!snapshot->valid() || snapshot->value() >= slot_held_.size() ||
-                   !slot_held_[snapshot->value()])) {
-    return invalid_argument("insert: snapshot slot not held by a request");
+  if (snapshot) {
+    if (!snapshot->valid() || snapshot->value() >= gpu_slots_)
+      return invalid_argument("insert: snapshot slot out of range");
+    if (Status s = slot_owner_.check_owner(lock, *snapshot, "insert"); !s) return s;
   }
   InsertResult out;
   for (GpuPageId p : pages) {
-    if (!p.valid() || p.value() >= page_held_.size() || !page_held_[p.value()]) {
-      return invalid_argument("insert: page " + std::to_string(p.value()) + " is not held");
-    }
+    if (!p.valid() || p.value() >= gpu_pages_)
+      return invalid_argument("insert: page " + std::to_string(p.value()) + " out of range");
+    if (Status s = page_owner_.check_owner(lock, p, "insert"); !s) return s;
     out.not_taken.push_back(p);
   }
   return out;
@@ -125,16 +135,18 @@ Result<InsertResult> NoReuseCache::insert(LockId lock, std::span<const Token> to
 Status NoReuseCache::release(LockId lock) {
   if (Status s = known(lock); !s) return s;
   locks_.erase(lock.value());
+  for (GpuPageId p : page_owner_.take_all(lock)) free_pages_.push_back(p);
+  for (GpuSlotId s : slot_owner_.take_all(lock)) free_slots_.push_back(s);
   return Status::ok();
 }
 
 std::string NoReuseCache::check_invariants() const {
-  std::size_t held = 0;
-  for (bool h : page_held_) held += h;
-  if (held + free_pages_.size() != page_held_.size()) return "no-reuse cache: page counts differ";
-  held = 0;
-  for (bool h : slot_held_) held += h;
-  if (held + free_slots_.size() != slot_held_.size()) return "no-reuse cache: slot counts differ";
+  if (std::string e = page_owner_.check("no-reuse cache pages"); !e.empty()) return e;
+  if (std::string e = slot_owner_.check("no-reuse cache slots"); !e.empty()) return e;
+  if (page_owner_.owned_count() + free_pages_.size() != gpu_pages_)
+    return "no-reuse cache: page counts differ";
+  if (slot_owner_.owned_count() + free_slots_.size() != gpu_slots_)
+    return "no-reuse cache: slot counts differ";
   return {};
 }
 

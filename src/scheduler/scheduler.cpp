@@ -191,7 +191,7 @@ Status Scheduler::admit(Request request, RequestResult res) {
 
 Result<std::vector<GpuPageId>> Scheduler::alloc_pages(Running& r, std::size_t n) {
   const CacheStats before = cache_.stats();
-  auto pages = cache_.alloc_pages(n);
+  auto pages = cache_.alloc_pages(r.lock, n);
   note_stats(r.res, before);
   if (pages) {
     for (GpuPageId p : *pages) {
@@ -207,14 +207,14 @@ Status Scheduler::insert_boundary(Running& r, std::size_t boundary, StateSource 
   std::optional<GpuSlotId> slot;
   if (source != StateSource::kNone) {
     ++stats_.snapshots_offered;
-    auto s = cache_.alloc_snapshot_slot();
+    auto s = cache_.alloc_snapshot_slot(r.lock);
     if (s) {
       Status saved = source == StateSource::kLive ? executor_.save_snapshot(r.req.id, *s)
                                                   : executor_.save_checkpoint(r.req.id, *s);
       if (saved) {
         slot = *s;
       } else {
-        (void)cache_.free_snapshot_slot(*s);
+        (void)cache_.free_snapshot_slot(r.lock, *s);
       }
     } else {
       ++stats_.snapshot_slot_misses;  // a snapshot is optional: keep going without one
@@ -224,7 +224,7 @@ Status Scheduler::insert_boundary(Running& r, std::size_t boundary, StateSource 
   auto ins = cache_.insert(r.lock, std::span<const Token>(r.seq).first(boundary),
                            std::span<const GpuPageId>(r.table).first(pages), slot);
   if (!ins) {
-    if (slot) (void)cache_.free_snapshot_slot(*slot);
+    if (slot) (void)cache_.free_snapshot_slot(r.lock, *slot);
     note_stats(r.res, before);
     return ins.status();
   }
@@ -247,7 +247,7 @@ Status Scheduler::insert_boundary(Running& r, std::size_t boundary, StateSource 
       r.owned[i] = false;
     }
   }
-  if (Status s = cache_.free_pages(duplicates); !s) {
+  if (Status s = cache_.free_pages(r.lock, duplicates); !s) {
     note_stats(r.res, before);
     return s;
   }
@@ -257,7 +257,7 @@ Status Scheduler::insert_boundary(Running& r, std::size_t boundary, StateSource 
       ++stats_.snapshots_kept;
       r.res.snapshot_boundaries.push_back(boundary);
     } else {
-      (void)cache_.free_snapshot_slot(*slot);  // the tree already had one there
+      (void)cache_.free_snapshot_slot(r.lock, *slot);  // the tree already had one there
     }
   }
   r.inserted = boundary;
@@ -412,7 +412,7 @@ void Scheduler::stop(Running& r) {
     if (r.owned[i]) mine.push_back(r.table[i]);
   }
   const CacheStats before = cache_.stats();
-  (void)cache_.free_pages(mine);
+  (void)cache_.free_pages(r.lock, mine);
   (void)cache_.release(r.lock);
   note_stats(r.res, before);
   executor_.end(r.req.id);

@@ -25,8 +25,8 @@ int main() {
   const std::vector<Token> prompt = {1, 2, 3, 4, 5, 6, 7, 8, 9};
   auto first = (*cache)->admit(prompt);
   if (!first || first->cached_tokens != 0) return std::fprintf(stderr, "first admit\n"), 1;
-  auto pages = (*cache)->alloc_pages(2);
-  auto slot = (*cache)->alloc_snapshot_slot();
+  auto pages = (*cache)->alloc_pages(first->lock, 2);
+  auto slot = (*cache)->alloc_snapshot_slot(first->lock);
   if (!pages || !slot) return std::fprintf(stderr, "alloc\n"), 1;
   auto ins = (*cache)->insert(first->lock, std::span(prompt).first(8), *pages, *slot);
   if (!ins || !ins->snapshot_taken) return std::fprintf(stderr, "insert\n"), 1;

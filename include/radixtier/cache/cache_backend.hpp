@@ -10,12 +10,16 @@
 //   wait(lock)              promotion finished? kTransferFailed: release and admit again
 //   path_pages(lock)        GPU pages of the matched prefix (the request's page table head)
 //   path_snapshot(lock)     GPU snapshot slot at the match: copy it into the live state
-//   alloc_pages(n)          pages for new tokens (may demote or drop LRU victims)
-//   alloc_snapshot_slot()   a slot to copy the live state into at a page boundary
+//   alloc_pages(lock, n)    pages for new tokens (may demote or drop LRU victims)
+//   alloc_snapshot_slot(lock)  a slot to copy the live state into at a page boundary
 //   insert(lock, ...)       hand pages (and a snapshot) to the tree after a chunk; the lock
 //                           moves down to the inserted boundary
-//   free_pages / free_snapshot_slot   return what insert did not take
-//   release(lock)           the request finished or was aborted
+//   free_pages / free_snapshot_slot(lock, ...)   return what insert did not take
+//   release(lock)           the request finished or was aborted; what it still owns is freed
+//
+// Ownership (rule 9): a page or snapshot slot allocated with a lock belongs to that request
+// alone until insert adopts it or the request frees it; insert and free reject an id the
+// request does not own, with a message that names the owner.
 #pragma once
 
 #include <cstddef>
@@ -81,10 +85,10 @@ class CacheBackend {
   virtual Status wait(LockId lock) = 0;
   virtual Result<std::vector<GpuPageId>> path_pages(LockId lock) const = 0;
   virtual Result<GpuSlotId> path_snapshot(LockId lock) const = 0;
-  virtual Result<std::vector<GpuPageId>> alloc_pages(std::size_t n) = 0;
-  virtual Result<GpuSlotId> alloc_snapshot_slot() = 0;
-  virtual Status free_pages(std::span<const GpuPageId> pages) = 0;
-  virtual Status free_snapshot_slot(GpuSlotId slot) = 0;
+  virtual Result<std::vector<GpuPageId>> alloc_pages(LockId lock, std::size_t n) = 0;
+  virtual Result<GpuSlotId> alloc_snapshot_slot(LockId lock) = 0;
+  virtual Status free_pages(LockId lock, std::span<const GpuPageId> pages) = 0;
+  virtual Status free_snapshot_slot(LockId lock, GpuSlotId slot) = 0;
   virtual Result<InsertResult> insert(LockId lock, std::span<const Token> tokens,
                                       std::span<const GpuPageId> pages,
                                       std::optional<GpuSlotId> snapshot) = 0;

@@ -29,6 +29,9 @@
 //  7. a failed demotion or promotion turns the node's resource into a tombstone; wait()
 //     reports kTransferFailed and a new admission matches less.
 //  8. every entry point validates first and mutates after: bad input changes nothing.
+//  9. a GPU page or snapshot slot allocated with a lock is that request's alone until insert
+//     adopts it or the request frees it (RequestOwnership); release() frees what it still
+//     owns. Every id is bounds-checked in every build.
 //
 // Threading: not thread-safe; one scheduler thread calls it. Copies run on the transfer
 // engine's own threads or streams; the cache reaps them in poll() and at every entry point.
@@ -45,6 +48,7 @@
 #include "radixtier/cache/cache_backend.hpp"
 #include "radixtier/cache/id_pool.hpp"
 #include "radixtier/cache/node.hpp"
+#include "radixtier/cache/request_ownership.hpp"
 #include "radixtier/config.hpp"
 #include "radixtier/transfer/transfer_engine.hpp"
 
@@ -79,10 +83,10 @@ class PrefixCache final : public CacheBackend {
   Status wait(LockId lock) override;
   Result<std::vector<GpuPageId>> path_pages(LockId lock) const override;
   Result<GpuSlotId> path_snapshot(LockId lock) const override;
-  Result<std::vector<GpuPageId>> alloc_pages(std::size_t n) override;
-  Result<GpuSlotId> alloc_snapshot_slot() override;
-  Status free_pages(std::span<const GpuPageId> pages) override;
-  Status free_snapshot_slot(GpuSlotId slot) override;
+  Result<std::vector<GpuPageId>> alloc_pages(LockId lock, std::size_t n) override;
+  Result<GpuSlotId> alloc_snapshot_slot(LockId lock) override;
+  Status free_pages(LockId lock, std::span<const GpuPageId> pages) override;
+  Status free_snapshot_slot(LockId lock, GpuSlotId slot) override;
   Result<InsertResult> insert(LockId lock, std::span<const Token> tokens,
                               std::span<const GpuPageId> pages,
                               std::optional<GpuSlotId> snapshot) override;
@@ -171,9 +175,12 @@ class PrefixCache final : public CacheBackend {
 
   // admission helpers
   std::optional<Admission> try_admit_at(Node* target);
-  Status validate_insert(const LockRecord& rec, std::span<const Token> tokens,
+  Status validate_insert(LockId lock, const LockRecord& rec, std::span<const Token> tokens,
                          std::span<const GpuPageId> pages, std::optional<GpuSlotId> snapshot) const;
   Result<const LockRecord*> find_lock(LockId id) const;
+  template <class Id>
+  std::string check_ownership(const IdPool<Id>& pool, const RequestOwnership<Id>& owners,
+                              const char* name) const;
   void note_host_usage();
 
   CacheConfig config_;
@@ -187,6 +194,9 @@ class PrefixCache final : public CacheBackend {
   IdPool<HostPageId> host_pages_;
   IdPool<GpuSlotId> gpu_slots_;
   IdPool<HostSlotId> host_slots_;
+  /// Which request owns each request-held GPU page and GPU snapshot slot (rule 9).
+  RequestOwnership<GpuPageId> page_owner_;
+  RequestOwnership<GpuSlotId> slot_owner_;
 
   /// GPU pages of locked nodes (promotion destinations included): pages no eviction can
   /// reclaim. Every other node-held GPU page is reclaimable, leaf-first, because an unlocked

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "radixtier/cache/cache_backend.hpp"
+#include "radixtier/cache/request_ownership.hpp"
 
 namespace radixtier::sched {
 
@@ -23,10 +24,10 @@ class NoReuseCache final : public CacheBackend {
   Status wait(LockId lock) override;
   Result<std::vector<GpuPageId>> path_pages(LockId lock) const override;
   Result<GpuSlotId> path_snapshot(LockId lock) const override;
-  Result<std::vector<GpuPageId>> alloc_pages(std::size_t n) override;
-  Result<GpuSlotId> alloc_snapshot_slot() override;
-  Status free_pages(std::span<const GpuPageId> pages) override;
-  Status free_snapshot_slot(GpuSlotId slot) override;
+  Result<std::vector<GpuPageId>> alloc_pages(LockId lock, std::size_t n) override;
+  Result<GpuSlotId> alloc_snapshot_slot(LockId lock) override;
+  Status free_pages(LockId lock, std::span<const GpuPageId> pages) override;
+  Status free_snapshot_slot(LockId lock, GpuSlotId slot) override;
   Result<InsertResult> insert(LockId lock, std::span<const Token> tokens,
                               std::span<const GpuPageId> pages,
                               std::optional<GpuSlotId> snapshot) override;
@@ -38,7 +39,9 @@ class NoReuseCache final : public CacheBackend {
   Status known(LockId lock) const;
 
   std::uint32_t page_size_;
-  std::vector<bool> page_held_, slot_held_;
+  std::uint32_t gpu_pages_, gpu_slots_;
+  RequestOwnership<GpuPageId> page_owner_;  ///< every held page and slot has its request
+  RequestOwnership<GpuSlotId> slot_owner_;
   std::vector<GpuPageId> free_pages_;
   std::vector<GpuSlotId> free_slots_;
   std::unordered_set<std::uint32_t> locks_;
