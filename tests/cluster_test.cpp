@@ -195,9 +195,9 @@ TEST(SglangLike, FixedHostStatePoolWriteThroughAndDecodeSnapshotsEvery256) {
   base.host_snapshot_slots = 300;
   const CacheConfig c = config_for(CacheKind::kSglangLike, base);
   EXPECT_EQ(c.host_snapshot_slots, 82u);  // hicache_ratio 2 x the GPU state pool
-  EXPECT_EQ(std::uint64_t{c.host_pages} * c.page_bytes / c.page_bytes,
-            (std::uint64_t{10'000} * base.page_bytes + 218u * base.snapshot_bytes) /
-                base.page_bytes);
+  EXPECT_EQ(
+      std::uint64_t{c.host_pages} * c.page_bytes / c.page_bytes,
+      (std::uint64_t{10'000} * base.page_bytes + 218u * base.snapshot_bytes) / base.page_bytes);
   EXPECT_EQ(c.write_policy, WritePolicy::kWriteThrough);
 
   ScenarioOptions so;

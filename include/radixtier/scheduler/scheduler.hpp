@@ -14,6 +14,7 @@
 //                                                      policy keeps one there)
 //   decode   --one token per step--> decode/finish     alloc a page when one fills;
 //                                                      checkpoint() at each page boundary
+//                                                      (or every decode_checkpoint_interval)
 //   finish                           Finished          insert the last page boundary of
 //                                                      prompt + output with the checkpoint as
 //                                                      its snapshot; free own pages; release
