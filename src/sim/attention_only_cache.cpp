@@ -59,7 +59,7 @@ Result<InsertResult> AttentionOnlyCache::insert(LockId lock, std::span<const Tok
     }
   };
   auto own_slot = [&]() -> std::optional<GpuSlotId> {
-    auto s = inner_->alloc_snapshot_slot();
+    auto s = inner_->alloc_snapshot_slot(lock);
     return s ? std::optional<GpuSlotId>(*s) : std::nullopt;
   };
   // Every page boundary below the last one, each with a snapshot of its own.
@@ -67,10 +67,10 @@ Result<InsertResult> AttentionOnlyCache::insert(LockId lock, std::span<const Tok
     const std::optional<GpuSlotId> own = own_slot();
     auto r = inner_->insert(lock, tokens.first(b), pages.first(b / ps), own);
     if (!r) {
-      if (own) (void)inner_->free_snapshot_slot(*own);
+      if (own) (void)inner_->free_snapshot_slot(lock, *own);
       return r.status();
     }
-    if (own && !r->snapshot_taken) (void)inner_->free_snapshot_slot(*own);
+    if (own && !r->snapshot_taken) (void)inner_->free_snapshot_slot(lock, *own);
     it->second = b;
     merge(*r);
   }
@@ -78,10 +78,10 @@ Result<InsertResult> AttentionOnlyCache::insert(LockId lock, std::span<const Tok
   const std::optional<GpuSlotId> own = snapshot ? std::nullopt : own_slot();
   auto r = inner_->insert(lock, tokens, pages, snapshot ? snapshot : own);
   if (!r) {
-    if (own) (void)inner_->free_snapshot_slot(*own);
+    if (own) (void)inner_->free_snapshot_slot(lock, *own);
     return r.status();
   }
-  if (own && !r->snapshot_taken) (void)inner_->free_snapshot_slot(*own);
+  if (own && !r->snapshot_taken) (void)inner_->free_snapshot_slot(lock, *own);
   it->second = tokens.size();
   merge(*r);
   out.snapshot_taken = snapshot.has_value() && r->snapshot_taken;

@@ -38,12 +38,18 @@ class AttentionOnlyCache final : public CacheBackend {
   Result<GpuSlotId> path_snapshot(LockId lock) const override {
     return inner_->path_snapshot(lock);
   }
-  Result<std::vector<GpuPageId>> alloc_pages(std::size_t n) override {
-    return inner_->alloc_pages(n);
+  Result<std::vector<GpuPageId>> alloc_pages(LockId lock, std::size_t n) override {
+    return inner_->alloc_pages(lock, n);
   }
-  Result<GpuSlotId> alloc_snapshot_slot() override { return inner_->alloc_snapshot_slot(); }
-  Status free_pages(std::span<const GpuPageId> pages) override { return inner_->free_pages(pages); }
-  Status free_snapshot_slot(GpuSlotId slot) override { return inner_->free_snapshot_slot(slot); }
+  Result<GpuSlotId> alloc_snapshot_slot(LockId lock) override {
+    return inner_->alloc_snapshot_slot(lock);
+  }
+  Status free_pages(LockId lock, std::span<const GpuPageId> pages) override {
+    return inner_->free_pages(lock, pages);
+  }
+  Status free_snapshot_slot(LockId lock, GpuSlotId slot) override {
+    return inner_->free_snapshot_slot(lock, slot);
+  }
   Result<InsertResult> insert(LockId lock, std::span<const Token> tokens,
                               std::span<const GpuPageId> pages,
                               std::optional<GpuSlotId> snapshot) override;
