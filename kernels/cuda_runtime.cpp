@@ -3,128 +3,163 @@
 #include "cuda_runtime.hpp"
 
 namespace radixtier::cuda::detail {
-namespace {
 
-class RealRuntime final : public CudaRuntime {
- public:
-  cudaError_t get_device_count(int* count) override { return cudaGetDeviceCount(count); }
-  cudaError_t get_device(int* device) override { return cudaGetDevice(device); }
-  cudaError_t set_device(int device) override { return cudaSetDevice(device); }
-  cudaError_t driver_get_version(int* version) override { return cudaDriverGetVersion(version); }
-  cudaError_t runtime_get_version(int* version) override { return cudaRuntimeGetVersion(version); }
-  cudaError_t device_get_attribute(int* value, cudaDeviceAttr attr, int device) override {
-    return cudaDeviceGetAttribute(value, attr, device);
-  }
-  cudaError_t device_get_pci_bus_id(char* id, int len, int device) override {
-    return cudaDeviceGetPCIBusId(id, len, device);
-  }
-  cudaError_t device_get_stream_priority_range(int* least, int* greatest) override {
-    return cudaDeviceGetStreamPriorityRange(least, greatest);
-  }
-  cudaError_t pointer_get_attributes(cudaPointerAttributes* attr, const void* ptr) override {
-    return cudaPointerGetAttributes(attr, ptr);
-  }
-  cudaError_t stream_create_with_priority(cudaStream_t* stream, unsigned flags,
-                                          int priority) override {
-    return cudaStreamCreateWithPriority(stream, flags, priority);
-  }
-  cudaError_t stream_destroy(cudaStream_t stream) override { return cudaStreamDestroy(stream); }
-  cudaError_t stream_synchronize(cudaStream_t stream) override {
-    return cudaStreamSynchronize(stream);
-  }
-  cudaError_t stream_is_capturing(cudaStream_t stream, cudaStreamCaptureStatus* status) override {
-    return cudaStreamIsCapturing(stream, status);
-  }
-  cudaError_t stream_get_device(cudaStream_t stream, int* device) override {
+cudaError_t RealRuntime::get_device_count(int* count) {
+  return cudaGetDeviceCount(count);
+}
+
+cudaError_t RealRuntime::get_device(int* device) {
+  return cudaGetDevice(device);
+}
+
+cudaError_t RealRuntime::set_device(int device) {
+  return cudaSetDevice(device);
+}
+
+cudaError_t RealRuntime::driver_get_version(int* version) {
+  return cudaDriverGetVersion(version);
+}
+
+cudaError_t RealRuntime::runtime_get_version(int* version) {
+  return cudaRuntimeGetVersion(version);
+}
+
+cudaError_t RealRuntime::device_get_attribute(int* value, cudaDeviceAttr attr, int device) {
+  return cudaDeviceGetAttribute(value, attr, device);
+}
+
+cudaError_t RealRuntime::device_get_pci_bus_id(char* id, int len, int device) {
+  return cudaDeviceGetPCIBusId(id, len, device);
+}
+
+cudaError_t RealRuntime::device_get_stream_priority_range(int* least, int* greatest) {
+  return cudaDeviceGetStreamPriorityRange(least, greatest);
+}
+
+cudaError_t RealRuntime::pointer_get_attributes(cudaPointerAttributes* attr, const void* ptr) {
+  return cudaPointerGetAttributes(attr, ptr);
+}
+
+cudaError_t RealRuntime::stream_create_with_priority(cudaStream_t* stream, unsigned flags,
+                                                     int priority) {
+  return cudaStreamCreateWithPriority(stream, flags, priority);
+}
+
+cudaError_t RealRuntime::stream_destroy(cudaStream_t stream) {
+  return cudaStreamDestroy(stream);
+}
+
+cudaError_t RealRuntime::stream_synchronize(cudaStream_t stream) {
+  return cudaStreamSynchronize(stream);
+}
+
+cudaError_t RealRuntime::stream_is_capturing(cudaStream_t stream, cudaStreamCaptureStatus* status) {
+  return cudaStreamIsCapturing(stream, status);
+}
+
+cudaError_t RealRuntime::stream_get_device(cudaStream_t stream, int* device) {
 #if CUDART_VERSION >= 12080
-    return cudaStreamGetDevice(stream, device);
+  return cudaStreamGetDevice(stream, device);
 #else
-    (void)stream;
-    (void)device;
-    return cudaErrorNotSupported;
+  (void)stream;
+  (void)device;
+  return cudaErrorNotSupported;
 #endif
-  }
-  cudaError_t stream_wait_event(cudaStream_t stream, cudaEvent_t event, unsigned flags) override {
-    return cudaStreamWaitEvent(stream, event, flags);
-  }
-  cudaError_t event_create_with_flags(cudaEvent_t* event, unsigned flags) override {
-    return cudaEventCreateWithFlags(event, flags);
-  }
-  cudaError_t event_destroy(cudaEvent_t event) override {
-    return cudaEventDestroy(event);
-  }
-  cudaError_t event_record(cudaEvent_t event, cudaStream_t stream) override {
-    return cudaEventRecord(event, stream);
-  }
-  cudaError_t event_query(cudaEvent_t event) override {
-    return cudaEventQuery(event);
-  }
-  cudaError_t event_synchronize(cudaEvent_t event) override {
-    return cudaEventSynchronize(event);
-  }
-  cudaError_t malloc_device(void** ptr, std::size_t bytes) override {
-    return cudaMalloc(ptr, bytes);
-  }
-  cudaError_t free_device(void* ptr) override {
-    return cudaFree(ptr);
-  }
-  cudaError_t memcpy_sync(void* dst, const void* src, std::size_t bytes,
-                          cudaMemcpyKind kind) override {
-    return cudaMemcpy(dst, src, bytes, kind);
-  }
-  cudaError_t memcpy_async(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind,
-                           cudaStream_t stream) override {
-    return cudaMemcpyAsync(dst, src, bytes, kind, stream);
-  }
-  cudaError_t memcpy_batch_async(void* const* dsts, const void* const* srcs,
-                                 const std::size_t* sizes, std::size_t count, bool invalid_order,
-                                 cudaStream_t stream) override {
+}
+
+cudaError_t RealRuntime::stream_wait_event(cudaStream_t stream, cudaEvent_t event, unsigned flags) {
+  return cudaStreamWaitEvent(stream, event, flags);
+}
+
+cudaError_t RealRuntime::event_create_with_flags(cudaEvent_t* event, unsigned flags) {
+  return cudaEventCreateWithFlags(event, flags);
+}
+
+cudaError_t RealRuntime::event_destroy(cudaEvent_t event) {
+  return cudaEventDestroy(event);
+}
+
+cudaError_t RealRuntime::event_record(cudaEvent_t event, cudaStream_t stream) {
+  return cudaEventRecord(event, stream);
+}
+
+cudaError_t RealRuntime::event_query(cudaEvent_t event) {
+  return cudaEventQuery(event);
+}
+
+cudaError_t RealRuntime::event_synchronize(cudaEvent_t event) {
+  return cudaEventSynchronize(event);
+}
+
+cudaError_t RealRuntime::malloc_device(void** ptr, std::size_t bytes) {
+  return cudaMalloc(ptr, bytes);
+}
+
+cudaError_t RealRuntime::free_device(void* ptr) {
+  return cudaFree(ptr);
+}
+
+cudaError_t RealRuntime::memcpy_sync(void* dst, const void* src, std::size_t bytes,
+                                     cudaMemcpyKind kind) {
+  return cudaMemcpy(dst, src, bytes, kind);
+}
+
+cudaError_t RealRuntime::memcpy_async(void* dst, const void* src, std::size_t bytes,
+                                      cudaMemcpyKind kind, cudaStream_t stream) {
+  return cudaMemcpyAsync(dst, src, bytes, kind, stream);
+}
+
+cudaError_t RealRuntime::memcpy_batch_async(void* const* dsts, const void* const* srcs,
+                                            const std::size_t* sizes, std::size_t count,
+                                            bool invalid_order, cudaStream_t stream) {
 #if CUDART_VERSION >= 12080
-    cudaMemcpyAttributes attr{};
-    attr.srcAccessOrder =
-        invalid_order ? cudaMemcpySrcAccessOrderInvalid : cudaMemcpySrcAccessOrderStream;
-    attr.flags = cudaMemcpyFlagPreferOverlapWithCompute;
-    std::size_t attr_index = 0;
+  cudaMemcpyAttributes attr{};
+  attr.srcAccessOrder =
+      invalid_order ? cudaMemcpySrcAccessOrderInvalid : cudaMemcpySrcAccessOrderStream;
+  attr.flags = cudaMemcpyFlagPreferOverlapWithCompute;
+  std::size_t attr_index = 0;
 #if CUDART_VERSION >= 13000
-    return cudaMemcpyBatchAsync(dsts, srcs, sizes, count, &attr, &attr_index, 1, stream);
+  return cudaMemcpyBatchAsync(dsts, srcs, sizes, count, &attr, &attr_index, 1, stream);
 #else
-    std::size_t fail_index = 0;
-    return cudaMemcpyBatchAsync(const_cast<void**>(dsts), const_cast<void**>(srcs),
-                                const_cast<std::size_t*>(sizes), count, &attr, &attr_index, 1,
-                                &fail_index, stream);
+  std::size_t fail_index = 0;
+  return cudaMemcpyBatchAsync(const_cast<void**>(dsts), const_cast<void**>(srcs),
+                              const_cast<std::size_t*>(sizes), count, &attr, &attr_index, 1,
+                              &fail_index, stream);
 #endif
 #else
-    (void)dsts;
-    (void)srcs;
-    (void)sizes;
-    (void)count;
-    (void)invalid_order;
-    (void)stream;
-    return cudaErrorNotSupported;
+  (void)dsts;
+  (void)srcs;
+  (void)sizes;
+  (void)count;
+  (void)invalid_order;
+  (void)stream;
+  return cudaErrorNotSupported;
 #endif
-  }
-  cudaError_t launch_gather_scatter(const DeviceSegment* segments, int num_segments,
-                                    std::byte* host_base, std::size_t host_item_bytes,
-                                    const LaunchItems& items, bool to_host, int blocks,
-                                    cudaStream_t stream) override {
-    return detail::launch_gather_scatter(segments, num_segments, host_base, host_item_bytes, items,
-                                         to_host, blocks, stream);
-  }
-  cudaError_t host_register(void* ptr, std::size_t bytes, unsigned flags) override {
-    return cudaHostRegister(ptr, bytes, flags);
-  }
-  cudaError_t host_unregister(void* ptr) override {
-    return cudaHostUnregister(ptr);
-  }
-  cudaError_t get_last_error() override {
-    return cudaGetLastError();
-  }
-  cudaError_t peek_at_last_error() override {
-    return cudaPeekAtLastError();
-  }
-};
+}
 
-}  // namespace
+cudaError_t RealRuntime::launch_gather_scatter(const DeviceSegment* segments, int num_segments,
+                                               std::byte* host_base, std::size_t host_item_bytes,
+                                               const LaunchItems& items, bool to_host, int blocks,
+                                               cudaStream_t stream) {
+  return detail::launch_gather_scatter(segments, num_segments, host_base, host_item_bytes, items,
+                                       to_host, blocks, stream);
+}
+
+cudaError_t RealRuntime::host_register(void* ptr, std::size_t bytes, unsigned flags) {
+  return cudaHostRegister(ptr, bytes, flags);
+}
+
+cudaError_t RealRuntime::host_unregister(void* ptr) {
+  return cudaHostUnregister(ptr);
+}
+
+cudaError_t RealRuntime::get_last_error() {
+  return cudaGetLastError();
+}
+
+cudaError_t RealRuntime::peek_at_last_error() {
+  return cudaPeekAtLastError();
+}
 
 CudaRuntime& real_runtime() {
   static RealRuntime runtime;

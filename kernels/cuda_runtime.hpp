@@ -76,7 +76,51 @@ class CudaRuntime {
   virtual cudaError_t peek_at_last_error() = 0;
 };
 
-/// The CUDA runtime itself.
+/// The CUDA runtime itself (not final: a GPU test may override one call, e.g. to make
+/// cudaMemcpyBatchAsync report cudaErrorNotSupported on a real device).
+class RealRuntime : public CudaRuntime {
+ public:
+  cudaError_t get_device_count(int* count) override;
+  cudaError_t get_device(int* device) override;
+  cudaError_t set_device(int device) override;
+  cudaError_t driver_get_version(int* version) override;
+  cudaError_t runtime_get_version(int* version) override;
+  cudaError_t device_get_attribute(int* value, cudaDeviceAttr attr, int device) override;
+  cudaError_t device_get_pci_bus_id(char* id, int len, int device) override;
+  cudaError_t device_get_stream_priority_range(int* least, int* greatest) override;
+  cudaError_t pointer_get_attributes(cudaPointerAttributes* attr, const void* ptr) override;
+  cudaError_t stream_create_with_priority(cudaStream_t* stream, unsigned flags,
+                                          int priority) override;
+  cudaError_t stream_destroy(cudaStream_t stream) override;
+  cudaError_t stream_synchronize(cudaStream_t stream) override;
+  cudaError_t stream_is_capturing(cudaStream_t stream, cudaStreamCaptureStatus* status) override;
+  cudaError_t stream_get_device(cudaStream_t stream, int* device) override;
+  cudaError_t stream_wait_event(cudaStream_t stream, cudaEvent_t event, unsigned flags) override;
+  cudaError_t event_create_with_flags(cudaEvent_t* event, unsigned flags) override;
+  cudaError_t event_destroy(cudaEvent_t event) override;
+  cudaError_t event_record(cudaEvent_t event, cudaStream_t stream) override;
+  cudaError_t event_query(cudaEvent_t event) override;
+  cudaError_t event_synchronize(cudaEvent_t event) override;
+  cudaError_t malloc_device(void** ptr, std::size_t bytes) override;
+  cudaError_t free_device(void* ptr) override;
+  cudaError_t memcpy_sync(void* dst, const void* src, std::size_t bytes,
+                          cudaMemcpyKind kind) override;
+  cudaError_t memcpy_async(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind,
+                           cudaStream_t stream) override;
+  cudaError_t memcpy_batch_async(void* const* dsts, const void* const* srcs,
+                                 const std::size_t* sizes, std::size_t count, bool invalid_order,
+                                 cudaStream_t stream) override;
+  cudaError_t launch_gather_scatter(const DeviceSegment* segments, int num_segments,
+                                    std::byte* host_base, std::size_t host_item_bytes,
+                                    const LaunchItems& items, bool to_host, int blocks,
+                                    cudaStream_t stream) override;
+  cudaError_t host_register(void* ptr, std::size_t bytes, unsigned flags) override;
+  cudaError_t host_unregister(void* ptr) override;
+  cudaError_t get_last_error() override;
+  cudaError_t peek_at_last_error() override;
+};
+
+/// The CUDA runtime itself (one RealRuntime).
 CudaRuntime& real_runtime();
 
 /// What a test may substitute when it creates an engine (CudaTransferEngine::create).
