@@ -19,6 +19,7 @@
 //              Gpu -(insert, write-through)-> Gpu+kWriteThrough -(done)-> Both
 //              Host/Gone -(insert of the same tokens)-> Both/Gpu         (adopt fresh pages)
 //              any+copy -(copy failed)-> Gone (demote, promote) / Gpu (write-through)
+//              any+copy -(batch refused by the engine)-> the state before the copy
 // The snapshot at the boundary follows the same machine (gpu_snapshot, host_snapshot,
 // snap_xfer), with "None" for Gone.
 //
@@ -85,7 +86,7 @@ struct Node {
   std::uint32_t snapshot_lock = 0;     ///< running requests resuming from this snapshot
   std::uint32_t gpu_kv_children = 0;   ///< children with gpu_pages set
   std::uint32_t host_kv_children = 0;  ///< children with host_pages set
-  std::uint64_t last_access = 0;
+  std::uint64_t last_access = 0;       ///< time of the last use (admission, insert): recency
 
   std::unordered_map<PageKey, Node*, PageKeyHash, PageKeyEq> children;
 
