@@ -378,9 +378,10 @@ TEST(CacheHardeningItem6, FailedSnapshotPromotionResumesAtTheNextUsableBoundary)
   ASSERT_TRUE(slot);
   EXPECT_TRUE(h.snapshot_ok(*slot, std::span(p).first(8)));
   // Recomputing 8..16 finds the KV in the tree and gives the tree its snapshot back.
-  auto mine = take_pages(h, 2);
+  // (The request's own pages and slot: rule 9.)
+  const std::vector<GpuPageId> mine = *h.cache->alloc_pages(a->lock, 2);
   for (std::size_t i = 0; i < 2; ++i) h.fill_page(mine[i], p, 2 + i);
-  const GpuSlotId snap = take_slot(h);
+  const GpuSlotId snap = *h.cache->alloc_snapshot_slot(a->lock);
   h.fill_snapshot(snap, std::span(p).first(16));
   std::vector<GpuPageId> full = *table;
   full.insert(full.end(), mine.begin(), mine.end());
@@ -388,7 +389,7 @@ TEST(CacheHardeningItem6, FailedSnapshotPromotionResumesAtTheNextUsableBoundary)
   ASSERT_TRUE(ins) << ins.status().to_string();
   EXPECT_EQ(ins->not_taken, mine);
   EXPECT_TRUE(ins->snapshot_taken);
-  give_pages(h, mine);
+  EXPECT_TRUE(h.cache->free_pages(a->lock, mine));
   ASSERT_TRUE(h.cache->release(a->lock));
   ASSERT_INVARIANTS(h);
   auto again = h.serve(p, snaps);
