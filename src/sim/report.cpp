@@ -5,8 +5,10 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <sstream>
+#include <utility>
 
 #include "sim/simulator.hpp"
 #include "sim/svg.hpp"
@@ -49,6 +51,14 @@ class Runner {
  public:
   explicit Runner(const ReportOptions& o) : o_(o) {}
 
+  /// The runs that follow belong to `name`, `total` of them (ReportOptions::progress).
+  void phase(std::string name, std::size_t total) {
+    phase_ = std::move(name);
+    done_ = 0;
+    total_ = total;
+    if (o_.progress) o_.progress(phase_, done_, total_);
+  }
+
   Result<SimResult> run(const Scenario& s, CacheKind cache, const std::string& hardware,
                         const std::string& policy = "",
                         SnapshotEviction eviction = SnapshotEviction::kLru) {
@@ -59,6 +69,7 @@ class Runner {
     opt.policy = policy;
     opt.eviction = eviction;
     auto r = simulate(s, opt);
+    if (o_.progress) o_.progress(phase_, ++done_, total_);
     if (r) {
       jsonl_ << to_json(*r) << "\n";
       if (o_.log) {
@@ -74,6 +85,8 @@ class Runner {
  private:
   const ReportOptions& o_;
   std::ostringstream jsonl_;
+  std::string phase_ = "runs";
+  std::size_t done_ = 0, total_ = 0;
 };
 
 }  // namespace
@@ -122,6 +135,7 @@ Status write_report(const ReportOptions& o) {
      << "| scenario | cache | policy | hit ratio | cached (last) | recomputed (last) | TTFT last s "
         "| floor last s | TTFT total s | H2D GB | D2H GB | host peak GB | snapshots kept | "
         "wall s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  runner.phase("scenarios x caches", variants.size() * std::size(kCaches));
   for (const Variant& v : variants) {
     ScenarioOptions so;
     so.compaction_host_snapshot_bytes = v.host_snapshot_bytes;
@@ -198,6 +212,8 @@ Status write_report(const ReportOptions& o) {
        << "| host budget | cache | policy | hit ratio | vs ideal | mean TTFT s | H2D GB | D2H GB "
           "| host peak GB | snapshots kept | wall s |\n|---|---|---|---|---|---|---|---|---|---|"
           "---|\n";
+    const std::size_t budgets = o.trace_host_gib.size();
+    runner.phase("trace", budgets == 0 ? 0 : 4 * budgets - (budgets - 1));  // gpu-only once
     for (double g : o.trace_host_gib) {
       ScenarioOptions so;
       so.trace_host_bytes = static_cast<std::uint64_t>(g * static_cast<double>(kGiB));
@@ -317,6 +333,7 @@ Status write_report(const ReportOptions& o) {
     md << "\n|---|---|";
     for (std::size_t i = 0; i < scenarios.size(); ++i) md << "---|";
     md << "\n";
+    runner.phase("policies", policies.size() * 2 * scenarios.size());
     for (const auto& p : policies) {
       for (SnapshotEviction e : {SnapshotEviction::kLru, SnapshotEviction::kUtility}) {
         md << "| " << p << " | " << radixtier::to_string(e) << " |";
