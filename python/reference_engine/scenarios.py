@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from reference_engine.engine import EngineConfig, Request
+from reference_engine.engine import EngineConfig, Request, reference_run
 from reference_engine.model import HybridModel, ModelConfig
 
 MASK64 = (1 << 64) - 1
@@ -79,8 +79,6 @@ def _base(name, description, scale, policy):
 
 def continuation(model: HybridModel, prompt: np.ndarray, out: int, message) -> np.ndarray:
     """Turn 2: turn 1's prompt, the output the model produces for it, a new message."""
-    from reference_engine.engine import reference_run
-
     res = reference_run(model, Request(id=0, prompt=prompt, max_new_tokens=out))
     return np.concatenate([prompt, np.array(res.output, dtype=np.int32),
                            np.asarray(message, dtype=np.int32)])

@@ -10,6 +10,7 @@
 #include <pybind11/stl.h>
 
 #include <chrono>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -31,15 +32,13 @@ EngineRef engine_ref(py::handle engine) {
 #ifdef RADIXTIER_PYTHON_CUDA
   if (auto r = cuda_engine_ref(engine)) return *r;
 #endif
-  throw py::type_error("PrefixCache: engine must be a HostTransferEngine" +
-                       std::string(
 #ifdef RADIXTIER_PYTHON_CUDA
-                           " or a cuda.CudaTransferEngine"
+  constexpr const char* kAccepted = "a HostTransferEngine or a cuda.CudaTransferEngine";
 #else
-                           ""
+  constexpr const char* kAccepted = "a HostTransferEngine";
 #endif
-                           ) +
-                       ", got " + std::string(py::str(py::type::of(engine))));
+  throw py::type_error(std::string("PrefixCache: engine must be ") + kAccepted + ", got " +
+                       std::string(py::str(py::type::of(engine))));
 }
 
 /// The cache config must describe the engine's pools: same item sizes, no more items.
@@ -118,18 +117,36 @@ LockId lock_from(std::int64_t v) {
 }
 
 // Every CacheStats counter, once: the Python attributes and to_dict() come from this list.
-#define RADIXTIER_CACHE_STATS(X)                                                                   \
-  X(admissions)                                                                                    \
-  X(requested_tokens) X(hit_tokens_gpu) X(hit_tokens_host) X(bytes_d2h) X(bytes_h2d) X(copies_d2h) \
-      X(copies_h2d) X(kv_pages_demoted) X(kv_pages_promoted) X(kv_pages_dropped_gpu)               \
-          X(kv_pages_dropped_host) X(snapshots_demoted) X(snapshots_promoted) X(snapshots_dropped) \
-              X(snapshots_inserted) X(transfers_failed) X(host_bytes_peak)
+struct StatField {
+  const char* name;
+  std::uint64_t CacheStats::*member;
+};
+constexpr StatField kStatFields[] = {
+    {"admissions", &CacheStats::admissions},
+    {"requested_tokens", &CacheStats::requested_tokens},
+    {"hit_tokens_gpu", &CacheStats::hit_tokens_gpu},
+    {"hit_tokens_host", &CacheStats::hit_tokens_host},
+    {"bytes_d2h", &CacheStats::bytes_d2h},
+    {"bytes_h2d", &CacheStats::bytes_h2d},
+    {"copies_d2h", &CacheStats::copies_d2h},
+    {"copies_h2d", &CacheStats::copies_h2d},
+    {"kv_pages_demoted", &CacheStats::kv_pages_demoted},
+    {"kv_pages_promoted", &CacheStats::kv_pages_promoted},
+    {"kv_pages_dropped_gpu", &CacheStats::kv_pages_dropped_gpu},
+    {"kv_pages_dropped_host", &CacheStats::kv_pages_dropped_host},
+    {"snapshots_demoted", &CacheStats::snapshots_demoted},
+    {"snapshots_promoted", &CacheStats::snapshots_promoted},
+    {"snapshots_dropped", &CacheStats::snapshots_dropped},
+    {"snapshots_inserted", &CacheStats::snapshots_inserted},
+    {"transfers_failed", &CacheStats::transfers_failed},
+    {"host_bytes_peak", &CacheStats::host_bytes_peak},
+};
+static_assert(sizeof(CacheStats) == std::size(kStatFields) * sizeof(std::uint64_t),
+              "a CacheStats counter is missing from kStatFields");
 
 py::dict stats_dict(const CacheStats& s) {
   py::dict d;
-#define RADIXTIER_PUT(name) d[#name] = s.name;
-  RADIXTIER_CACHE_STATS(RADIXTIER_PUT)
-#undef RADIXTIER_PUT
+  for (const StatField& f : kStatFields) d[f.name] = s.*f.member;
   return d;
 }
 
@@ -198,9 +215,7 @@ void bind_cache(py::module_& m) {
       .def_readonly("nodes", &Occupancy::nodes);
 
   py::class_<CacheStats> stats(m, "CacheStats", "Counters since the cache was made.");
-#define RADIXTIER_READ(name) stats.def_readonly(#name, &CacheStats::name);
-  RADIXTIER_CACHE_STATS(RADIXTIER_READ)
-#undef RADIXTIER_READ
+  for (const StatField& f : kStatFields) stats.def_readonly(f.name, f.member);
   stats.def("to_dict", &stats_dict);
 
   py::class_<PyPrefixCache>(
