@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Installs the Debian packages radixtier needs, only those missing, when run as root.
+# Installs the Debian packages radixtier needs, only those missing, when run as root: the
+# C++ toolchain and test libraries, and for the Python module and its tests pybind11,
+# Python's headers, and Debian's torch, numpy and pytest for /usr/bin/python3.
 set -euo pipefail
 need=()
 have() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
-for pkg in cmake g++ make libboost-dev libgtest-dev librapidcheck-dev libbenchmark-dev; do
+for pkg in cmake g++ make libboost-dev libgtest-dev librapidcheck-dev libbenchmark-dev \
+  pybind11-dev python3-dev python3-torch python3-pytest python3-numpy; do
   have "$pkg" || need+=("$pkg")
 done
 if [ ${#need[@]} -eq 0 ]; then exit 0; fi
