@@ -82,6 +82,21 @@ std::vector<Seed> seeds() {
         {policy ? "serve-demote-promote-write-through" : "serve-demote-promote", e.bytes()});
   }
 
+  // Issue 9, bug 1, as filed: the admission's own promotion fails while it makes snapshot-slot
+  // room, so try_admit_at's re-check after making room refuses the target.
+  {
+    Enc e(0, 32, 3, 2, 2, 3);
+    e.admit(0, 8).finish(0, 1, 2);                // P: 9 tokens, snapshot at 8
+    e.admit(1, 8).finish(0, 1, 2);                // Q
+    e.op(kPressure, {32}).op(kUnpressure, {32});  // all KV demoted
+    e.admit_known(0).op(kRelease, {0});           // P promoting, released without waiting
+    e.op(kPressureSlot);                          // takes a snapshot slot
+    e.admit_known(1).op(kRelease, {0});           // Q promoting
+    e.op(kCompleteCopy, {0, 1 | 4});              // P's promotion will fail
+    e.admit_known(0).op(kWait, {0}).compute(0, 1, 1, true).op(kRelease, {0});
+    out.push_back({"readmit-own-promotion-fails", e.bytes()});
+  }
+
   // The target's own earlier snapshot promotion fails while the admission waits for page
   // room (write-through, so the other in-flight copy is a background one): the re-check
   // after making room finds the target without a snapshot.
