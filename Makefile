@@ -29,12 +29,13 @@ asan-test:
 tsan-test:
 	$(MAKE) test PRESET=tsan
 
-# The cache fuzzer (clang, ASan + UBSan) for FUZZ_SECONDS, from the committed seeds.
+# The cache fuzzer (clang, ASan + UBSan) for FUZZ_SECONDS, from the committed seeds; a
+# failing input is written to build/fuzz/crash-<sha1>.
 fuzz:
 	$(MAKE) build PRESET=fuzz
 	mkdir -p $(FUZZ_CORPUS)
 	build/fuzz/bin/radixtier_cache_fuzzer $(FUZZ_CORPUS) tests/fuzz/corpus \
-	  -max_total_time=$(FUZZ_SECONDS) -timeout=30 -print_final_stats=1
+	  -max_total_time=$(FUZZ_SECONDS) -timeout=30 -print_final_stats=1 -artifact_prefix=build/fuzz/
 
 # Line coverage (llvm-cov) of the cache sources by the committed corpus and FUZZ_CORPUS.
 fuzz-coverage:
