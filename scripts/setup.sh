@@ -3,7 +3,8 @@
 set -euo pipefail
 need=()
 have() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
-for pkg in cmake g++ make libboost-dev libgtest-dev librapidcheck-dev libbenchmark-dev; do
+for pkg in cmake g++ make libboost-dev libgtest-dev librapidcheck-dev libbenchmark-dev \
+  nlohmann-json3-dev libcli11-dev; do
   have "$pkg" || need+=("$pkg")
 done
 if [ ${#need[@]} -eq 0 ]; then exit 0; fi

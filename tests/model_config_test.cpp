@@ -39,8 +39,8 @@ TEST(ModelConfig, ShippedConfigFilesGiveTheBytesToTheByte) {
     EXPECT_EQ(qwen->kv_bytes_per_token(), 24'576u);
     EXPECT_EQ(qwen->snapshot_bytes(), 77'266'944u);
     EXPECT_EQ(qwen->weight_bytes, 80'000'000'000u);
-    auto seed = from_file ? load_model_config(preset_path("seed-hybrid"))
-                          : resolve_model("seed-hybrid");
+    auto seed =
+        from_file ? load_model_config(preset_path("seed-hybrid")) : resolve_model("seed-hybrid");
     ASSERT_TRUE(seed.is_ok()) << seed.status().to_string();
     EXPECT_EQ(seed->kv_bytes_per_token(), 12'480u);
     EXPECT_EQ(seed->snapshot_bytes(), 115'642'376u);
@@ -85,7 +85,8 @@ TEST(ModelConfig, LayerTypesAndTextConfigAreRead) {
   nlohmann::json j = preset_json("qwen3-next-80b");
   j.erase("full_attention_interval");
   nlohmann::json types = nlohmann::json::array();
-  for (int i = 0; i < 48; ++i) types.push_back((i + 1) % 4 == 0 ? "full_attention" : "linear_attention");
+  for (int i = 0; i < 48; ++i)
+    types.push_back((i + 1) % 4 == 0 ? "full_attention" : "linear_attention");
   j["layer_types"] = types;
   auto m = parse_model_config(j.dump(), "x", "x.json");
   ASSERT_TRUE(m.is_ok()) << m.status().to_string();
@@ -126,10 +127,9 @@ TEST(ModelConfig, WeightBytesAreEstimatedFromTheParameterCountWithoutTheRadixtie
 }
 
 TEST(ModelConfig, IncompleteConfigsNameTheMissingField) {
-  for (const char* field :
-       {"num_hidden_layers", "num_key_value_heads", "head_dim", "linear_num_key_heads",
-        "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
-        "linear_conv_kernel_dim"}) {
+  for (const char* field : {"num_hidden_layers", "num_key_value_heads", "head_dim",
+                            "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+                            "linear_value_head_dim", "linear_conv_kernel_dim"}) {
     nlohmann::json j = preset_json("seed-hybrid");  // no hidden_size: head_dim is required
     j.erase(field);
     const std::string e = error_of(j);
@@ -152,7 +152,7 @@ TEST(ModelConfig, MalformedConfigsNameTheField) {
     nlohmann::json j = preset_json("qwen3-next-80b");
     j[field] = value;
     const std::string e = error_of(j);
-    EXPECT_NE(e.find(std::string("\"") + field + "\""), std::string::npos) << field << ": " << e;
+    EXPECT_NE(e.find(std::string("\"") + field), std::string::npos) << field << ": " << e;
     EXPECT_NE(e.find(what), std::string::npos) << field << ": " << e;
   };
   check("num_key_value_heads", "2", "positive integer");

@@ -42,10 +42,10 @@ struct ModelGeometry {
   std::uint64_t extra_state_bytes;        ///< any extra per-slot state
   std::uint64_t weight_bytes;             ///< resident weights on one GPU (the KV budget rule)
   // Where the numbers came from (printing only; model_config.hpp).
-  std::string origin;             ///< "preset" or the config.json path
-  std::string description;        ///< radixtier.description
+  std::string origin;                                 ///< "preset" or the config.json path
+  std::string description;                            ///< radixtier.description
   std::string kv_dtype, recurrent_dtype, conv_dtype;  ///< element type names
-  std::string weight_source;      ///< how weight_bytes was found
+  std::string weight_source;                          ///< how weight_bytes was found
 
   std::uint64_t kv_bytes_per_token() const;
   std::uint64_t snapshot_bytes() const;

@@ -107,8 +107,7 @@ std::optional<std::uint64_t> estimate_parameters(const Fields& f, const ModelGeo
   const json* gate = f.arch("attn_output_gate");
   const bool gated = gate == nullptr || !gate->is_boolean() || gate->get<bool>();
   const std::uint64_t q = *heads * m.head_dim;
-  const std::uint64_t attention =
-      h * q * (gated ? 2 : 1) + 2 * h * m.kv_heads * m.head_dim + q * h;
+  const std::uint64_t attention = h * q * (gated ? 2 : 1) + 2 * h * m.kv_heads * m.head_dim + q * h;
   const std::uint64_t kd = std::uint64_t{m.key_heads} * m.key_dim;
   const std::uint64_t vd = std::uint64_t{m.value_heads} * m.value_dim;
   const std::uint64_t gdn =
@@ -168,6 +167,7 @@ Result<ModelGeometry> parse_config(const json& root, std::string name, std::stri
   // Layers.
   auto layers = f.positive("num_hidden_layers");
   if (!layers) return layers.status();
+  const char* layer_field = "layer_types";
   if (const json* types = f.arch("layer_types"); types != nullptr) {
     if (!types->is_array()) return f.error("layer_types", "must be an array of strings");
     if (types->size() != *layers) {
@@ -187,7 +187,8 @@ Result<ModelGeometry> parse_config(const json& root, std::string name, std::stri
       }
     }
   } else if (f.arch("full_attention_interval") != nullptr) {
-    auto interval = f.positive("full_attention_interval");
+    layer_field = "full_attention_interval";
+    auto interval = f.positive(layer_field);
     if (!interval) return interval.status();
     m.full_layers = *layers / *interval;
     m.gdn_layers = *layers - m.full_layers;
@@ -195,10 +196,10 @@ Result<ModelGeometry> parse_config(const json& root, std::string name, std::stri
     return f.error("layer_types", "is missing (and so is \"full_attention_interval\")");
   }
   if (m.full_layers == 0) {
-    return f.error("layer_types", "gives no full_attention layer: not a hybrid model");
+    return f.error(layer_field, "gives no full_attention layer: not a hybrid model");
   }
   if (m.gdn_layers == 0) {
-    return f.error("layer_types", "gives no linear_attention layer: not a hybrid model");
+    return f.error(layer_field, "gives no linear_attention layer: not a hybrid model");
   }
 
   // Geometry.
@@ -252,10 +253,9 @@ Result<ModelGeometry> parse_config(const json& root, std::string name, std::stri
     name_out = c.value;
     return f.dtype(c.field, c.value);
   };
-  auto kv = element(first_of({{o.kv, "--kv-dtype"},
-                              {*kv_cfg, "radixtier.kv_cache_dtype"},
-                              model_dtype}),
-                    "KV cache", m.kv_dtype);
+  auto kv =
+      element(first_of({{o.kv, "--kv-dtype"}, {*kv_cfg, "radixtier.kv_cache_dtype"}, model_dtype}),
+              "KV cache", m.kv_dtype);
   if (!kv) return kv.status();
   m.kv_element_bytes = *kv;
   auto rec = element(first_of({{o.recurrent, "--recurrent-dtype"},
@@ -265,10 +265,9 @@ Result<ModelGeometry> parse_config(const json& root, std::string name, std::stri
                      "recurrent state", m.recurrent_dtype);
   if (!rec) return rec.status();
   m.recurrent_element_bytes = *rec;
-  auto conv = element(first_of({{o.conv, "--conv-dtype"},
-                                {*conv_cfg, "radixtier.conv_state_dtype"},
-                                model_dtype}),
-                      "conv state", m.conv_dtype);
+  auto conv = element(
+      first_of({{o.conv, "--conv-dtype"}, {*conv_cfg, "radixtier.conv_state_dtype"}, model_dtype}),
+      "conv state", m.conv_dtype);
   if (!conv) return conv.status();
   m.conv_element_bytes = *conv;
 
@@ -336,11 +335,10 @@ Result<std::uint32_t> dtype_bytes(std::string_view dtype) {
   static constexpr struct {
     std::string_view name;
     std::uint32_t bytes;
-  } kTypes[] = {{"float32", 4},       {"fp32", 4},           {"float", 4},
-                {"bfloat16", 2},      {"bf16", 2},           {"float16", 2},
-                {"fp16", 2},          {"half", 2},           {"fp8", 1},
-                {"fp8_e4m3", 1},      {"fp8_e5m2", 1},       {"float8_e4m3fn", 1},
-                {"float8_e5m2", 1},   {"float8_e4m3fnuz", 1}};
+  } kTypes[] = {{"float32", 4},     {"fp32", 4},           {"float", 4},    {"bfloat16", 2},
+                {"bf16", 2},        {"float16", 2},        {"fp16", 2},     {"half", 2},
+                {"fp8", 1},         {"fp8_e4m3", 1},       {"fp8_e5m2", 1}, {"float8_e4m3fn", 1},
+                {"float8_e5m2", 1}, {"float8_e4m3fnuz", 1}};
   std::string known;
   for (const auto& t : kTypes) {
     if (t.name == dtype) return t.bytes;
@@ -378,9 +376,8 @@ Result<ModelGeometry> resolve_model(std::string_view spec, const ModelDtypes& ov
       if (overrides.kv.empty() && overrides.recurrent.empty() && overrides.conv.empty()) {
         return presets()[i];
       }
-      return parse_model_config(
-          std::string_view(reinterpret_cast<const char*>(e.json), e.size), e.name,
-          std::string("preset ") + e.name, overrides);
+      return parse_model_config(std::string_view(reinterpret_cast<const char*>(e.json), e.size),
+                                e.name, std::string("preset ") + e.name, overrides);
     }
     known += (known.empty() ? "" : ", ") + std::string(e.name);
   }

@@ -49,8 +49,7 @@ Result<ModelGeometry> parse_model_config(std::string_view json, std::string name
                                          std::string_view origin,
                                          const ModelDtypes& overrides = {});
 /// Reads and parses `path`; kNotFound when it cannot be read.
-Result<ModelGeometry> load_model_config(const std::string& path,
-                                        const ModelDtypes& overrides = {});
+Result<ModelGeometry> load_model_config(const std::string& path, const ModelDtypes& overrides = {});
 /// `spec`: a preset name (model_presets()) or a path to a config.json; `overrides` apply to
 /// either. kNotFound naming the presets when it is neither.
 Result<ModelGeometry> resolve_model(std::string_view spec, const ModelDtypes& overrides = {});

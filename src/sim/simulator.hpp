@@ -75,7 +75,7 @@ std::size_t default_instances(const Scenario& s, const HardwarePreset& hw, doubl
 struct SimOptions {
   CacheKind cache = CacheKind::kNode;
   std::string model = "qwen3-next-80b";  ///< a preset name or a config.json path
-  ModelDtypes dtypes;                     ///< element type overrides (model_config.hpp)
+  ModelDtypes dtypes;                    ///< element type overrides (model_config.hpp)
   std::string hardware = "consumer-gen4";
   /// Snapshot placement, what SnapshotPolicy::parse accepts ("BASE[+tail][+branch]"); empty:
   /// kDefaultPolicy for node, end-only for index and gpu-only.

@@ -36,13 +36,15 @@ Result<TraceRequest> parse_trace_line(std::string_view line, std::size_t line_no
   if (!j.is_object()) return error(std::string("expected an object ('{'), got ") + j.type_name());
   auto integer = [&](const std::string& what, const nlohmann::json& v) -> Result<std::uint64_t> {
     if (v.is_number_unsigned()) return v.get<std::uint64_t>();
-    if (v.is_number_float()) return error(what + ": expected an integer, got a fraction or exponent");
+    if (v.is_number_float())
+      return error(what + ": expected an integer, got a fraction or exponent");
     return error(what + ": expected a non-negative integer, got " + v.dump());
   };
   TraceRequest r;
-  for (const auto& [key, out] : {std::pair<const char*, std::uint64_t*>{"timestamp", &r.timestamp_ms},
-                                 {"input_length", &r.input_length},
-                                 {"output_length", &r.output_length}}) {
+  for (const auto& [key, out] :
+       {std::pair<const char*, std::uint64_t*>{"timestamp", &r.timestamp_ms},
+        {"input_length", &r.input_length},
+        {"output_length", &r.output_length}}) {
     auto it = j.find(key);
     if (it == j.end()) return error(std::string("missing \"") + key + "\"");
     if (it->is_array()) return error(std::string("\"") + key + "\" must be a number, not an array");
