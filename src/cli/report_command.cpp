@@ -21,7 +21,8 @@ radixtier::cli::CommandRun setup_report(CLI::App& app) {
   app.add_option("--model", o->model,
                  "a model preset or the path of a Hugging Face config.json (docs/simulator.md)")
       ->capture_default_str();
-  app.add_flag("--no-policies{false}", o->policies, "skip the snapshot policy comparison");
+  app.add_flag_callback(
+      "--no-policies", [o] { o->policies = false; }, "skip the snapshot policy comparison");
   app.footer("Writes DIR/results.md, DIR/*.svg and DIR/runs.jsonl; progress on stderr.");
   return [o] { return run_report(*o); };
 }
