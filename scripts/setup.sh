@@ -6,6 +6,7 @@
 set -euo pipefail
 preset=${1:-default}
 pkgs=(cmake g++ make libboost-dev libgtest-dev librapidcheck-dev libbenchmark-dev
+  nlohmann-json3-dev libcli11-dev
   pybind11-dev python3-dev python3-torch python3-pytest python3-numpy)
 case "$preset" in
   fuzz) pkgs+=(clang libclang-rt-14-dev) ;;

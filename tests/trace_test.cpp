@@ -50,7 +50,12 @@ TEST(Trace, MalformedLinesNameTheLine) {
         "3 blocks");
   check(R"({"timestamp": 0.5, "input_length": 10, "output_length": 1, "hash_ids": [1]})",
         "integer");
-  check(R"({"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1,]})", "integer");
+  check(R"({"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1,]})",
+        "not valid JSON");
+  check(R"({"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1, -2]})",
+        "hash_ids\"[1]");
+  check(R"({"timestamp": "0", "input_length": 10, "output_length": 1, "hash_ids": [1]})",
+        "non-negative integer");
   check(R"({"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1]} x)",
         "after the object");
   check(R"(["timestamp"])", "'{'");

@@ -1,25 +1,33 @@
-// The subcommands of the `radixtier` tool. A command file registers itself at static
+// The subcommands of the `radixtier` tool, on CLI11. A command file registers itself at static
 // initialisation, so adding one (src/cli/sim_command.cpp, report_command.cpp, ...) never
 // touches main.cpp:
 //
 //   static radixtier::cli::CommandRegistrar kSim{"sim", "replay a workload in the simulator",
-//                                                &run_sim};
+//                                                &setup_sim};
 //
-// The function gets the arguments after the subcommand name (argv[0] is the name itself).
+// main() gives each command its CLI11 subcommand; the setup function declares the options
+// there (so every subcommand has the same --help, validation and error messages) and returns
+// the function that runs once the command line has parsed.
 #pragma once
 
+#include <CLI/CLI.hpp>
+#include <cstdlib>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "radixtier/status.hpp"
+
 namespace radixtier::cli {
 
-using CommandFn = int (*)(int argc, char** argv);
+using CommandRun = std::function<int()>;
+using CommandSetup = CommandRun (*)(CLI::App& sub);
 
 struct Command {
   std::string name;
   std::string help;  ///< one line
-  CommandFn run;
+  CommandSetup setup;
 };
 
 /// Every registered command, in registration order (main sorts them by name for --help).
@@ -29,9 +37,48 @@ inline std::vector<Command>& commands() {
 }
 
 struct CommandRegistrar {
-  CommandRegistrar(std::string name, std::string help, CommandFn run) {
-    commands().push_back(Command{std::move(name), std::move(help), run});
+  CommandRegistrar(std::string name, std::string help, CommandSetup setup) {
+    commands().push_back(Command{std::move(name), std::move(help), setup});
   }
 };
+
+/// A CLI11 check that accepts what `parse` (text -> Result<T>) accepts and fails with its
+/// message otherwise.
+template <class Parse>
+CLI::Validator parsed_by(Parse parse, std::string description) {
+  return CLI::Validator(
+      [parse](std::string& text) {
+        auto r = parse(text);
+        return r.is_ok() ? std::string() : r.status().message();
+      },
+      std::move(description));
+}
+
+/// A CLI11 check for a count (digits only) of at least `min`.
+inline CLI::Validator count_at_least(unsigned long long min) {
+  return CLI::Validator(
+      [min](std::string& text) {
+        const bool digits =
+            !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
+        if (!digits) return "'" + text + "' is not a count";
+        return std::strtoull(text.c_str(), nullptr, 10) >= min
+                   ? std::string()
+                   : "'" + text + "' is less than " + std::to_string(min);
+      },
+      min == 0 ? "COUNT" : "COUNT>=" + std::to_string(min));
+}
+
+/// A CLI11 check for a number >= 0.
+inline CLI::Validator non_negative() {
+  return CLI::Validator(
+      [](std::string& text) {
+        char* end = nullptr;
+        const double v = std::strtod(text.c_str(), &end);
+        return end != text.c_str() && *end == '\0' && v >= 0
+                   ? std::string()
+                   : "'" + text + "' is not a non-negative number";
+      },
+      ">=0");
+}
 
 }  // namespace radixtier::cli

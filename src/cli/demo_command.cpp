@@ -6,7 +6,7 @@
 
 #include <chrono>
 #include <cstdio>
-#include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -18,18 +18,6 @@ namespace {
 using radixtier::demo::ScenarioReport;
 
 constexpr const char* kDefaultPolicy = "budgeted";
-
-void help(std::FILE* out) {
-  std::fprintf(out,
-               "usage: radixtier demo [--json] [--scenario NAME] [--policy P]\n"
-               "  --scenario NAME  churn | flush | compaction | agent (default: all, in order)\n"
-               "  --policy P       snapshot placement: end-only | every-chunk | interval:N |\n"
-               "                   budgeted[:BYTES], each optionally +tail and/or +branch\n"
-               "                   (default: %s)\n"
-               "  --json           print the reports as JSON on stdout\n"
-               "Progress goes to stderr.\n",
-               kDefaultPolicy);
-}
 
 /// Progress on stderr: a rewritten line on a terminal, a line every few seconds otherwise.
 class ProgressPrinter {
@@ -59,26 +47,34 @@ class ProgressPrinter {
   std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
 };
 
-int run_demo(int argc, char** argv) {
+struct DemoArgs {
   bool json = false;
   std::string policy_text = kDefaultPolicy;
   std::vector<std::string> names;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      help(stdout);
-      return 0;
-    }
-    if (arg == "--json") {
-      json = true;
-    } else if ((arg == "--scenario" || arg == "--policy") && i + 1 < argc) {
-      (arg == "--scenario" ? names.emplace_back() : policy_text) = argv[++i];
-    } else {
-      std::fprintf(stderr, "radixtier demo: unexpected argument '%s'\n", arg.c_str());
-      help(stderr);
-      return 2;
-    }
-  }
+};
+
+int run_demo(DemoArgs& args);
+
+radixtier::cli::CommandRun setup_demo(CLI::App& app) {
+  auto args = std::make_shared<DemoArgs>();
+  app.add_option("--scenario", args->names,
+                 "churn | flush | compaction | agent (repeatable; "
+                 "default: all, in order)")
+      ->check(CLI::IsMember(radixtier::demo::scenario_names()));
+  app.add_option("--policy", args->policy_text,
+                 "snapshot placement: end-only | every-chunk | interval:N | budgeted[:BYTES], "
+                 "each optionally +tail and/or +branch")
+      ->capture_default_str()
+      ->check(radixtier::cli::parsed_by(radixtier::sched::SnapshotPolicy::parse, "P"));
+  app.add_flag("--json", args->json, "print the reports as JSON on stdout");
+  app.footer("Progress goes to stderr.");
+  return [args] { return run_demo(*args); };
+}
+
+int run_demo(DemoArgs& args) {
+  const bool json = args.json;
+  const std::string& policy_text = args.policy_text;
+  std::vector<std::string>& names = args.names;
   auto policy = radixtier::sched::SnapshotPolicy::parse(policy_text);
   if (!policy) {
     std::fprintf(stderr, "radixtier demo: %s\n", policy.status().message().c_str());
@@ -118,6 +114,6 @@ int run_demo(int argc, char** argv) {
 }
 
 const radixtier::cli::CommandRegistrar kDemo{
-    "demo", "scenario tables on the tiny model: the cache vs a no-reuse run", &run_demo};
+    "demo", "scenario tables on the tiny model: the cache vs a no-reuse run", &setup_demo};
 
 }  // namespace

@@ -1,32 +1,31 @@
-// `radixtier <command> [args]`: dispatches to the commands registered in commands.hpp.
+// `radixtier <command> [args]`: one CLI11 subcommand per command registered in commands.hpp.
 #include <algorithm>
-#include <cstdio>
 #include <cstring>
 
 #include "commands.hpp"
 
-namespace {
-
-void usage(std::FILE* out) {
+int main(int argc, char** argv) {
+  CLI::App app{"radixtier: prefix caching for hybrid (attention + Gated DeltaNet) models",
+               "radixtier"};
+  app.require_subcommand(1);
   auto cmds = radixtier::cli::commands();
   std::sort(cmds.begin(), cmds.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
-  std::fprintf(out,
-               "usage: radixtier <command> [args]   (radixtier <command> --help)\n\ncommands:\n");
-  for (const auto& c : cmds) std::fprintf(out, "  %-10s %s\n", c.name.c_str(), c.help.c_str());
-}
-
-}  // namespace
-
-int main(int argc, char** argv) {
-  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0 ||
-      std::strcmp(argv[1], "help") == 0) {
-    usage(argc < 2 ? stderr : stdout);
-    return argc < 2 ? 2 : 0;
+  std::vector<std::pair<CLI::App*, radixtier::cli::CommandRun>> runs;
+  for (const auto& c : cmds) {
+    CLI::App* sub = app.add_subcommand(c.name, c.help);
+    runs.emplace_back(sub, c.setup(*sub));
   }
-  for (const auto& c : radixtier::cli::commands()) {
-    if (c.name == argv[1]) return c.run(argc - 1, argv + 1);
+  // `radixtier help` is `radixtier --help`.
+  char help_flag[] = "--help";
+  if (argc == 2 && std::strcmp(argv[1], "help") == 0) argv[1] = help_flag;
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help: 0; every usage error: 2, the message and a pointer to --help on stderr.
+    return app.exit(e) == 0 ? 0 : 2;
   }
-  std::fprintf(stderr, "radixtier: unknown command '%s'\n\n", argv[1]);
-  usage(stderr);
+  for (auto& [sub, run] : runs) {
+    if (sub->parsed()) return run();
+  }
   return 2;
 }

@@ -1,7 +1,7 @@
 // `radixtier report`: every scenario x every cache, the trace at three host budgets, the
 // snapshot policy comparison; markdown + SVG plots into a folder (docs/simulator.md).
 #include <cstdio>
-#include <cstdlib>
+#include <memory>
 #include <string>
 
 #include "commands.hpp"
@@ -10,48 +10,25 @@
 
 namespace {
 
-void help(std::FILE* out) {
-  std::fprintf(out,
-               "usage: radixtier report [--out DIR] [--trace FILE] [--trace-limit N]\n"
-               "                        [--no-policies]\n"
-               "  --out DIR         output folder (default: report)\n"
-               "  --trace FILE      Mooncake JSONL (default ../shared/traces/"
-               "mooncake_synthetic_trace.jsonl)\n"
-               "  --trace-limit N   only the first N trace requests (the report says so)\n"
-               "  --no-policies     skip the snapshot policy comparison\n"
-               "Writes DIR/results.md, DIR/*.svg and DIR/runs.jsonl; progress on stderr.\n");
+int run_report(radixtier::sim::ReportOptions& o);
+
+radixtier::cli::CommandRun setup_report(CLI::App& app) {
+  auto o = std::make_shared<radixtier::sim::ReportOptions>();
+  app.add_option("--out", o->out_dir, "output folder")->capture_default_str();
+  app.add_option("--trace", o->trace_path, "a Mooncake JSONL trace")->capture_default_str();
+  app.add_option("--trace-limit", o->trace_limit,
+                 "only the first N trace requests (the report says so)")
+      ->check(radixtier::cli::count_at_least(0));
+  app.add_option("--model", o->model,
+                 "a model preset or the path of a Hugging Face config.json (docs/simulator.md)")
+      ->capture_default_str();
+  app.add_flag_callback(
+      "--no-policies", [o] { o->policies = false; }, "skip the snapshot policy comparison");
+  app.footer("Writes DIR/results.md, DIR/*.svg and DIR/runs.jsonl; progress on stderr.");
+  return [o] { return run_report(*o); };
 }
 
-int run_report(int argc, char** argv) {
-  radixtier::sim::ReportOptions o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--help" || a == "-h") {
-      help(stdout);
-      return 0;
-    } else if (a == "--no-policies") {
-      o.policies = false;
-    } else if ((a == "--out" || a == "--trace" || a == "--trace-limit") && i + 1 < argc) {
-      const std::string v = argv[++i];
-      if (a == "--out") {
-        o.out_dir = v;
-      } else if (a == "--trace") {
-        o.trace_path = v;
-      } else {
-        char* end = nullptr;
-        const unsigned long long n = std::strtoull(v.c_str(), &end, 10);
-        if (end == v.c_str() || *end != '\0') {
-          std::fprintf(stderr, "radixtier report: --trace-limit: '%s' is not a count\n", v.c_str());
-          return 2;
-        }
-        o.trace_limit = static_cast<std::size_t>(n);
-      }
-    } else {
-      std::fprintf(stderr, "radixtier report: unexpected argument '%s'\n", a.c_str());
-      help(stderr);
-      return 2;
-    }
-  }
+int run_report(radixtier::sim::ReportOptions& o) {
   radixtier::sim::ProgressMeter meter(stderr,
                                       radixtier::sim::ProgressMeter::stream_is_terminal(stderr));
   o.log = [&](const std::string& line) { meter.note(line); };
@@ -73,6 +50,6 @@ int run_report(int argc, char** argv) {
 }
 
 const radixtier::cli::CommandRegistrar kReport{
-    "report", "run every simulator scenario and write tables and plots", &run_report};
+    "report", "run every simulator scenario and write tables and plots", &setup_report};
 
 }  // namespace

@@ -1,6 +1,7 @@
 // `radixtier sim`: one scenario x one cache in the simulator (docs/simulator.md).
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 
 #include "commands.hpp"
@@ -12,149 +13,113 @@ namespace {
 
 using namespace radixtier;
 
-void help(std::FILE* out) {
-  std::fprintf(
-      out,
-      "usage: radixtier sim --scenario NAME [--cache KIND] [--instances N] [--router R]\n"
-      "                     [--model PRESET] [--hardware PRESET] [--trace FILE]\n"
-      "                     [--policy P] [--eviction lru|utility] [--json] [--rows]\n"
-      "  --scenario NAME      churn | flush | compaction | compaction-turns | agent | trace |\n"
-      "                       admission-128k\n"
-      "  --cache KIND         node (default) | attention-only | sglang-like | index | gpu-only |\n"
-      "                       ideal (trace reference)\n"
-      "  --model PRESET       qwen3-next-80b (default) | seed-hybrid\n"
-      "  --hardware PRESET    consumer-gen4 (default) | h200-gen5\n"
-      "  --trace FILE         Mooncake JSONL (default ../shared/traces/"
-      "mooncake_synthetic_trace.jsonl)\n"
-      "  --policy P           snapshot placement: end-only | every-chunk | interval:N |\n"
-      "                       budgeted[:BYTES], each optionally +tail and/or +branch\n"
-      "                       (default: %s for node, end-only otherwise)\n"
-      "  --eviction E         node cache snapshot eviction: lru (default) | utility\n"
-      "  --host-gib G         trace: whole host budget per instance in GiB (default 16)\n"
-      "  --instances N        trace: modeled GPUs (default: the smallest N with modeled\n"
-      "                       utilization <= 0.7)\n"
-      "  --router R           trace, N > 1: prefix (default) | session | round-robin\n"
-      "  --gpu-kv-tokens N    trace: GPU KV pool per instance (default: from the presets)\n"
-      "  --snapshot-share F   trace: share of the host budget for snapshots (default 0.125)\n"
-      "  --trace-limit N      trace: only the first N requests\n"
-      "  --host-snapshot-gib G  compaction*: host snapshots as a byte budget, not 32 slots\n"
-      "  --decode-step-s S    seconds of one batched decode step (default 0.025)\n"
-      "  --write-through      node cache write policy write-through (default write-back)\n"
-      "  --check-invariants   check the cache's invariants after every step (slow)\n"
-      "  --json               one JSON object on stdout; --rows adds per-request rows\n",
-      sim::kDefaultPolicy);
-}
-
-bool parse_double(const char* s, double& v) {
-  char* end = nullptr;
-  v = std::strtod(s, &end);
-  return end != s && *end == '\0';
-}
-
-int run_sim(int argc, char** argv) {
-  std::string scenario, policy_text;
+struct SimArgs {
+  std::string scenario, policy_text, cache = "node", router = "prefix", eviction = "lru";
   sim::SimOptions opt;
   sim::ScenarioOptions so;
-  bool json = false, rows = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&](const char* name) -> const char* {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "radixtier sim: %s needs a value\n", name);
-        return nullptr;
-      }
-      return argv[++i];
-    };
-    auto number = [&](const char* name, double& v) {
-      const char* s = value(name);
-      if (s == nullptr) return false;
-      if (!parse_double(s, v) || v < 0) {
-        std::fprintf(stderr, "radixtier sim: %s: '%s' is not a non-negative number\n", name, s);
-        return false;
-      }
-      return true;
-    };
-    double d = 0;
-    if (a == "--help" || a == "-h") {
-      help(stdout);
-      return 0;
-    } else if (a == "--json") {
-      json = true;
-    } else if (a == "--rows") {
-      rows = true;
-    } else if (a == "--check-invariants") {
-      opt.check_invariants = true;
-    } else if (a == "--write-through") {
-      opt.write_policy = WritePolicy::kWriteThrough;
-    } else if (a == "--scenario" || a == "--cache" || a == "--model" || a == "--hardware" ||
-               a == "--trace" || a == "--policy" || a == "--eviction") {
-      const char* v = value(a.c_str());
-      if (v == nullptr) return 2;
-      if (a == "--scenario") {
-        scenario = v;
-      } else if (a == "--cache") {
-        auto k = sim::parse_cache_kind(v);
-        if (!k) {
-          std::fprintf(stderr, "radixtier sim: %s\n", k.status().message().c_str());
-          return 2;
-        }
-        opt.cache = *k;
-      } else if (a == "--model") {
-        opt.model = v;
-      } else if (a == "--hardware") {
-        opt.hardware = v;
-      } else if (a == "--trace") {
-        so.trace_path = v;
-      } else if (a == "--policy") {
-        policy_text = v;
-      } else if (std::string(v) == "lru" || std::string(v) == "utility") {
-        opt.eviction =
-            std::string(v) == "lru" ? SnapshotEviction::kLru : SnapshotEviction::kUtility;
-      } else {
-        std::fprintf(stderr, "radixtier sim: --eviction: '%s' (expected lru or utility)\n", v);
-        return 2;
-      }
-    } else if (a == "--router") {
-      const char* v = value("--router");
-      if (v == nullptr) return 2;
-      auto k = sim::parse_router_kind(v);
-      if (!k) {
-        std::fprintf(stderr, "radixtier sim: %s\n", k.status().message().c_str());
-        return 2;
-      }
-      opt.router = *k;
-    } else if (a == "--instances") {
-      if (!number("--instances", d) || d < 1) return 2;
-      opt.instances = static_cast<std::size_t>(d);
-    } else if (a == "--gpu-kv-tokens") {
-      if (!number("--gpu-kv-tokens", d) || d < 1) return 2;
-      so.trace_gpu_kv_tokens = static_cast<std::size_t>(d);
-    } else if (a == "--host-gib") {
-      if (!number("--host-gib", d)) return 2;
-      so.trace_host_bytes = static_cast<std::uint64_t>(d * static_cast<double>(sim::kGiB));
-    } else if (a == "--snapshot-share") {
-      if (!number("--snapshot-share", d) || d >= 1) return 2;
-      so.trace_snapshot_share = d;
-    } else if (a == "--trace-limit") {
-      if (!number("--trace-limit", d)) return 2;
-      so.trace_limit = static_cast<std::size_t>(d);
-    } else if (a == "--host-snapshot-gib") {
-      if (!number("--host-snapshot-gib", d)) return 2;
-      so.compaction_host_snapshot_bytes =
-          static_cast<std::uint64_t>(d * static_cast<double>(sim::kGiB));
-    } else if (a == "--decode-step-s") {
-      if (!number("--decode-step-s", d)) return 2;
-      opt.decode_step_s = d;
-    } else {
-      std::fprintf(stderr, "radixtier sim: unexpected argument '%s'\n", a.c_str());
-      help(stderr);
-      return 2;
-    }
+  bool json = false, rows = false, write_through = false;
+  double host_gib = -1, host_snapshot_gib = -1;
+};
+
+/// A valid element type name (model_config.hpp).
+CLI::Validator dtype_check() {
+  return radixtier::cli::parsed_by([](const std::string& t) { return sim::dtype_bytes(t); },
+                                   "DTYPE");
+}
+
+int run_sim(SimArgs& a);
+
+radixtier::cli::CommandRun setup_sim(CLI::App& app) {
+  auto args = std::make_shared<SimArgs>();
+  SimArgs& a = *args;
+  app.add_option("--scenario", a.scenario, "the workload (docs/simulator.md, \"Scenarios\")")
+      ->required()
+      ->check(CLI::IsMember(sim::scenario_names()));
+  app.add_option("--cache", a.cache,
+                 "node | attention-only | sglang-like | index | gpu-only | ideal (trace "
+                 "reference)")
+      ->capture_default_str()
+      ->check(radixtier::cli::parsed_by(sim::parse_cache_kind, "KIND"));
+  app.add_option("--model", a.opt.model,
+                 "a model preset (qwen3-next-80b, seed-hybrid) or the path of a Hugging Face "
+                 "config.json of a hybrid model (docs/simulator.md, \"Models as data\")")
+      ->capture_default_str();
+  app.add_option("--kv-dtype", a.opt.dtypes.kv,
+                 "KV cache element type (default: radixtier.kv_cache_dtype, else the model's)")
+      ->check(dtype_check());
+  app.add_option("--recurrent-dtype", a.opt.dtypes.recurrent,
+                 "GDN recurrent state element type (default: mamba_ssm_dtype, else float32)")
+      ->check(dtype_check());
+  app.add_option("--conv-dtype", a.opt.dtypes.conv,
+                 "GDN conv state element type (default: the model's dtype)")
+      ->check(dtype_check());
+  app.add_option("--hardware", a.opt.hardware, "consumer-gen4 | h200-gen5")
+      ->capture_default_str()
+      ->check(radixtier::cli::parsed_by(sim::find_hardware, "PRESET"));
+  app.add_option("--trace", a.so.trace_path, "trace: a Mooncake JSONL file")->capture_default_str();
+  app.add_option("--policy", a.policy_text,
+                 std::string("snapshot placement: end-only | every-chunk | interval:N | "
+                             "budgeted[:BYTES], each optionally +tail and/or +branch (default: ") +
+                     sim::kDefaultPolicy + " for node, end-only otherwise)")
+      ->check(radixtier::cli::parsed_by(sched::SnapshotPolicy::parse, "P"));
+  app.add_option("--eviction", a.eviction, "node cache snapshot eviction: lru | utility")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"lru", "utility"}));
+  app.add_option("--host-gib", a.host_gib,
+                 "trace: whole host budget per instance in GiB (default 16)")
+      ->check(radixtier::cli::non_negative());
+  app.add_option("--instances", a.opt.instances,
+                 "trace: modeled GPUs (default: the smallest N with modeled utilization <= 0.7)")
+      ->check(radixtier::cli::count_at_least(1));
+  app.add_option("--router", a.router, "trace, N > 1: prefix | session | round-robin")
+      ->capture_default_str()
+      ->check(radixtier::cli::parsed_by(sim::parse_router_kind, "R"));
+  app.add_option("--gpu-kv-tokens", a.so.trace_gpu_kv_tokens,
+                 "trace: GPU KV pool per instance (default: from the presets)")
+      ->check(radixtier::cli::count_at_least(1));
+  app.add_option("--snapshot-share", a.so.trace_snapshot_share,
+                 "trace: share of the host budget for snapshots, in [0, 1)")
+      ->capture_default_str()
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            const double d = std::strtod(v.c_str(), nullptr);
+            return d >= 0 && d < 1 ? std::string() : "'" + v + "' is not in [0, 1)";
+          },
+          "[0, 1)"));
+  app.add_option("--trace-limit", a.so.trace_limit, "trace: only the first N requests")
+      ->check(radixtier::cli::count_at_least(0));
+  app.add_option("--host-snapshot-gib", a.host_snapshot_gib,
+                 "compaction*: host snapshots as a byte budget, not 32 slots")
+      ->check(radixtier::cli::non_negative());
+  app.add_option("--decode-step-s", a.opt.decode_step_s, "seconds of one batched decode step")
+      ->capture_default_str()
+      ->check(radixtier::cli::non_negative());
+  app.add_flag("--write-through", a.write_through,
+               "node cache write policy write-through (default write-back)");
+  app.add_flag("--check-invariants", a.opt.check_invariants,
+               "check the cache's invariants after every step (slow)");
+  app.add_flag("--json", a.json, "one JSON object on stdout");
+  app.add_flag("--rows", a.rows, "per-request rows (in the table and the JSON)");
+  return [args] { return run_sim(*args); };
+}
+
+int run_sim(SimArgs& args) {
+  const std::string& scenario = args.scenario;
+  const std::string& policy_text = args.policy_text;
+  sim::SimOptions& opt = args.opt;
+  sim::ScenarioOptions& so = args.so;
+  const bool json = args.json, rows = args.rows;
+  opt.cache = *sim::parse_cache_kind(args.cache);
+  opt.router = *sim::parse_router_kind(args.router);
+  opt.eviction = args.eviction == "utility" ? SnapshotEviction::kUtility : SnapshotEviction::kLru;
+  if (args.write_through) opt.write_policy = WritePolicy::kWriteThrough;
+  if (args.host_gib >= 0) {
+    so.trace_host_bytes =
+        static_cast<std::uint64_t>(args.host_gib * static_cast<double>(sim::kGiB));
   }
-  if (scenario.empty()) {
-    std::fprintf(stderr, "radixtier sim: --scenario is required\n");
-    help(stderr);
-    return 2;
+  if (args.host_snapshot_gib >= 0) {
+    so.compaction_host_snapshot_bytes =
+        static_cast<std::uint64_t>(args.host_snapshot_gib * static_cast<double>(sim::kGiB));
   }
   if (!policy_text.empty()) {
     auto p = sched::SnapshotPolicy::parse(policy_text);
@@ -164,7 +129,7 @@ int run_sim(int argc, char** argv) {
     }
     opt.policy = policy_text;
   }
-  auto model = sim::find_model(opt.model);
+  auto model = sim::resolve_model(opt.model, opt.dtypes);
   if (!model) {
     std::fprintf(stderr, "radixtier sim: %s\n", model.status().message().c_str());
     return 2;
@@ -188,9 +153,14 @@ int run_sim(int argc, char** argv) {
   if (json) {
     std::printf("%s\n", sim::to_json(*r, rows).c_str());
   } else {
-    std::printf("%s: %s\ncache %s, model %s, hardware %s, policy %s, eviction %s\n\n",
+    std::printf("%s: %s\ncache %s, model %s, hardware %s, policy %s, eviction %s\n",
                 s->name.c_str(), s->description.c_str(), r->cache.c_str(), r->model.c_str(),
                 r->hardware.c_str(), r->policy.c_str(), r->eviction.c_str());
+    std::printf(
+        "model: %llu KV bytes per token (%s), %llu snapshot bytes (recurrent %s, conv %s)\n\n",
+        static_cast<unsigned long long>(model->kv_bytes_per_token()), model->kv_dtype.c_str(),
+        static_cast<unsigned long long>(model->snapshot_bytes()), model->recurrent_dtype.c_str(),
+        model->conv_dtype.c_str());
     if (!s->is_trace() || rows) {
       std::printf("%-16s %9s %9s %9s %9s %10s %9s %9s %5s\n", "request", "prompt", "cached",
                   "on host", "recomp.", "reload s", "TTFT s", "floor s", "snaps");
@@ -228,6 +198,6 @@ int run_sim(int argc, char** argv) {
 }
 
 const radixtier::cli::CommandRegistrar kSim{"sim", "replay a workload in the cost-model simulator",
-                                            &run_sim};
+                                            &setup_sim};
 
 }  // namespace

@@ -1,5 +1,7 @@
 // Text tables and JSON for scenario reports.
 #include <cstdio>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "demo/scenarios.hpp"
@@ -29,30 +31,29 @@ std::string row_line(const Row& r) {
   return buf;
 }
 
-std::string json_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) {
-      out += ' ';
-      continue;
-    }
-    out += c;
-  }
-  return out;
+nlohmann::ordered_json json_row(const Row& r) {
+  nlohmann::ordered_json o;
+  o["label"] = r.label;
+  o["id"] = r.id;
+  o["prompt_tokens"] = r.prompt_tokens;
+  o["output_tokens"] = r.output_tokens;
+  o["cached_tokens"] = r.cached_tokens;
+  o["host_cached_tokens"] = r.host_cached_tokens;
+  o["recomputed_tokens"] = r.recomputed_tokens;
+  o["baseline_recomputed_tokens"] = r.baseline_recomputed;
+  o["bytes_promoted"] = r.bytes_promoted;
+  o["bytes_demoted"] = r.bytes_demoted;
+  o["snapshots_kept"] = r.snapshots_kept;
+  o["identical"] = r.identical;
+  o["error"] = r.error;
+  return o;
 }
 
-void json_row(std::ostringstream& os, const Row& r) {
-  os << "{\"label\":\"" << json_escape(r.label) << "\",\"id\":" << r.id
-     << ",\"prompt_tokens\":" << r.prompt_tokens << ",\"output_tokens\":" << r.output_tokens
-     << ",\"cached_tokens\":" << r.cached_tokens
-     << ",\"host_cached_tokens\":" << r.host_cached_tokens
-     << ",\"recomputed_tokens\":" << r.recomputed_tokens
-     << ",\"baseline_recomputed_tokens\":" << r.baseline_recomputed
-     << ",\"bytes_promoted\":" << r.bytes_promoted << ",\"bytes_demoted\":" << r.bytes_demoted
-     << ",\"snapshots_kept\":" << r.snapshots_kept
-     << ",\"identical\":" << (r.identical ? "true" : "false") << ",\"error\":\""
-     << json_escape(r.error) << "\"}";
+/// Six significant digits, as the JSON always carried the wall-clock seconds.
+double six_digits(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return std::strtod(buf, nullptr);
 }
 
 }  // namespace
@@ -92,39 +93,38 @@ std::string format_table(const ScenarioReport& rep) {
 }
 
 std::string format_json(const std::vector<ScenarioReport>& reports) {
-  std::ostringstream os;
-  os << "{\"scenarios\":[";
-  for (std::size_t i = 0; i < reports.size(); ++i) {
-    const auto& r = reports[i];
+  nlohmann::ordered_json out;
+  nlohmann::ordered_json& list = out["scenarios"] = nlohmann::ordered_json::array();
+  for (const auto& r : reports) {
     const auto& c = r.cache;
-    if (i) os << ",";
-    os << "\n{\"name\":\"" << json_escape(r.name) << "\",\"description\":\""
-       << json_escape(r.description) << "\",\"policy\":\"" << json_escape(r.policy)
-       << "\",\"status\":\"" << json_escape(r.status.is_ok() ? "ok" : r.status.to_string())
-       << "\",\"all_identical\":" << (r.all_identical ? "true" : "false")
-       << ",\"page_bytes\":" << r.page_bytes << ",\"snapshot_bytes\":" << r.snapshot_bytes
-       << ",\"cache_wall_s\":" << r.cache_wall_s << ",\"baseline_wall_s\":" << r.baseline_wall_s
-       << ",\"cache_stats\":{\"kv_pages_demoted\":" << c.kv_pages_demoted
-       << ",\"kv_pages_promoted\":" << c.kv_pages_promoted
-       << ",\"kv_pages_dropped_gpu\":" << c.kv_pages_dropped_gpu
-       << ",\"kv_pages_dropped_host\":" << c.kv_pages_dropped_host
-       << ",\"snapshots_demoted\":" << c.snapshots_demoted
-       << ",\"snapshots_promoted\":" << c.snapshots_promoted
-       << ",\"snapshots_dropped\":" << c.snapshots_dropped
-       << ",\"snapshots_inserted\":" << c.snapshots_inserted << ",\"bytes_d2h\":" << c.bytes_d2h
-       << ",\"bytes_h2d\":" << c.bytes_h2d << ",\"transfers_failed\":" << c.transfers_failed
-       << "},\"preemptions\":" << r.sched.preemptions << ",\"rows\":[";
-    for (std::size_t j = 0; j < r.rows.size(); ++j) {
-      if (j) os << ",";
-      os << "\n  ";
-      json_row(os, r.rows[j]);
-    }
-    os << "],\"total\":";
-    json_row(os, r.total);
-    os << "}";
+    nlohmann::ordered_json& o = list.emplace_back();
+    o["name"] = r.name;
+    o["description"] = r.description;
+    o["policy"] = r.policy;
+    o["status"] = r.status.is_ok() ? "ok" : r.status.to_string();
+    o["all_identical"] = r.all_identical;
+    o["page_bytes"] = r.page_bytes;
+    o["snapshot_bytes"] = r.snapshot_bytes;
+    o["cache_wall_s"] = six_digits(r.cache_wall_s);
+    o["baseline_wall_s"] = six_digits(r.baseline_wall_s);
+    nlohmann::ordered_json& st = o["cache_stats"];
+    st["kv_pages_demoted"] = c.kv_pages_demoted;
+    st["kv_pages_promoted"] = c.kv_pages_promoted;
+    st["kv_pages_dropped_gpu"] = c.kv_pages_dropped_gpu;
+    st["kv_pages_dropped_host"] = c.kv_pages_dropped_host;
+    st["snapshots_demoted"] = c.snapshots_demoted;
+    st["snapshots_promoted"] = c.snapshots_promoted;
+    st["snapshots_dropped"] = c.snapshots_dropped;
+    st["snapshots_inserted"] = c.snapshots_inserted;
+    st["bytes_d2h"] = c.bytes_d2h;
+    st["bytes_h2d"] = c.bytes_h2d;
+    st["transfers_failed"] = c.transfers_failed;
+    o["preemptions"] = r.sched.preemptions;
+    nlohmann::ordered_json& rows = o["rows"] = nlohmann::ordered_json::array();
+    for (const Row& row : r.rows) rows.push_back(json_row(row));
+    o["total"] = json_row(r.total);
   }
-  os << "\n]}\n";
-  return os.str();
+  return out.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
 }
 
 }  // namespace radixtier::demo

@@ -10,7 +10,9 @@
 //   reload(n copies, B bytes) = n t_call + B / BW   (BW x 0.6 when both directions run)
 //   TTFT = t0 + reload + prefill of the tokens after the usable match
 //
-// A new model or machine is a new row in the tables of cost_model.cpp.
+// A new model is a data file (bench/models/*.json, a Hugging Face config.json; see
+// model_config.hpp) or a config.json given at run time; a new machine is a new row in the
+// table of cost_model.cpp.
 #pragma once
 
 #include <cstdint>
@@ -23,7 +25,7 @@
 namespace radixtier::sim {
 
 struct ModelGeometry {
-  std::string_view name;
+  std::string name;
   std::uint32_t full_layers;  ///< full-attention layers
   std::uint32_t gdn_layers;   ///< Gated DeltaNet layers
   std::uint32_t kv_heads;     ///< Hkv
@@ -39,6 +41,11 @@ struct ModelGeometry {
   std::uint32_t conv_element_bytes;       ///< bf16: 2
   std::uint64_t extra_state_bytes;        ///< any extra per-slot state
   std::uint64_t weight_bytes;             ///< resident weights on one GPU (the KV budget rule)
+  // Where the numbers came from (printing only; model_config.hpp).
+  std::string origin;                                 ///< "preset" or the config.json path
+  std::string description;                            ///< radixtier.description
+  std::string kv_dtype, recurrent_dtype, conv_dtype;  ///< element type names
+  std::string weight_source;                          ///< how weight_bytes was found
 
   std::uint64_t kv_bytes_per_token() const;
   std::uint64_t snapshot_bytes() const;
@@ -60,15 +67,17 @@ struct HardwarePreset {
   double runtime_reserve;    ///< share of it for activations, CUDA graphs and the runtime
 };
 
+/// The model presets: bench/models/*.json, embedded at build time, in file name order.
 std::span<const ModelGeometry> model_presets();
 std::span<const HardwarePreset> hardware_presets();
-/// kNotFound naming the known presets when `name` is unknown.
+/// kNotFound naming the known presets when `name` is unknown (resolve_model() in
+/// model_config.hpp also takes a config.json path).
 Result<ModelGeometry> find_model(std::string_view name);
 Result<HardwarePreset> find_hardware(std::string_view name);
 
 /// GPU bytes one instance has for KV pages and GPU snapshot slots:
 /// hbm_bytes x (1 - runtime_reserve) - weight_bytes. kFailedPrecondition naming the numbers
-/// when the weights do not fit.
+/// when the weights do not fit or are unknown (weight_bytes 0).
 Result<std::uint64_t> gpu_cache_bytes(const HardwarePreset& hw, const ModelGeometry& model);
 
 /// Seconds to prefill tokens [l0, l1) given the l0 tokens before them are cached.

@@ -99,7 +99,7 @@ Status write_report(const ReportOptions& o) {
   std::error_code ec;
   std::filesystem::create_directories(o.out_dir, ec);
   if (ec) return invalid_argument("cannot create '" + o.out_dir + "': " + ec.message());
-  auto model = find_model(o.model);
+  auto model = resolve_model(o.model);
   if (!model) return model.status();
   Runner runner(o);
   std::ostringstream md;

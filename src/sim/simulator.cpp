@@ -5,9 +5,10 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <memory>
-#include <sstream>
+#include <nlohmann/json.hpp>
 
 #include "baseline/index_tier_cache.hpp"
 #include "radixtier/cache/prefix_cache.hpp"
@@ -261,7 +262,7 @@ void finish_cluster(SimResult& out, const Scenario& s, const HardwarePreset& hw,
 
 Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
   const auto start = std::chrono::steady_clock::now();
-  auto model = find_model(o.model);
+  auto model = resolve_model(o.model, o.dtypes);
   if (!model) return model.status();
   auto hw = find_hardware(o.hardware);
   if (!hw) return hw.status();
@@ -276,7 +277,7 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
   SimResult out;
   out.scenario = s.name;
   out.cache = to_string(o.cache);
-  out.model = std::string(model->name);
+  out.model = model->name;
   out.hardware = std::string(hw->name);
   out.instances = n_inst;
   out.router = n_inst > 1 ? to_string(o.router) : "-";
@@ -468,82 +469,85 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
 
 namespace {
 
-std::string esc(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      o += '\\';
-      o += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      o += buf;
-    } else {
-      o += c;
-    }
-  }
-  return o;
-}
-
-std::string num(double v) {
+/// The value printed with 6 significant digits, as the JSON always carried it.
+double num(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.6g", v);
-  return buf;
+  return std::strtod(buf, nullptr);
 }
 
 }  // namespace
 
 std::string to_json(const SimResult& r, bool rows) {
-  std::ostringstream o;
-  o << "{\"scenario\": \"" << esc(r.scenario) << "\", \"cache\": \"" << esc(r.cache)
-    << "\", \"model\": \"" << esc(r.model) << "\", \"hardware\": \"" << esc(r.hardware)
-    << "\", \"policy\": \"" << esc(r.policy) << "\", \"eviction\": \"" << esc(r.eviction)
-    << "\", \"requests\": " << r.requests << ", \"failed\": " << r.failed
-    << ", \"input_tokens\": " << r.input_tokens << ", \"cached_tokens\": " << r.cached_tokens
-    << ", \"hit_ratio\": " << num(r.hit_ratio) << ", \"recomputed_tokens\": " << r.recomputed_tokens
-    << ", \"ttft_s_total\": " << num(r.ttft_s_total) << ", \"ttft_s_last\": " << num(r.ttft_s_last)
-    << ", \"floor_s_last\": " << num(r.floor_s_last)
-    << ", \"cached_tokens_last\": " << r.cached_tokens_last
-    << ", \"recomputed_tokens_last\": " << r.recomputed_tokens_last
-    << ", \"bytes_h2d\": " << r.bytes_h2d << ", \"bytes_d2h\": " << r.bytes_d2h
-    << ", \"host_bytes_peak\": " << r.host_bytes_peak
-    << ", \"snapshots_kept\": " << r.snapshots_kept
-    << ", \"total_budget_bytes\": " << r.total_budget_bytes
-    << ", \"ceiling_ratio\": " << num(r.ceiling_ratio)
-    << ", \"sim_clock_s\": " << num(r.sim_clock_s) << ", \"wall_s\": " << num(r.wall_s)
-    << ", \"config\": {\"page_size\": " << r.config.page_size
-    << ", \"gpu_pages\": " << r.config.gpu_pages << ", \"host_pages\": " << r.config.host_pages
-    << ", \"gpu_snapshot_slots\": " << r.config.gpu_snapshot_slots
-    << ", \"host_snapshot_slots\": " << r.config.host_snapshot_slots
-    << ", \"page_bytes\": " << r.config.page_bytes
-    << ", \"snapshot_bytes\": " << r.config.snapshot_bytes << "}"
-    << ", \"snapshots_dropped\": " << r.stats.snapshots_dropped
-    << ", \"preemptions\": " << r.sched.preemptions
-    << ", \"snapshot_slot_misses\": " << r.sched.snapshot_slot_misses
-    << ", \"instances\": " << r.instances << ", \"router\": \"" << esc(r.router)
-    << "\", \"utilization\": " << num(r.utilization)
-    << ", \"busy_utilization\": " << num(r.busy_utilization)
-    << ", \"ttft_s_p50\": " << num(r.ttft_s_p50) << ", \"ttft_s_p90\": " << num(r.ttft_s_p90)
-    << ", \"ttft_s_p99\": " << num(r.ttft_s_p99) << ", \"status\": \"" << esc(r.status) << "\"";
+  nlohmann::ordered_json o;
+  o["scenario"] = r.scenario;
+  o["cache"] = r.cache;
+  o["model"] = r.model;
+  o["hardware"] = r.hardware;
+  o["policy"] = r.policy;
+  o["eviction"] = r.eviction;
+  o["requests"] = r.requests;
+  o["failed"] = r.failed;
+  o["input_tokens"] = r.input_tokens;
+  o["cached_tokens"] = r.cached_tokens;
+  o["hit_ratio"] = num(r.hit_ratio);
+  o["recomputed_tokens"] = r.recomputed_tokens;
+  o["ttft_s_total"] = num(r.ttft_s_total);
+  o["ttft_s_last"] = num(r.ttft_s_last);
+  o["floor_s_last"] = num(r.floor_s_last);
+  o["cached_tokens_last"] = r.cached_tokens_last;
+  o["recomputed_tokens_last"] = r.recomputed_tokens_last;
+  o["bytes_h2d"] = r.bytes_h2d;
+  o["bytes_d2h"] = r.bytes_d2h;
+  o["host_bytes_peak"] = r.host_bytes_peak;
+  o["snapshots_kept"] = r.snapshots_kept;
+  o["total_budget_bytes"] = r.total_budget_bytes;
+  o["ceiling_ratio"] = num(r.ceiling_ratio);
+  o["sim_clock_s"] = num(r.sim_clock_s);
+  o["wall_s"] = num(r.wall_s);
+  nlohmann::ordered_json& c = o["config"];
+  c["page_size"] = r.config.page_size;
+  c["gpu_pages"] = r.config.gpu_pages;
+  c["host_pages"] = r.config.host_pages;
+  c["gpu_snapshot_slots"] = r.config.gpu_snapshot_slots;
+  c["host_snapshot_slots"] = r.config.host_snapshot_slots;
+  c["page_bytes"] = r.config.page_bytes;
+  c["snapshot_bytes"] = r.config.snapshot_bytes;
+  c["kv_bytes_per_token"] = r.config.page_size == 0 ? 0 : r.config.page_bytes / r.config.page_size;
+  o["snapshots_dropped"] = r.stats.snapshots_dropped;
+  o["preemptions"] = r.sched.preemptions;
+  o["snapshot_slot_misses"] = r.sched.snapshot_slot_misses;
+  o["instances"] = r.instances;
+  o["router"] = r.router;
+  o["utilization"] = num(r.utilization);
+  o["busy_utilization"] = num(r.busy_utilization);
+  o["ttft_s_p50"] = num(r.ttft_s_p50);
+  o["ttft_s_p90"] = num(r.ttft_s_p90);
+  o["ttft_s_p99"] = num(r.ttft_s_p99);
+  o["status"] = r.status;
   if (rows) {
-    o << ", \"rows\": [";
-    for (std::size_t i = 0; i < r.rows.size(); ++i) {
-      const RequestRow& w = r.rows[i];
-      o << (i ? ", " : "") << "{\"label\": \"" << esc(w.label)
-        << "\", \"ok\": " << (w.ok ? "true" : "false") << ", \"prompt_tokens\": " << w.prompt_tokens
-        << ", \"output_tokens\": " << w.output_tokens << ", \"cached_tokens\": " << w.cached_tokens
-        << ", \"host_cached_tokens\": " << w.host_cached_tokens
-        << ", \"recomputed_tokens\": " << w.recomputed_tokens
-        << ", \"reusable_tokens\": " << w.reusable_tokens << ", \"bytes_h2d\": " << w.bytes_h2d
-        << ", \"reload_s\": " << num(w.reload_s) << ", \"prefill_s\": " << num(w.prefill_s)
-        << ", \"queue_s\": " << num(w.queue_s) << ", \"ttft_s\": " << num(w.ttft_s)
-        << ", \"floor_s\": " << num(w.floor_s) << ", \"snapshots_kept\": " << w.snapshots_kept
-        << ", \"error\": \"" << esc(w.error) << "\"}";
+    nlohmann::ordered_json& list = o["rows"] = nlohmann::ordered_json::array();
+    for (const RequestRow& w : r.rows) {
+      nlohmann::ordered_json& x = list.emplace_back();
+      x["label"] = w.label;
+      x["ok"] = w.ok;
+      x["prompt_tokens"] = w.prompt_tokens;
+      x["output_tokens"] = w.output_tokens;
+      x["cached_tokens"] = w.cached_tokens;
+      x["host_cached_tokens"] = w.host_cached_tokens;
+      x["recomputed_tokens"] = w.recomputed_tokens;
+      x["reusable_tokens"] = w.reusable_tokens;
+      x["bytes_h2d"] = w.bytes_h2d;
+      x["reload_s"] = num(w.reload_s);
+      x["prefill_s"] = num(w.prefill_s);
+      x["queue_s"] = num(w.queue_s);
+      x["ttft_s"] = num(w.ttft_s);
+      x["floor_s"] = num(w.floor_s);
+      x["snapshots_kept"] = w.snapshots_kept;
+      x["error"] = w.error;
     }
-    o << "]";
   }
-  o << "}";
-  return o.str();
+  return o.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 }  // namespace radixtier::sim

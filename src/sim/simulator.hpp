@@ -40,6 +40,7 @@
 #include "radixtier/config.hpp"
 #include "radixtier/scheduler/scheduler.hpp"
 #include "sim/cost_model.hpp"
+#include "sim/model_config.hpp"
 #include "sim/router.hpp"
 #include "sim/scenarios.hpp"
 
@@ -73,7 +74,8 @@ std::size_t default_instances(const Scenario& s, const HardwarePreset& hw, doubl
 
 struct SimOptions {
   CacheKind cache = CacheKind::kNode;
-  std::string model = "qwen3-next-80b";
+  std::string model = "qwen3-next-80b";  ///< a preset name or a config.json path
+  ModelDtypes dtypes;                    ///< element type overrides (model_config.hpp)
   std::string hardware = "consumer-gen4";
   /// Snapshot placement, what SnapshotPolicy::parse accepts ("BASE[+tail][+branch]"); empty:
   /// kDefaultPolicy for node, end-only for index and gpu-only.

@@ -1,86 +1,13 @@
 #include "sim/trace.hpp"
 
-#include <cctype>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <unordered_set>
+#include <utility>
 
 namespace radixtier::sim {
 
 namespace {
-
-// A cursor over one line of flat JSON: an object of string keys whose values are unsigned
-// integers or arrays of them. Errors carry the line number and the column.
-class LineParser {
- public:
-  LineParser(std::string_view s, std::size_t line_no) : s_(s), line_(line_no) {}
-
-  Status error(const std::string& what) const {
-    return invalid_argument("trace line " + std::to_string(line_) + ", column " +
-                            std::to_string(pos_ + 1) + ": " + what);
-  }
-  void skip_ws() {
-    while (pos_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[pos_]))) ++pos_;
-  }
-  bool eat(char c) {
-    skip_ws();
-    if (pos_ < s_.size() && s_[pos_] == c) {
-      ++pos_;
-      return true;
-    }
-    return false;
-  }
-  bool at_end() {
-    skip_ws();
-    return pos_ == s_.size();
-  }
-  bool peek(char c) {
-    skip_ws();
-    return pos_ < s_.size() && s_[pos_] == c;
-  }
-  Result<std::string> string() {
-    if (!eat('"')) return error("expected '\"'");
-    std::string out;
-    while (pos_ < s_.size() && s_[pos_] != '"') {
-      if (s_[pos_] == '\\') return error("escapes are not supported in keys");
-      out.push_back(s_[pos_++]);
-    }
-    if (pos_ == s_.size()) return error("unterminated string");
-    ++pos_;
-    return out;
-  }
-  Result<std::uint64_t> number() {
-    skip_ws();
-    const std::size_t start = pos_;
-    std::uint64_t v = 0;
-    while (pos_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[pos_]))) {
-      const std::uint64_t digit = static_cast<std::uint64_t>(s_[pos_] - '0');
-      if (v > (UINT64_MAX - digit) / 10) return error("number too large");
-      v = v * 10 + digit;
-      ++pos_;
-    }
-    if (pos_ == start) return error("expected a non-negative integer");
-    if (pos_ < s_.size() && (s_[pos_] == '.' || s_[pos_] == 'e' || s_[pos_] == 'E'))
-      return error("expected an integer, got a fraction or exponent");
-    return v;
-  }
-  Result<std::vector<std::uint64_t>> array() {
-    if (!eat('[')) return error("expected '['");
-    std::vector<std::uint64_t> out;
-    if (eat(']')) return out;
-    for (;;) {
-      auto v = number();
-      if (!v) return v.status();
-      out.push_back(*v);
-      if (eat(']')) return out;
-      if (!eat(',')) return error("expected ',' or ']' in array");
-    }
-  }
-
- private:
-  std::string_view s_;
-  std::size_t line_;
-  std::size_t pos_ = 0;
-};
 
 std::uint64_t splitmix64(std::uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
@@ -93,51 +20,52 @@ std::uint64_t splitmix64(std::uint64_t x) {
 
 Result<TraceRequest> parse_trace_line(std::string_view line, std::size_t line_no,
                                       std::uint32_t block_tokens) {
-  LineParser p(line, line_no);
-  TraceRequest r;
-  bool have_ts = false, have_in = false, have_out = false, have_ids = false;
-  if (!p.eat('{')) return p.error("expected '{'");
-  if (!p.eat('}')) {
-    for (;;) {
-      auto key = p.string();
-      if (!key) return key.status();
-      if (!p.eat(':')) return p.error("expected ':' after key \"" + *key + "\"");
-      if (p.peek('[')) {
-        auto values = p.array();
-        if (!values) return values.status();
-        if (*key == "hash_ids") {
-          r.hash_ids = std::move(*values);
-          have_ids = true;
-        } else if (*key == "timestamp" || *key == "input_length" || *key == "output_length") {
-          return p.error("\"" + *key + "\" must be a number, not an array");
-        }
-      } else {
-        auto v = p.number();
-        if (!v) return v.status();
-        if (*key == "timestamp") {
-          r.timestamp_ms = *v, have_ts = true;
-        } else if (*key == "input_length") {
-          r.input_length = *v, have_in = true;
-        } else if (*key == "output_length") {
-          r.output_length = *v, have_out = true;
-        } else if (*key == "hash_ids") {
-          return p.error("\"hash_ids\" must be an array");
-        }
-      }
-      if (p.eat('}')) break;
-      if (!p.eat(',')) return p.error("expected ',' or '}' after a value");
+  auto error = [&](const std::string& what) {
+    return invalid_argument("trace line " + std::to_string(line_no) + ": " + what);
+  };
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(line.begin(), line.end());
+  } catch (const nlohmann::json::parse_error& e) {
+    const std::string what = e.what();
+    if (what.find("expected end of input") != std::string::npos) {
+      return error("unexpected text after the object (column " + std::to_string(e.byte) + ")");
     }
+    return error("not valid JSON: " + what);
   }
-  if (!p.at_end()) return p.error("unexpected text after the object");
-  if (!have_ts) return p.error("missing \"timestamp\"");
-  if (!have_in) return p.error("missing \"input_length\"");
-  if (!have_out) return p.error("missing \"output_length\"");
-  if (!have_ids) return p.error("missing \"hash_ids\"");
+  if (!j.is_object()) return error(std::string("expected an object ('{'), got ") + j.type_name());
+  auto integer = [&](const std::string& what, const nlohmann::json& v) -> Result<std::uint64_t> {
+    if (v.is_number_unsigned()) return v.get<std::uint64_t>();
+    if (v.is_number_float())
+      return error(what + ": expected an integer, got a fraction or exponent");
+    return error(what + ": expected a non-negative integer, got " + v.dump());
+  };
+  TraceRequest r;
+  for (const auto& [key, out] :
+       {std::pair<const char*, std::uint64_t*>{"timestamp", &r.timestamp_ms},
+        {"input_length", &r.input_length},
+        {"output_length", &r.output_length}}) {
+    auto it = j.find(key);
+    if (it == j.end()) return error(std::string("missing \"") + key + "\"");
+    if (it->is_array()) return error(std::string("\"") + key + "\" must be a number, not an array");
+    auto v = integer(std::string("\"") + key + "\"", *it);
+    if (!v) return v.status();
+    *out = *v;
+  }
+  auto ids = j.find("hash_ids");
+  if (ids == j.end()) return error("missing \"hash_ids\"");
+  if (!ids->is_array()) return error("\"hash_ids\" must be an array");
+  r.hash_ids.reserve(ids->size());
+  for (std::size_t i = 0; i < ids->size(); ++i) {
+    auto v = integer("\"hash_ids\"[" + std::to_string(i) + "]", (*ids)[i]);
+    if (!v) return v.status();
+    r.hash_ids.push_back(*v);
+  }
   const std::uint64_t blocks = (r.input_length + block_tokens - 1) / block_tokens;
   if (r.hash_ids.size() != blocks)
-    return p.error(std::to_string(r.hash_ids.size()) + " hash_ids for input_length " +
-                   std::to_string(r.input_length) + " (" + std::to_string(blocks) + " blocks of " +
-                   std::to_string(block_tokens) + " expected)");
+    return error(std::to_string(r.hash_ids.size()) + " hash_ids for input_length " +
+                 std::to_string(r.input_length) + " (" + std::to_string(blocks) + " blocks of " +
+                 std::to_string(block_tokens) + " expected)");
   return r;
 }
 

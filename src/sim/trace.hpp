@@ -27,9 +27,9 @@ struct TraceRequest {
   std::vector<std::uint64_t> hash_ids;
 };
 
-/// Parses one line; errors name `line_no` (1-based) and what is wrong. Unknown keys with
-/// number or number-array values are ignored; the four keys above are required, and
-/// hash_ids must hold exactly ceil(input_length / block_tokens) ids.
+/// Parses one line (nlohmann-json); errors name `line_no` (1-based) and what is wrong. Unknown
+/// keys are ignored; the four keys above are required non-negative integers (hash_ids: an
+/// array of them) and hash_ids must hold exactly ceil(input_length / block_tokens) ids.
 Result<TraceRequest> parse_trace_line(std::string_view line, std::size_t line_no,
                                       std::uint32_t block_tokens = kTraceBlockTokens);
 /// Parses every non-blank line; stops at the first error.
