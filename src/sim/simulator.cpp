@@ -252,6 +252,8 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
   }
   out.stats = cache->stats();
   out.sched = sched.stats();
+  out.placement_alignment = sched.learner().alignment();
+  out.keep_finish = sched.learner().keep_finish();
   out.bytes_h2d = out.stats.bytes_h2d;
   out.bytes_d2h = out.stats.bytes_d2h;
   out.host_bytes_peak = out.stats.host_bytes_peak;
@@ -314,7 +316,9 @@ std::string to_json(const SimResult& r, bool rows) {
     << ", \"snapshot_bytes\": " << r.config.snapshot_bytes << "}"
     << ", \"snapshots_dropped\": " << r.stats.snapshots_dropped
     << ", \"preemptions\": " << r.sched.preemptions
-    << ", \"snapshot_slot_misses\": " << r.sched.snapshot_slot_misses << ", \"status\": \""
+    << ", \"snapshot_slot_misses\": " << r.sched.snapshot_slot_misses
+    << ", \"placement_alignment\": " << r.placement_alignment
+    << ", \"keep_finish\": " << (r.keep_finish ? "true" : "false") << ", \"status\": \""
     << esc(r.status) << "\"";
   if (rows) {
     o << ", \"rows\": [";

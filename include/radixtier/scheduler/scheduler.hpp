@@ -23,8 +23,9 @@
 //
 // Chunks: prefill resumes at the usable match and cuts at every multiple of chunk_tokens
 // (absolute positions, so boundaries line up across requests), at every boundary the policy
-// asks for (SnapshotPolicy::next_cut; the +tail and +branch boundaries are chunk multiples
-// already) and at the prompt length floored to a page; the tokens
+// asks for (SnapshotPolicy::next_cut: interval multiples, the adaptive policy's aligned tail and
+// branch point; the +tail and +branch boundaries are chunk multiples already) and at the prompt
+// length floored to a page; the tokens
 // after that last page boundary run as one short chunk. So every chunk but the last ends on a
 // page boundary.
 //
@@ -48,6 +49,7 @@
 
 #include "radixtier/cache/cache_backend.hpp"
 #include "radixtier/scheduler/executor.hpp"
+#include "radixtier/scheduler/placement_learner.hpp"
 #include "radixtier/scheduler/snapshot_policy.hpp"
 
 namespace radixtier::sched {
@@ -55,7 +57,7 @@ namespace radixtier::sched {
 struct SchedulerConfig {
   std::size_t chunk_tokens = 256;  ///< prefill chunk, a positive multiple of the page size
   std::size_t max_running = 4;     ///< requests in flight at once
-  SnapshotPolicy policy = SnapshotPolicy::end_only();
+  SnapshotPolicy policy = SnapshotPolicy::adaptive();
   bool snapshot_at_finish = true;      ///< keep a snapshot at the finish boundary
   std::uint32_t max_admissions = 8;    ///< admissions per request (failed promotions, preemption)
   bool check_invariants = false;       ///< run cache.check_invariants() after every step
@@ -162,6 +164,8 @@ class Scheduler {
   const RequestResult* result(RequestId id) const;
   const SchedulerStats& stats() const { return stats_; }
   const SchedulerConfig& config() const { return config_; }
+  /// What the adaptive placement has learned (alignment, finish continuations).
+  const PlacementLearner& learner() const { return learner_; }
 
  private:
   struct Running;
@@ -172,7 +176,8 @@ class Scheduler {
   Outcome advance(Running& r);
   Outcome prefill_chunk(Running& r);
   Outcome decode_token(Running& r);
-  Outcome emit_token(Running& r);  ///< next_token into the output and the sequence
+  Outcome emit_token(Running& r);               ///< next_token into the output and the sequence
+  SnapshotQuery query(const Running& r) const;  ///< the policy query of r's prompt (no boundary)
   Outcome finish(Running& r);
   /// Inserts table pages up to `boundary` (and a snapshot from live state or checkpoint).
   enum class StateSource { kNone, kLive, kCheckpoint };
@@ -188,6 +193,7 @@ class Scheduler {
   Executor& executor_;
   SchedulerConfig config_;
   std::uint32_t page_size_;
+  PlacementLearner learner_;  ///< observes every admission and finish (adaptive placement)
 
   std::deque<std::pair<Request, RequestResult>> queue_;  ///< by arrival, then submission
   std::vector<std::unique_ptr<Running>> running_;        ///< admission order
