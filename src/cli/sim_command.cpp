@@ -17,12 +17,13 @@ using namespace radixtier;
 void help(std::FILE* out) {
   std::fprintf(
       out,
-      "usage: radixtier sim --scenario NAME [--cache node|index|gpu-only|ideal]\n"
+      "usage: radixtier sim --scenario NAME [--cache KIND] [--instances N] [--router R]\n"
       "                     [--model PRESET] [--hardware PRESET] [--trace FILE]\n"
       "                     [--policy P] [--eviction lru|utility] [--json] [--rows]\n"
       "  --scenario NAME      churn | flush | compaction | compaction-turns | agent | trace |\n"
       "                       admission-128k\n"
-      "  --cache KIND         node (default) | index | gpu-only | ideal (trace reference)\n"
+      "  --cache KIND         node (default) | attention-only | sglang-like | index | gpu-only |\n"
+      "                       ideal (trace reference)\n"
       "  --model PRESET       qwen3-next-80b (default) | seed-hybrid\n"
       "  --hardware PRESET    consumer-gen4 (default) | h200-gen5\n"
       "  --trace FILE         Mooncake JSONL (default ../shared/traces/"
@@ -31,7 +32,11 @@ void help(std::FILE* out) {
       "                       budgeted[:BYTES], each optionally +tail and/or +branch\n"
       "                       (default: %s for node, end-only otherwise)\n"
       "  --eviction E         node cache snapshot eviction: lru (default) | utility\n"
-      "  --host-gib G         trace: whole host budget in GiB (default 16)\n"
+      "  --host-gib G         trace: whole host budget per instance in GiB (default 16)\n"
+      "  --instances N        trace: modeled GPUs (default: the smallest N with modeled\n"
+      "                       utilization <= 0.7)\n"
+      "  --router R           trace, N > 1: prefix (default) | session | round-robin\n"
+      "  --gpu-kv-tokens N    trace: GPU KV pool per instance (default: from the presets)\n"
       "  --snapshot-share F   trace: share of the host budget for snapshots (default 0.125)\n"
       "  --trace-limit N      trace: only the first N requests\n"
       "  --host-snapshot-gib G  compaction*: host snapshots as a byte budget, not 32 slots\n"
@@ -111,6 +116,21 @@ int run_sim(int argc, char** argv) {
         std::fprintf(stderr, "radixtier sim: --eviction: '%s' (expected lru or utility)\n", v);
         return 2;
       }
+    } else if (a == "--router") {
+      const char* v = value("--router");
+      if (v == nullptr) return 2;
+      auto k = sim::parse_router_kind(v);
+      if (!k) {
+        std::fprintf(stderr, "radixtier sim: %s\n", k.status().message().c_str());
+        return 2;
+      }
+      opt.router = *k;
+    } else if (a == "--instances") {
+      if (!number("--instances", d) || d < 1) return 2;
+      opt.instances = static_cast<std::size_t>(d);
+    } else if (a == "--gpu-kv-tokens") {
+      if (!number("--gpu-kv-tokens", d) || d < 1) return 2;
+      so.trace_gpu_kv_tokens = static_cast<std::size_t>(d);
     } else if (a == "--host-gib") {
       if (!number("--host-gib", d)) return 2;
       so.trace_host_bytes = static_cast<std::uint64_t>(d * static_cast<double>(sim::kGiB));
@@ -202,7 +222,15 @@ int run_sim(int argc, char** argv) {
         static_cast<double>(r->bytes_d2h) / 1e9, static_cast<double>(r->host_bytes_peak) / 1e9,
         static_cast<unsigned long long>(r->snapshots_kept), r->sim_clock_s, r->wall_s,
         r->status.empty() ? "" : "\nscheduler stopped: ", r->status.c_str());
-    if (s->is_trace()) std::printf("infinite-cache ceiling %.4f\n", r->ceiling_ratio);
+    if (s->is_trace()) {
+      std::printf(
+          "infinite-cache ceiling %.4f\n"
+          "instances %zu (router %s), modeled utilization %.3f (busy %.3f), GPU KV %u pages "
+          "per instance\n"
+          "TTFT p50 %.3f s, p90 %.3f s, p99 %.3f s\n",
+          r->ceiling_ratio, r->instances, r->router.c_str(), r->utilization, r->busy_utilization,
+          r->config.gpu_pages, r->ttft_s_p50, r->ttft_s_p90, r->ttft_s_p99);
+    }
   }
   return r->status.empty() ? 0 : 1;
 }

@@ -29,6 +29,12 @@ Status SchedulerConfig::validate(std::uint32_t page_size) const {
   }
   if (max_running == 0) return invalid_argument("SchedulerConfig.max_running must be >= 1");
   if (max_admissions == 0) return invalid_argument("SchedulerConfig.max_admissions must be >= 1");
+  if (decode_checkpoint_interval % page_size != 0) {
+    return invalid_argument("SchedulerConfig.decode_checkpoint_interval = " +
+                            std::to_string(decode_checkpoint_interval) +
+                            ": must be a multiple of the page size (" + std::to_string(page_size) +
+                            " tokens), or 0 for every page");
+  }
   if (Status s = policy.validate(page_size); !s) {
     return invalid_argument("SchedulerConfig.policy: " + s.message());
   }
@@ -72,6 +78,11 @@ Status Scheduler::submit(Request request) {
                              [](double t, const auto& q) { return t < q.first.arrival_s; });
   queue_.emplace(it, std::move(request), std::move(res));
   return Status::ok();
+}
+
+double Scheduler::next_step_s() const {
+  if (running_.empty() && !queue_.empty()) return std::max(now_, queue_.front().first.arrival_s);
+  return now_;
 }
 
 const RequestResult* Scheduler::result(RequestId id) const {
@@ -360,7 +371,9 @@ Scheduler::Outcome Scheduler::decode_token(Running& r) {
   ++r.res.computed_tokens;
   ++stats_.forwarded_tokens;
   r.done = pos + 1;
-  if (config_.snapshot_at_finish && r.done % page_size_ == 0) {
+  const std::size_t every =
+      config_.decode_checkpoint_interval > 0 ? config_.decode_checkpoint_interval : page_size_;
+  if (config_.snapshot_at_finish && r.done % every == 0) {
     if (Status s = executor_.checkpoint(r.req.id); !s) {
       fail(r, s);
       return Outcome::kFailed;
@@ -373,9 +386,12 @@ Scheduler::Outcome Scheduler::decode_token(Running& r) {
 Scheduler::Outcome Scheduler::finish(Running& r) {
   const auto logits = executor_.last_logits(r.req.id);
   r.res.final_logits.assign(logits.begin(), logits.end());
-  // The finish boundary: the last page boundary of what was forwarded (prompt + output but
-  // the last output token). Decode checkpointed the state there.
-  const std::size_t boundary = r.done / page_size_ * page_size_;
+  // The finish boundary: the last checkpoint boundary (every page, or every
+  // decode_checkpoint_interval tokens) of what was forwarded (prompt + output but the last
+  // output token). Decode checkpointed the state there.
+  const std::size_t every =
+      config_.decode_checkpoint_interval > 0 ? config_.decode_checkpoint_interval : page_size_;
+  const std::size_t boundary = r.done / every * every;
   // Only a finish boundary beyond the prompt's own pages is a finish snapshot's place.
   if (config_.snapshot_at_finish && boundary > r.req.prompt.size() / page_size_ * page_size_) {
     learner_.observe_finish(std::span<const Token>(r.seq).first(boundary));

@@ -40,6 +40,12 @@ std::uint64_t BlockLruIdeal::access(const TraceRequest& r) {
   return hit;
 }
 
+std::uint64_t BlockLruIdeal::leading_blocks(const TraceRequest& r) const {
+  std::uint64_t n = 0;
+  while (n < r.hash_ids.size() && map_.contains(r.hash_ids[n])) ++n;
+  return n;
+}
+
 BlockLruIdeal run_block_lru_ideal(std::span<const TraceRequest> requests,
                                   std::uint64_t capacity_bytes, std::uint64_t kv_bytes_per_token,
                                   std::uint32_t page_size, std::uint32_t block_tokens) {

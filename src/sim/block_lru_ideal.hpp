@@ -26,6 +26,8 @@ class BlockLruIdeal {
 
   /// Serves one request; returns its hit tokens.
   std::uint64_t access(const TraceRequest& request);
+  /// How many of the request's leading blocks are cached now (changes nothing).
+  std::uint64_t leading_blocks(const TraceRequest& request) const;
 
   std::uint64_t hit_tokens() const { return hit_tokens_; }
   std::uint64_t input_tokens() const { return input_tokens_; }

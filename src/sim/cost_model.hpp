@@ -38,6 +38,7 @@ struct ModelGeometry {
   std::uint32_t recurrent_element_bytes;  ///< fp32: 4
   std::uint32_t conv_element_bytes;       ///< bf16: 2
   std::uint64_t extra_state_bytes;        ///< any extra per-slot state
+  std::uint64_t weight_bytes;             ///< resident weights on one GPU (the KV budget rule)
 
   std::uint64_t kv_bytes_per_token() const;
   std::uint64_t snapshot_bytes() const;
@@ -55,6 +56,8 @@ struct HardwarePreset {
   double t_call;             ///< seconds per copy call
   double t0;                 ///< fixed seconds per request
   double concurrent_factor;  ///< share of bandwidth per direction when both run
+  double hbm_bytes;          ///< GPU memory of one instance
+  double runtime_reserve;    ///< share of it for activations, CUDA graphs and the runtime
 };
 
 std::span<const ModelGeometry> model_presets();
@@ -62,6 +65,11 @@ std::span<const HardwarePreset> hardware_presets();
 /// kNotFound naming the known presets when `name` is unknown.
 Result<ModelGeometry> find_model(std::string_view name);
 Result<HardwarePreset> find_hardware(std::string_view name);
+
+/// GPU bytes one instance has for KV pages and GPU snapshot slots:
+/// hbm_bytes x (1 - runtime_reserve) - weight_bytes. kFailedPrecondition naming the numbers
+/// when the weights do not fit.
+Result<std::uint64_t> gpu_cache_bytes(const HardwarePreset& hw, const ModelGeometry& model);
 
 /// Seconds to prefill tokens [l0, l1) given the l0 tokens before them are cached.
 double prefill_seconds(const HardwarePreset& hw, double l0, double l1);

@@ -25,6 +25,8 @@ inline constexpr std::uint64_t kGiB = std::uint64_t{1} << 30;
 
 /// Memory budgets, the same for every cache of one run.
 struct Budget {
+  /// GPU KV pool; 0: derived from the hardware and model presets (what HBM holds beside the
+  /// weights, the runtime reserve and the GPU snapshot slots; the trace's default).
   std::size_t gpu_kv_tokens = 32'768;
   std::uint32_t gpu_snapshot_slots = 4;
   std::uint64_t host_kv_tokens = 0;         ///< when > 0: host KV in tokens ...
@@ -79,7 +81,7 @@ struct ScenarioOptions {
   double trace_snapshot_share = 0.125;         ///< of it for snapshots
   std::size_t trace_limit = 0;                 ///< > 0: only the first N requests
   std::size_t trace_max_running = 8;
-  std::size_t trace_gpu_kv_tokens = 262'144;
+  std::size_t trace_gpu_kv_tokens = 0;  ///< per instance; 0: from the presets
 };
 
 /// churn | flush | compaction | compaction-turns | agent | trace | admission-128k

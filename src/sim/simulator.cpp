@@ -1,13 +1,17 @@
 // The simulator (see simulator.hpp).
 #include "sim/simulator.hpp"
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <limits>
 #include <memory>
 #include <sstream>
 
 #include "baseline/index_tier_cache.hpp"
 #include "radixtier/cache/prefix_cache.hpp"
+#include "sim/attention_only_cache.hpp"
 #include "sim/block_lru_ideal.hpp"
 #include "sim/cost_executor.hpp"
 #include "sim/counting_transfer_engine.hpp"
@@ -24,17 +28,90 @@ const char* to_string(CacheKind kind) {
       return "gpu-only";
     case CacheKind::kIdeal:
       return "ideal";
+    case CacheKind::kAttentionOnly:
+      return "attention-only";
+    case CacheKind::kSglangLike:
+      return "sglang-like";
   }
   return "?";
 }
 
 Result<CacheKind> parse_cache_kind(std::string_view text) {
-  for (CacheKind k :
-       {CacheKind::kNode, CacheKind::kIndex, CacheKind::kGpuOnly, CacheKind::kIdeal}) {
+  for (CacheKind k : {CacheKind::kNode, CacheKind::kAttentionOnly, CacheKind::kSglangLike,
+                      CacheKind::kIndex, CacheKind::kGpuOnly, CacheKind::kIdeal}) {
     if (text == to_string(k)) return k;
   }
   return invalid_argument("unknown cache '" + std::string(text) +
-                          "' (known: node, index, gpu-only, ideal)");
+                          "' (known: node, attention-only, sglang-like, index, gpu-only, ideal)");
+}
+
+CacheConfig config_for(CacheKind kind, const CacheConfig& base) {
+  CacheConfig c = base;
+  switch (kind) {
+    case CacheKind::kGpuOnly:
+      c.host_pages = 0;
+      c.host_snapshot_slots = 0;
+      c.write_policy = WritePolicy::kWriteBack;
+      break;
+    case CacheKind::kAttentionOnly:
+      c = AttentionOnlyCache::twin_config(base);
+      break;
+    case CacheKind::kSglangLike: {
+      // A fixed host state pool, hicache_ratio x the GPU state pool, beside the host KV pool;
+      // the rest of the host bytes are KV.
+      const std::uint64_t host = std::uint64_t{base.host_pages} * base.page_bytes +
+                                 std::uint64_t{base.host_snapshot_slots} * base.snapshot_bytes;
+      const std::uint64_t slots = std::uint64_t{kSglangHicacheRatio} * base.gpu_snapshot_slots;
+      const std::uint64_t slot_bytes = std::min(host, slots * base.snapshot_bytes);
+      c.host_snapshot_slots = static_cast<std::uint32_t>(slot_bytes / base.snapshot_bytes);
+      c.host_pages = static_cast<std::uint32_t>((host - slot_bytes) / base.page_bytes);
+      c.write_policy = WritePolicy::kWriteThrough;
+      c.snapshot_eviction = SnapshotEviction::kLru;
+      break;
+    }
+    case CacheKind::kNode:
+    case CacheKind::kIndex:
+    case CacheKind::kIdeal:
+      break;
+  }
+  return c;
+}
+
+namespace {
+
+double arrival_s(const Scenario& s, std::size_t i) {
+  return s.is_trace() ? static_cast<double>(s.trace[i].timestamp_ms) / 1000.0
+                      : s.requests[i].request.arrival_s;
+}
+
+}  // namespace
+
+double offered_busy_seconds(const Scenario& s, const HardwarePreset& hw, double decode_step_s) {
+  const double per_token =
+      decode_step_s / static_cast<double>(std::max<std::size_t>(1, s.max_running));
+  double busy = 0;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const double prompt = s.is_trace() ? static_cast<double>(s.trace[i].input_length)
+                                       : static_cast<double>(s.requests[i].request.prompt.size());
+    const std::size_t out =
+        s.is_trace() ? s.trace[i].output_length : s.requests[i].request.max_new_tokens;
+    busy += prefill_seconds(hw, 0, prompt) + static_cast<double>(out > 0 ? out - 1 : 0) * per_token;
+  }
+  return busy;
+}
+
+double trace_span_seconds(const Scenario& s) {
+  return s.size() < 2 ? 0.0 : arrival_s(s, s.size() - 1) - arrival_s(s, 0);
+}
+
+std::size_t default_instances(const Scenario& s, const HardwarePreset& hw, double decode_step_s,
+                              double target) {
+  const double span = trace_span_seconds(s);
+  if (span <= 0 || target <= 0) return 1;
+  const double busy = offered_busy_seconds(s, hw, decode_step_s);
+  auto n = static_cast<std::size_t>(std::max(1.0, std::ceil(busy / (target * span))));
+  while (busy / (static_cast<double>(n) * span) > target) ++n;
+  return n;
 }
 
 namespace {
@@ -83,9 +160,9 @@ Result<SimResult> simulate_ideal(const Scenario& s, const ModelGeometry& m,
     return invalid_argument("cache 'ideal' is the trace's reference column: scenario '" + s.name +
                             "' is not a trace");
   }
-  BlockLruIdeal ideal(
-      total_bytes(out.config) / (std::uint64_t{kTraceBlockTokens} * m.kv_bytes_per_token()),
-      s.page_size);
+  BlockLruIdeal ideal(out.instances * total_bytes(out.config) /
+                          (std::uint64_t{kTraceBlockTokens} * m.kv_bytes_per_token()),
+                      s.page_size);
   out.rows.reserve(s.trace.size());
   for (std::size_t i = 0; i < s.trace.size(); ++i) {
     const TraceRequest& t = s.trace[i];
@@ -111,50 +188,137 @@ Result<SimResult> simulate_ideal(const Scenario& s, const ModelGeometry& m,
 
 }  // namespace
 
+namespace {
+
+/// One modeled GPU: its transfer engine, cache, executor and scheduler.
+struct Instance {
+  std::unique_ptr<CountingTransferEngine> engine;
+  std::unique_ptr<CacheBackend> cache;
+  std::unique_ptr<CostExecutor> executor;
+  std::unique_ptr<sched::Scheduler> sched;
+};
+
+void add_stats(CacheStats& a, const CacheStats& b) {
+  a.admissions += b.admissions;
+  a.requested_tokens += b.requested_tokens;
+  a.hit_tokens_gpu += b.hit_tokens_gpu;
+  a.hit_tokens_host += b.hit_tokens_host;
+  a.bytes_d2h += b.bytes_d2h;
+  a.bytes_h2d += b.bytes_h2d;
+  a.copies_d2h += b.copies_d2h;
+  a.copies_h2d += b.copies_h2d;
+  a.kv_pages_demoted += b.kv_pages_demoted;
+  a.kv_pages_promoted += b.kv_pages_promoted;
+  a.kv_pages_dropped_gpu += b.kv_pages_dropped_gpu;
+  a.kv_pages_dropped_host += b.kv_pages_dropped_host;
+  a.snapshots_demoted += b.snapshots_demoted;
+  a.snapshots_promoted += b.snapshots_promoted;
+  a.snapshots_dropped += b.snapshots_dropped;
+  a.snapshots_inserted += b.snapshots_inserted;
+  a.transfers_failed += b.transfers_failed;
+  a.host_bytes_peak = std::max(a.host_bytes_peak, b.host_bytes_peak);  // per instance
+}
+
+void add_sched_stats(sched::SchedulerStats& a, const sched::SchedulerStats& b) {
+  a.steps += b.steps;
+  a.admissions += b.admissions;
+  a.transfer_failures += b.transfer_failures;
+  a.preemptions += b.preemptions;
+  a.stalls += b.stalls;
+  a.finished += b.finished;
+  a.failed += b.failed;
+  a.forwarded_tokens += b.forwarded_tokens;
+  a.snapshots_offered += b.snapshots_offered;
+  a.snapshots_kept += b.snapshots_kept;
+  a.snapshot_slot_misses += b.snapshot_slot_misses;
+}
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const auto rank = static_cast<std::size_t>(std::ceil(p * static_cast<double>(v.size())));
+  return v[std::min(v.size(), std::max<std::size_t>(1, rank)) - 1];
+}
+
+void finish_cluster(SimResult& out, const Scenario& s, const HardwarePreset& hw, double decode_s,
+                    double executor_s) {
+  std::vector<double> ttft;
+  for (const RequestRow& row : out.rows) {
+    if (row.ok) ttft.push_back(row.ttft_s);
+  }
+  out.ttft_s_p50 = percentile(ttft, 0.50);
+  out.ttft_s_p90 = percentile(ttft, 0.90);
+  out.ttft_s_p99 = percentile(ttft, 0.99);
+  const double span = trace_span_seconds(s);
+  if (span > 0) {
+    const double cap = static_cast<double>(out.instances) * span;
+    out.utilization = offered_busy_seconds(s, hw, decode_s) / cap;
+    out.busy_utilization = executor_s / cap;
+  }
+}
+
+}  // namespace
+
 Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
   const auto start = std::chrono::steady_clock::now();
   auto model = find_model(o.model);
   if (!model) return model.status();
   auto hw = find_hardware(o.hardware);
   if (!hw) return hw.status();
+  const std::size_t n_inst = o.instances > 0
+                                 ? o.instances
+                                 : (s.is_trace() ? default_instances(s, *hw, o.decode_step_s) : 1);
+  if (n_inst > 1 && !s.is_trace()) {
+    return invalid_argument("--instances > 1 needs a trace scenario: '" + s.name +
+                            "' is one conversation");
+  }
 
   SimResult out;
   out.scenario = s.name;
   out.cache = to_string(o.cache);
   out.model = std::string(model->name);
   out.hardware = std::string(hw->name);
-  out.config = cache_config(s.budget, *model, s.page_size);
+  out.instances = n_inst;
+  out.router = n_inst > 1 ? to_string(o.router) : "-";
+  Budget budget = s.budget;
+  if (budget.gpu_kv_tokens == 0) {
+    // Derived from the presets: what HBM holds beside the weights, the runtime and the GPU
+    // snapshot slots (docs/simulator.md, "GPU KV budget").
+    auto bytes = gpu_cache_bytes(*hw, *model);
+    if (!bytes) return bytes.status();
+    const std::uint64_t slots = std::uint64_t{budget.gpu_snapshot_slots} * model->snapshot_bytes();
+    if (*bytes <= slots) {
+      return Status(ErrorCode::kFailedPrecondition, "no GPU room for KV beside " +
+                                                        std::to_string(budget.gpu_snapshot_slots) +
+                                                        " snapshot slots on " + out.hardware);
+    }
+    budget.gpu_kv_tokens = static_cast<std::size_t>((*bytes - slots) / model->kv_bytes_per_token() /
+                                                    s.page_size * s.page_size);
+  }
+  out.config = cache_config(budget, *model, s.page_size);
   out.config.snapshot_eviction = o.eviction;
   out.config.write_policy = o.write_policy;
   out.total_budget_bytes = total_bytes(out.config);
   if (s.is_trace()) out.ceiling_ratio = infinite_cache_ceiling(s.trace).ratio();
   if (o.cache == CacheKind::kIdeal) {
     auto r = simulate_ideal(s, *model, *hw, std::move(out));
-    if (r)
+    if (r) {
+      finish_cluster(*r, s, *hw, o.decode_step_s, 0);
       r->wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
     return r;
   }
 
-  CacheConfig config = out.config;
-  if (o.cache == CacheKind::kGpuOnly) {
-    config.host_pages = 0;
-    config.host_snapshot_slots = 0;
-    config.write_policy = WritePolicy::kWriteBack;
+  const CacheConfig config = config_for(o.cache, out.config);
+  if (o.cache == CacheKind::kAttentionOnly || o.cache == CacheKind::kSglangLike) {
+    out.config = config;
   }
-  auto policy = sched::SnapshotPolicy::parse(
-      !o.policy.empty() ? o.policy : (o.cache == CacheKind::kNode ? kDefaultPolicy : "end-only"));
+  const bool node_like = o.cache == CacheKind::kNode || o.cache == CacheKind::kAttentionOnly;
+  const char* default_policy = node_like                           ? kDefaultPolicy
+                               : o.cache == CacheKind::kSglangLike ? kSglangPolicy
+                                                                   : "end-only";
+  auto policy = sched::SnapshotPolicy::parse(!o.policy.empty() ? o.policy : default_policy);
   if (!policy) return policy.status();
-  CountingTransferEngine engine(config);
-  std::unique_ptr<CacheBackend> cache;
-  if (o.cache == CacheKind::kNode) {
-    auto c = PrefixCache::create(config, engine);
-    if (!c) return c.status();
-    cache = std::move(*c);
-  } else {
-    auto c = index_tier::IndexTierCache::create(config, engine);
-    if (!c) return c.status();
-    cache = std::move(*c);
-  }
 
   sched::SchedulerConfig sc;
   sc.chunk_tokens = s.chunk_tokens;
@@ -163,54 +327,90 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
   sc.max_admissions = 64;
   sc.check_invariants = o.check_invariants;
   sc.kv_bytes_per_token = model->kv_bytes_per_token();
+  if (o.cache == CacheKind::kSglangLike) sc.decode_checkpoint_interval = kSglangTrackInterval;
   out.policy = policy->name();
-  out.eviction = o.cache == CacheKind::kNode ? radixtier::to_string(o.eviction) : "lru";
+  out.eviction = (node_like || o.cache == CacheKind::kSglangLike)
+                     ? radixtier::to_string(config.snapshot_eviction)
+                     : "lru";
 
   CostExecutorOptions eo;
   eo.decode_step_s = o.decode_step_s;
   eo.decode_batch = s.max_running;
   eo.gpu_slots = config.gpu_snapshot_slots;
-  CostExecutor executor(*hw, model->snapshot_bytes(), eo);
-  auto made = sched::Scheduler::create(*cache, executor, sc);
-  if (!made) return made.status();
-  sched::Scheduler& sched = **made;
+  std::vector<std::unique_ptr<Instance>> inst;
+  for (std::size_t k = 0; k < n_inst; ++k) {
+    auto in = std::make_unique<Instance>();
+    in->engine = std::make_unique<CountingTransferEngine>(config);
+    if (o.cache == CacheKind::kNode || o.cache == CacheKind::kSglangLike) {
+      auto c = PrefixCache::create(config, *in->engine);
+      if (!c) return c.status();
+      in->cache = std::move(*c);
+    } else if (o.cache == CacheKind::kAttentionOnly) {
+      auto c = AttentionOnlyCache::create(config, *in->engine);
+      if (!c) return c.status();
+      in->cache = std::move(*c);
+    } else {
+      auto c = index_tier::IndexTierCache::create(config, *in->engine);
+      if (!c) return c.status();
+      in->cache = std::move(*c);
+    }
+    in->executor = std::make_unique<CostExecutor>(*hw, model->snapshot_bytes(), eo);
+    auto made = sched::Scheduler::create(*in->cache, *in->executor, sc);
+    if (!made) return made.status();
+    in->sched = std::move(*made);
+    inst.push_back(std::move(in));
+  }
+  Router router(
+      o.router, n_inst,
+      out.total_budget_bytes / (std::uint64_t{kTraceBlockTokens} * model->kv_bytes_per_token()),
+      s.page_size);
 
-  // Submit lazily (a trace's prompts are synthesized when they are about to arrive): before
-  // each step, everything that has arrived, and when idle everything that arrives at the
-  // next arrival time, so the scheduler sees exactly what it would with all of it queued.
+  // Submit lazily (a trace's prompts are synthesized when they are about to arrive) and route
+  // each request when it arrives: first every instance steps until its next step would run at
+  // or after the arrival, so the router sees the loads of that moment and each scheduler sees
+  // exactly what it would with all of its requests queued.
   const std::size_t n = s.size();
-  auto arrival = [&](std::size_t i) {
-    return s.is_trace() ? static_cast<double>(s.trace[i].timestamp_ms) / 1000.0
-                        : s.requests[i].request.arrival_s;
-  };
   auto request = [&](std::size_t i) {
     return s.is_trace() ? trace_request(s, i) : s.requests[i].request;
   };
-  std::size_t next = 0;
+  std::vector<std::size_t> where(n, 0);
+  std::uint64_t steps = 0;
   Status run_status;
-  for (;;) {
-    if (next < n && sched.idle()) {
-      const double t = std::max(arrival(next), sched.now());
-      while (next < n && arrival(next) <= t) (void)sched.submit(request(next++));
+  auto advance_until = [&](double t) {
+    for (auto& in : inst) {
+      sched::Scheduler& sched = *in->sched;
+      while (!sched.idle() && sched.next_step_s() < t) {
+        if (Status st = sched.step(); !st) return st;
+        if (o.progress && ++steps % 4096 == 0) {
+          sched::Progress p;
+          p.submitted = n;
+          for (const auto& i2 : inst) {
+            p.finished += i2->sched->stats().finished;
+            p.failed += i2->sched->stats().failed;
+            p.running += i2->sched->running();
+            p.queued += i2->sched->queued();
+            p.forwarded_tokens += i2->sched->stats().forwarded_tokens;
+            p.now_s = std::max(p.now_s, i2->sched->now());
+          }
+          o.progress(p);
+        }
+      }
     }
-    while (next < n && arrival(next) <= sched.now()) (void)sched.submit(request(next++));
-    if (sched.idle()) break;
-    if (Status st = sched.step(); !st) {
-      run_status = st;
-      break;
+    return Status::ok();
+  };
+  std::vector<std::size_t> load(n_inst, 0);
+  for (std::size_t i = 0; i < n && run_status; ++i) {
+    run_status = advance_until(arrival_s(s, i));
+    if (!run_status) break;
+    if (n_inst > 1) {
+      for (std::size_t k = 0; k < n_inst; ++k) {
+        load[k] = inst[k]->sched->running() + inst[k]->sched->queued();
+      }
+      where[i] = router.route(s.trace[i], load);
     }
-    if (o.progress && sched.stats().steps % 4096 == 0) {
-      sched::Progress p;
-      p.submitted = n;
-      p.finished = sched.stats().finished;
-      p.failed = sched.stats().failed;
-      p.running = sched.running();
-      p.queued = sched.queued();
-      p.forwarded_tokens = sched.stats().forwarded_tokens;
-      p.now_s = sched.now();
-      o.progress(p);
-    }
+    (void)inst[where[i]]->sched->submit(request(i));
   }
+  if (run_status) run_status = advance_until(std::numeric_limits<double>::infinity());
   if (!run_status) out.status = run_status.to_string();
 
   out.rows.reserve(n);
@@ -221,7 +421,7 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
     row.prompt_tokens =
         s.is_trace() ? s.trace[i].input_length : s.requests[i].request.prompt.size();
     row.reusable_tokens = s.is_trace() ? 0 : s.requests[i].reusable_tokens;
-    const sched::RequestResult* res = sched.result(row.id);
+    const sched::RequestResult* res = inst[where[i]]->sched->result(row.id);
     if (res == nullptr) {
       row.ok = false;
       row.error = "not finished";
@@ -250,15 +450,20 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
     }
     out.rows.push_back(std::move(row));
   }
-  out.stats = cache->stats();
-  out.sched = sched.stats();
-  out.placement_alignment = sched.learner().alignment();
-  out.keep_finish = sched.learner().keep_finish();
+  double executor_s = 0;
+  for (const auto& in : inst) {
+    add_stats(out.stats, in->cache->stats());
+    add_sched_stats(out.sched, in->sched->stats());
+    out.placement_alignment = std::max(out.placement_alignment, in->sched->learner().alignment());
+    out.keep_finish = in->sched->learner().keep_finish();
+    out.sim_clock_s = std::max(out.sim_clock_s, in->sched->now());
+    executor_s += in->executor->prefill_seconds_total() + in->executor->decode_seconds_total();
+  }
   out.bytes_h2d = out.stats.bytes_h2d;
   out.bytes_d2h = out.stats.bytes_d2h;
   out.host_bytes_peak = out.stats.host_bytes_peak;
-  out.sim_clock_s = sched.now();
   finish_totals(out);
+  finish_cluster(out, s, *hw, o.decode_step_s, executor_s);
   out.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return out;
 }
@@ -317,6 +522,11 @@ std::string to_json(const SimResult& r, bool rows) {
     << ", \"snapshots_dropped\": " << r.stats.snapshots_dropped
     << ", \"preemptions\": " << r.sched.preemptions
     << ", \"snapshot_slot_misses\": " << r.sched.snapshot_slot_misses
+    << ", \"instances\": " << r.instances << ", \"router\": \"" << esc(r.router)
+    << "\", \"utilization\": " << num(r.utilization)
+    << ", \"busy_utilization\": " << num(r.busy_utilization)
+    << ", \"ttft_s_p50\": " << num(r.ttft_s_p50) << ", \"ttft_s_p90\": " << num(r.ttft_s_p90)
+    << ", \"ttft_s_p99\": " << num(r.ttft_s_p99)
     << ", \"placement_alignment\": " << r.placement_alignment
     << ", \"keep_finish\": " << (r.keep_finish ? "true" : "false") << ", \"status\": \""
     << esc(r.status) << "\"";

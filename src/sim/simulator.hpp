@@ -2,12 +2,26 @@
 // of compute and a CountingTransferEngine instead of memory, so million-token scenarios run
 // in seconds. One call = one scenario x one cache kind x one model x one hardware preset.
 //
-// Caches (the same CacheConfig for all, from the scenario's Budget and the model preset):
-//   node      PrefixCache (node residency), snapshot placement from the policy
-//   index     IndexTierCache with its host tier (the baseline; end-only unless told)
-//   gpu-only  IndexTierCache without a host tier (the engine before either design)
-//   ideal     trace only, reference: BlockLruIdeal with the same total bytes (GPU KV + GPU
-//             snapshot slots + host KV + host snapshot slots), no snapshots needed
+// Caches (the same bytes for all, from the scenario's Budget and the model preset):
+//   node            PrefixCache (node residency), snapshot placement from the policy
+//   attention-only  the node cache's attention-only twin (AttentionOnlyCache): snapshots cost
+//                   nothing, every page boundary resumable, their bytes given to KV; the
+//                   hybrid tax is hit(node) / hit(attention-only)
+//   sglang-like     PrefixCache configured as SGLang's hybrid radix cache with HiCache
+//                   (docs/sglang-like.md): a snapshot at every chunk end (extra_buffer), decode
+//                   snapshots every 256 tokens, a host snapshot pool of hicache_ratio (2) x the
+//                   GPU slots (the rest of the host budget is KV), LRU, write-through
+//   index           IndexTierCache with its host tier (the baseline; end-only unless told)
+//   gpu-only        IndexTierCache without a host tier (the engine before either design)
+//   ideal           trace only, reference: BlockLruIdeal with the same total bytes (GPU KV +
+//                   GPU snapshot slots + host KV + host snapshot slots, x instances), no
+//                   snapshots needed, strictly in order, no time
+//
+// Cluster (traces): `instances` modeled GPUs, each with its own scheduler, cache, executor
+// and the scenario's budgets, behind a Router; the instances run in time order (the one whose
+// next step is earliest first), each request is routed when it arrives. Default for a trace:
+// the smallest N whose modeled utilization (prefill of every prompt without reuse + decode,
+// over N x the trace's span) is <= 0.7; other scenarios: 1.
 //
 // Per request:
 //   reload_s = n_copies_h2d t_call + bytes_h2d / BW     (the admission's CacheStats deltas)
@@ -26,15 +40,36 @@
 #include "radixtier/config.hpp"
 #include "radixtier/scheduler/scheduler.hpp"
 #include "sim/cost_model.hpp"
+#include "sim/router.hpp"
 #include "sim/scenarios.hpp"
 
 namespace radixtier::sim {
 
-enum class CacheKind { kNode, kIndex, kGpuOnly, kIdeal };
+enum class CacheKind { kNode, kIndex, kGpuOnly, kIdeal, kAttentionOnly, kSglangLike };
 
 const char* to_string(CacheKind kind);
-/// "node" | "index" | "gpu-only" | "ideal"
+/// "node" | "index" | "gpu-only" | "ideal" | "attention-only" | "sglang-like"
 Result<CacheKind> parse_cache_kind(std::string_view text);
+
+/// SGLang's defaults the sglang-like cache reproduces (docs/sglang-like.md).
+inline constexpr std::size_t kSglangTrackInterval = 256;  ///< --mamba-track-interval
+inline constexpr std::uint32_t kSglangHicacheRatio = 2;   ///< --hicache-ratio
+inline constexpr const char* kSglangPolicy = "every-chunk";
+
+/// The target of the default instance count: modeled utilization at most this.
+inline constexpr double kTargetUtilization = 0.7;
+
+/// The CacheConfig cache `kind` runs with, from the scenario's `base` (the same bytes).
+CacheConfig config_for(CacheKind kind, const CacheConfig& base);
+
+/// Modeled seconds one GPU is busy for the trace with no reuse: every prompt's prefill plus
+/// its decode tokens at decode_step_s / max_running each.
+double offered_busy_seconds(const Scenario& s, const HardwarePreset& hw, double decode_step_s);
+/// The trace's span: last arrival - first arrival (seconds).
+double trace_span_seconds(const Scenario& s);
+/// The smallest N with offered_busy_seconds / (N x span) <= target (1 for a span of 0).
+std::size_t default_instances(const Scenario& s, const HardwarePreset& hw, double decode_step_s,
+                              double target = kTargetUtilization);
 
 struct SimOptions {
   CacheKind cache = CacheKind::kNode;
@@ -46,6 +81,9 @@ struct SimOptions {
   SnapshotEviction eviction = SnapshotEviction::kLru;
   WritePolicy write_policy = WritePolicy::kWriteBack;
   double decode_step_s = 0.025;
+  /// Modeled GPUs behind the router; 0: traces default_instances(), other scenarios 1.
+  std::size_t instances = 0;
+  RouterKind router = RouterKind::kPrefix;
   bool check_invariants = false;  ///< the cache's invariants after every scheduler step
   std::function<void(const sched::Progress&)> progress;
 };
@@ -89,6 +127,12 @@ struct SimResult {
   bool keep_finish = true;              ///< ... and whether it still kept finish snapshots
   std::vector<RequestRow> rows;
   std::string status;  ///< empty: the run completed; else why the scheduler stopped
+  // --- the cluster and TTFT percentiles (nearest rank, over the requests that finished) ---
+  std::size_t instances = 1;
+  std::string router;
+  double utilization = 0;       ///< modeled: offered_busy_seconds / (instances x span)
+  double busy_utilization = 0;  ///< executor seconds spent / (instances x span)
+  double ttft_s_p50 = 0, ttft_s_p90 = 0, ttft_s_p99 = 0;
 };
 
 /// Runs `scenario` once. Errors: unknown presets, a config the cache rejects, ideal on a

@@ -14,6 +14,7 @@
 //                                                      policy keeps one there)
 //   decode   --one token per step--> decode/finish     alloc a page when one fills;
 //                                                      checkpoint() at each page boundary
+//                                                      (or every decode_checkpoint_interval)
 //   finish                           Finished          insert the last page boundary of
 //                                                      prompt + output with the checkpoint as
 //                                                      its snapshot; free own pages; release
@@ -58,7 +59,11 @@ struct SchedulerConfig {
   std::size_t chunk_tokens = 256;  ///< prefill chunk, a positive multiple of the page size
   std::size_t max_running = 4;     ///< requests in flight at once
   SnapshotPolicy policy = SnapshotPolicy::adaptive();
-  bool snapshot_at_finish = true;      ///< keep a snapshot at the finish boundary
+  bool snapshot_at_finish = true;  ///< keep a snapshot at the finish boundary
+  /// Decode checkpoints the live state every this many tokens (0: every page boundary); the
+  /// finish boundary is the last of them. A positive page multiple (SGLang tracks the state
+  /// every mamba_track_interval = 256 decode tokens).
+  std::size_t decode_checkpoint_interval = 0;
   std::uint32_t max_admissions = 8;    ///< admissions per request (failed promotions, preemption)
   bool check_invariants = false;       ///< run cache.check_invariants() after every step
   std::size_t kv_bytes_per_token = 0;  ///< for the budgeted policy's default budget (0: unknown)
@@ -158,6 +163,9 @@ class Scheduler {
   double now() const { return now_; }
   std::size_t running() const { return running_.size(); }
   std::size_t queued() const { return queue_.size(); }
+  /// The clock at which the next step() runs: now(), or the next arrival when nothing runs
+  /// (step() jumps there). Lets a caller interleave several schedulers in time order.
+  double next_step_s() const;
 
   /// Results of finished and failed requests, by id.
   const std::map<RequestId, RequestResult>& results() const { return results_; }

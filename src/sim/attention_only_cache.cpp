@@ -1,0 +1,91 @@
+// The attention-only twin (see attention_only_cache.hpp).
+#include "sim/attention_only_cache.hpp"
+
+#include <algorithm>
+
+namespace radixtier::sim {
+
+CacheConfig AttentionOnlyCache::twin_config(const CacheConfig& hybrid) {
+  CacheConfig c = hybrid;
+  const std::uint64_t gpu_bytes = std::uint64_t{hybrid.gpu_pages} * hybrid.page_bytes +
+                                  std::uint64_t{hybrid.gpu_snapshot_slots} * hybrid.snapshot_bytes;
+  const std::uint64_t host_bytes =
+      std::uint64_t{hybrid.host_pages} * hybrid.page_bytes +
+      std::uint64_t{hybrid.host_snapshot_slots} * hybrid.snapshot_bytes;
+  c.snapshot_bytes = 1;
+  c.gpu_pages = static_cast<std::uint32_t>(gpu_bytes / hybrid.page_bytes);
+  c.host_pages = static_cast<std::uint32_t>(host_bytes / hybrid.page_bytes);
+  // One slot per page of either tier, plus the scheduler's own: a tree node holds at least one
+  // page and at most one snapshot per tier, so no snapshot is ever dropped for want of a slot.
+  c.gpu_snapshot_slots = c.gpu_pages + c.host_pages + hybrid.gpu_snapshot_slots;
+  c.host_snapshot_slots = c.gpu_pages + c.host_pages;
+  return c;
+}
+
+Result<std::unique_ptr<AttentionOnlyCache>> AttentionOnlyCache::create(const CacheConfig& twin,
+                                                                       TransferEngine& engine) {
+  auto inner = PrefixCache::create(twin, engine);
+  if (!inner) return inner.status();
+  return std::unique_ptr<AttentionOnlyCache>(new AttentionOnlyCache(std::move(*inner)));
+}
+
+Result<Admission> AttentionOnlyCache::admit(std::span<const Token> prompt) {
+  auto a = inner_->admit(prompt);
+  if (a) boundary_[a->lock.value()] = a->cached_tokens;
+  return a;
+}
+
+Status AttentionOnlyCache::release(LockId lock) {
+  Status s = inner_->release(lock);
+  if (s) boundary_.erase(lock.value());
+  return s;
+}
+
+Result<InsertResult> AttentionOnlyCache::insert(LockId lock, std::span<const Token> tokens,
+                                                std::span<const GpuPageId> pages,
+                                                std::optional<GpuSlotId> snapshot) {
+  auto it = boundary_.find(lock.value());
+  const std::uint32_t ps = page_size();
+  if (it == boundary_.end() || tokens.size() % ps != 0 || pages.size() * ps != tokens.size() ||
+      tokens.size() <= it->second) {
+    return inner_->insert(lock, tokens, pages, snapshot);  // the inner cache judges it
+  }
+  InsertResult out;
+  auto merge = [&](const InsertResult& r) {
+    for (GpuPageId p : r.not_taken) {
+      if (std::find(out.not_taken.begin(), out.not_taken.end(), p) == out.not_taken.end()) {
+        out.not_taken.push_back(p);
+      }
+    }
+  };
+  auto own_slot = [&]() -> std::optional<GpuSlotId> {
+    auto s = inner_->alloc_snapshot_slot(lock);
+    return s ? std::optional<GpuSlotId>(*s) : std::nullopt;
+  };
+  // Every page boundary below the last one, each with a snapshot of its own.
+  for (std::size_t b = it->second + ps; b < tokens.size(); b += ps) {
+    const std::optional<GpuSlotId> own = own_slot();
+    auto r = inner_->insert(lock, tokens.first(b), pages.first(b / ps), own);
+    if (!r) {
+      if (own) (void)inner_->free_snapshot_slot(lock, *own);
+      return r.status();
+    }
+    if (own && !r->snapshot_taken) (void)inner_->free_snapshot_slot(lock, *own);
+    it->second = b;
+    merge(*r);
+  }
+  // The last boundary: the caller's snapshot if it has one, else one of ours.
+  const std::optional<GpuSlotId> own = snapshot ? std::nullopt : own_slot();
+  auto r = inner_->insert(lock, tokens, pages, snapshot ? snapshot : own);
+  if (!r) {
+    if (own) (void)inner_->free_snapshot_slot(lock, *own);
+    return r.status();
+  }
+  if (own && !r->snapshot_taken) (void)inner_->free_snapshot_slot(lock, *own);
+  it->second = tokens.size();
+  merge(*r);
+  out.snapshot_taken = snapshot.has_value() && r->snapshot_taken;
+  return out;
+}
+
+}  // namespace radixtier::sim

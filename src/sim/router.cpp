@@ -1,0 +1,73 @@
+// The cluster router (see router.hpp).
+#include "sim/router.hpp"
+
+namespace radixtier::sim {
+
+const char* to_string(RouterKind kind) {
+  switch (kind) {
+    case RouterKind::kRoundRobin:
+      return "round-robin";
+    case RouterKind::kSession:
+      return "session";
+    case RouterKind::kPrefix:
+      return "prefix";
+  }
+  return "?";
+}
+
+Result<RouterKind> parse_router_kind(std::string_view text) {
+  for (RouterKind k : {RouterKind::kRoundRobin, RouterKind::kSession, RouterKind::kPrefix}) {
+    if (text == to_string(k)) return k;
+  }
+  return invalid_argument("unknown router '" + std::string(text) +
+                          "' (known: round-robin, session, prefix)");
+}
+
+Router::Router(RouterKind kind, std::size_t instances, std::uint64_t capacity_blocks,
+               std::uint32_t page_size)
+    : kind_(kind), n_(instances == 0 ? 1 : instances) {
+  if (kind_ == RouterKind::kPrefix) index_.assign(n_, BlockLruIdeal(capacity_blocks, page_size));
+}
+
+std::size_t Router::least_loaded(std::span<const std::size_t> load) const {
+  std::size_t best = 0;
+  for (std::size_t i = 1; i < n_ && i < load.size(); ++i) {
+    if (load[i] < load[best]) best = i;
+  }
+  return best;
+}
+
+std::size_t Router::route(const TraceRequest& r, std::span<const std::size_t> load) {
+  if (n_ == 1) {
+    if (kind_ == RouterKind::kPrefix) index_[0].access(r);
+    return 0;
+  }
+  switch (kind_) {
+    case RouterKind::kRoundRobin:
+      return next_++ % n_;
+    case RouterKind::kSession: {
+      if (r.hash_ids.empty()) return least_loaded(load);
+      auto [it, fresh] = session_.try_emplace(r.hash_ids.front(), 0);
+      if (fresh) it->second = least_loaded(load);
+      return it->second;
+    }
+    case RouterKind::kPrefix: {
+      std::size_t best = 0;
+      std::uint64_t best_match = index_[0].leading_blocks(r);
+      for (std::size_t i = 1; i < n_; ++i) {
+        const std::uint64_t m = index_[i].leading_blocks(r);
+        const std::size_t li = i < load.size() ? load[i] : 0;
+        const std::size_t lb = best < load.size() ? load[best] : 0;
+        if (m > best_match || (m == best_match && li < lb)) {
+          best = i;
+          best_match = m;
+        }
+      }
+      index_[best].access(r);
+      return best;
+    }
+  }
+  return 0;
+}
+
+}  // namespace radixtier::sim

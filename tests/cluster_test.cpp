@@ -1,0 +1,219 @@
+// The yardstick of issue 10: the router, the cluster replay and its default size, the
+// attention-only twin and the sglang-like configuration.
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "sim/attention_only_cache.hpp"
+#include "sim/router.hpp"
+#include "sim/scenarios.hpp"
+#include "sim/simulator.hpp"
+
+namespace radixtier::sim {
+namespace {
+
+ModelGeometry qwen() {
+  return *find_model("qwen3-next-80b");
+}
+
+TraceRequest req(std::uint64_t input, std::vector<std::uint64_t> ids, std::uint64_t ts = 0,
+                 std::uint64_t out = 2) {
+  TraceRequest r;
+  r.timestamp_ms = ts;
+  r.input_length = input;
+  r.output_length = out;
+  r.hash_ids = std::move(ids);
+  return r;
+}
+
+// Three conversations of four turns, each turn extending the previous one's blocks and ending
+// inside a block (the next turn shares only the full blocks).
+std::vector<TraceRequest> tiny_trace() {
+  std::vector<TraceRequest> t;
+  for (std::uint64_t i = 0; i < 12; ++i) {
+    const std::uint64_t conv = i % 3, turn = i / 3;
+    std::vector<std::uint64_t> ids;
+    for (std::uint64_t b = 0; b < 4 + 2 * turn; ++b) ids.push_back(conv * 1000 + b);
+    t.push_back(req(ids.size() * 512 - 100, ids, 1000 * i, 40));
+  }
+  return t;
+}
+
+TEST(Router, RoundRobinCycles) {
+  Router r(RouterKind::kRoundRobin, 3, 100, 64);
+  const std::vector<std::size_t> load(3, 0);
+  std::vector<std::size_t> got;
+  for (const auto& t : tiny_trace()) got.push_back(r.route(t, load));
+  EXPECT_EQ(got, (std::vector<std::size_t>{0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2}));
+}
+
+TEST(Router, SessionIsStickyByFirstBlockAndPlacesNewKeysByLoad) {
+  Router r(RouterKind::kSession, 3, 100, 64);
+  std::vector<std::size_t> load = {5, 0, 3};
+  const auto t = tiny_trace();
+  EXPECT_EQ(r.route(t[0], load), 1u);  // new key: the least loaded
+  load = {0, 9, 9};
+  EXPECT_EQ(r.route(t[1], load), 0u);
+  EXPECT_EQ(r.route(t[3], load), 1u);  // conversation 0 again: sticky despite the load
+  EXPECT_EQ(r.route(t[4], load), 0u);
+}
+
+TEST(Router, PrefixPicksTheLongestMatchThenTheLeastLoaded) {
+  Router r(RouterKind::kPrefix, 3, 100, 64);
+  std::vector<std::size_t> load = {2, 1, 0};
+  const auto t = tiny_trace();
+  EXPECT_EQ(r.route(t[0], load), 2u);  // no match anywhere: the least loaded
+  load = {0, 1, 0};
+  EXPECT_EQ(r.route(t[1], load), 0u);  // tie (no match) at load 0: the lower index
+  load = {0, 0, 7};
+  EXPECT_EQ(r.route(t[3], load), 2u);  // conversation 0's blocks are on 2: match beats load
+  EXPECT_EQ(r.route(t[2], load), 0u);  // conversation 2: no match; least loaded, lower index
+  load = {9, 0, 0};
+  EXPECT_EQ(r.route(t[4], load), 0u);  // conversation 1 is on 0 (and 2 is too now)
+  EXPECT_EQ(r.route(t[5], load), 0u);
+}
+
+TEST(Router, ParsesItsNames) {
+  EXPECT_EQ(parse_router_kind("prefix").value(), RouterKind::kPrefix);
+  EXPECT_EQ(parse_router_kind("session").value(), RouterKind::kSession);
+  EXPECT_EQ(parse_router_kind("round-robin").value(), RouterKind::kRoundRobin);
+  auto bad = parse_router_kind("random");
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("round-robin"), std::string::npos);
+}
+
+TEST(Cluster, DefaultInstancesIsTheSmallestWithUtilizationAtMostTheTarget) {
+  ScenarioOptions so;
+  const Scenario s = trace_scenario(tiny_trace(), qwen(), so);
+  const HardwarePreset hw = *find_hardware("h200-gen5");
+  const double busy = offered_busy_seconds(s, hw, 0.025);
+  const double span = trace_span_seconds(s);
+  EXPECT_DOUBLE_EQ(span, 11.0);
+  const std::size_t n = default_instances(s, hw, 0.025, 0.05);
+  EXPECT_LE(busy / (static_cast<double>(n) * span), 0.05);
+  if (n > 1) {
+    EXPECT_GT(busy / (static_cast<double>(n - 1) * span), 0.05);
+  }
+  SimOptions o;
+  o.hardware = "h200-gen5";
+  auto r = simulate(s, o);
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(r->instances, default_instances(s, hw, 0.025));
+  EXPECT_LE(r->utilization, kTargetUtilization);
+  EXPECT_GE(r->ttft_s_p99, r->ttft_s_p90);
+  EXPECT_GE(r->ttft_s_p90, r->ttft_s_p50);
+  EXPECT_GT(r->ttft_s_p50, 0.0);
+}
+
+TEST(Cluster, EveryRequestRunsOnceWhicheverTheRouter) {
+  ScenarioOptions so;
+  so.trace_max_running = 2;
+  const Scenario s = trace_scenario(tiny_trace(), qwen(), so);
+  for (RouterKind k : {RouterKind::kRoundRobin, RouterKind::kSession, RouterKind::kPrefix}) {
+    SimOptions o;
+    o.hardware = "h200-gen5";
+    o.instances = 3;
+    o.router = k;
+    o.check_invariants = true;
+    auto r = simulate(s, o);
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    EXPECT_TRUE(r->status.empty()) << r->status;
+    EXPECT_EQ(r->instances, 3u);
+    EXPECT_EQ(r->requests, 12u);
+    EXPECT_EQ(r->failed, 0u);
+    EXPECT_EQ(r->sched.finished, 12u);
+  }
+  // Session and prefix routing keep a conversation together: they reuse more than spreading
+  // its turns round-robin over two instances.
+  auto run = [&](RouterKind k) {
+    SimOptions o;
+    o.hardware = "h200-gen5";
+    o.instances = 2;
+    o.router = k;
+    o.cache = CacheKind::kAttentionOnly;
+    return simulate(s, o).value().hit_ratio;
+  };
+  EXPECT_GT(run(RouterKind::kPrefix), run(RouterKind::kRoundRobin));
+  EXPECT_GT(run(RouterKind::kSession), run(RouterKind::kRoundRobin));
+}
+
+TEST(Cluster, SeveralInstancesNeedATrace) {
+  SimOptions o;
+  o.instances = 2;
+  auto churn = make_scenario("churn", qwen());
+  ASSERT_TRUE(churn.is_ok());
+  EXPECT_FALSE(simulate(*churn, o).is_ok());
+}
+
+TEST(AttentionOnly, TwinHasTheSameBytesAllOfThemKv) {
+  CacheConfig h;
+  h.page_size = 64;
+  h.page_bytes = 64 * 24'576;
+  h.snapshot_bytes = 77'266'944;
+  h.gpu_pages = 100;
+  h.gpu_snapshot_slots = 6;
+  h.host_pages = 1000;
+  h.host_snapshot_slots = 10;
+  const CacheConfig t = AttentionOnlyCache::twin_config(h);
+  EXPECT_EQ(t.snapshot_bytes, 1u);
+  EXPECT_EQ(t.gpu_pages, 100u + 6u * 77'266'944u / (64u * 24'576u));
+  EXPECT_EQ(t.host_pages, 1000u + 10u * 77'266'944u / (64u * 24'576u));
+  EXPECT_GE(t.host_snapshot_slots, t.gpu_pages + t.host_pages);
+  EXPECT_TRUE(t.validate());
+}
+
+TEST(AttentionOnly, ResumesAtEveryPageBoundaryAndNeverBelowTheNodeCache) {
+  ScenarioOptions so;
+  so.trace_max_running = 2;
+  so.trace_host_bytes = 4 * kGiB;
+  const Scenario s = trace_scenario(tiny_trace(), qwen(), so);
+  SimOptions o;
+  o.hardware = "h200-gen5";
+  o.check_invariants = true;
+  auto node = simulate(s, o);
+  o.cache = CacheKind::kAttentionOnly;
+  auto twin = simulate(s, o);
+  ASSERT_TRUE(node.is_ok() && twin.is_ok());
+  EXPECT_TRUE(twin->status.empty()) << twin->status;
+  EXPECT_GE(twin->hit_ratio, node->hit_ratio);
+  // Turn t > 0 of a conversation shares the previous turn's full blocks: the twin resumes at
+  // the last page boundary of what is shared (a 512-token block is 8 pages).
+  for (std::size_t i = 3; i < twin->rows.size(); ++i) {
+    const std::size_t shared = (4 + 2 * (i / 3 - 1)) * 512 - 512;
+    EXPECT_GE(twin->rows[i].cached_tokens, shared) << "request " << i;
+  }
+}
+
+TEST(SglangLike, FixedHostStatePoolWriteThroughAndDecodeSnapshotsEvery256) {
+  CacheConfig base;
+  base.page_size = 64;
+  base.page_bytes = 64 * 24'576;
+  base.snapshot_bytes = 77'266'944;
+  base.gpu_pages = 100;
+  base.gpu_snapshot_slots = 41;
+  base.host_pages = 10'000;
+  base.host_snapshot_slots = 300;
+  const CacheConfig c = config_for(CacheKind::kSglangLike, base);
+  EXPECT_EQ(c.host_snapshot_slots, 82u);  // hicache_ratio 2 x the GPU state pool
+  EXPECT_EQ(
+      std::uint64_t{c.host_pages} * c.page_bytes / c.page_bytes,
+      (std::uint64_t{10'000} * base.page_bytes + 218u * base.snapshot_bytes) / base.page_bytes);
+  EXPECT_EQ(c.write_policy, WritePolicy::kWriteThrough);
+
+  ScenarioOptions so;
+  so.trace_max_running = 2;
+  const Scenario s = trace_scenario({req(1000, {1, 2}, 0, 400)}, qwen(), so);
+  SimOptions o;
+  o.hardware = "h200-gen5";
+  o.cache = CacheKind::kSglangLike;
+  o.check_invariants = true;
+  auto r = simulate(s, o);
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(r->policy, "every-chunk");
+  // Prompt boundary 960 and the finish boundary at the last multiple of 256 of the 1,399
+  // forwarded tokens: 1,280 (a page-granular finish would be 1,344).
+  EXPECT_EQ(r->snapshots_kept, 2u);
+}
+
+}  // namespace
+}  // namespace radixtier::sim
