@@ -124,15 +124,17 @@ std::optional<Admission> PrefixCache::try_admit_at(Node* target) {
     a.host_tokens += n->tokens.size();
   }
   if (!target->gpu_snapshot.valid()) {
-    target->gpu_snapshot = *gpu_slots_.take(Holder::kTransfer);
     target->snap_xfer = Xfer::kPromote;
-    promote.batch.snapshots.push_back({target->gpu_snapshot, target->host_snapshot});
+    set_gpu_snapshot(target, *gpu_slots_.take(Holder::kTransfer));
+    add_snapshot_pieces(promote.batch, target);
     promote.ops.push_back({target, true, Xfer::kPromote});
-    refresh(target);
     a.snapshot_from_host = true;
   }
   submit_batch(std::move(promote));
+  // Recency and frequency: the KV of the whole path, but only the snapshot resumed from (the
+  // intermediate ones on the path then leave first).
   for (Node* n : path) touch(n);
+  touch_snapshot(target);
   const LockId id(next_free_id(next_lock_, locks_));
   locks_.emplace(id.value(), LockRecord{target, target});
   a.lock = id;
@@ -402,7 +404,7 @@ Result<InsertResult> PrefixCache::insert(LockId lock, std::span<const Token> tok
     } else {
       slot_owner_.remove(*snapshot);
       gpu_slots_.reassign(*snapshot, Holder::kNode);
-      n->gpu_snapshot = *snapshot;
+      set_gpu_snapshot(n, *snapshot);
       out.snapshot_taken = true;
       ++stats_.snapshots_inserted;
     }
@@ -415,7 +417,7 @@ Result<InsertResult> PrefixCache::insert(LockId lock, std::span<const Token> tok
   }
   for (Node* a : adopted) touch(a);
   touch(n);
-  refresh(n);
+  if (out.snapshot_taken) touch_snapshot(n);
   if (config_.write_policy == WritePolicy::kWriteThrough) {
     write_through(adopted, out.snapshot_taken ? n : nullptr);
   }
