@@ -1,6 +1,6 @@
-// The zero-copy gather/scatter kernel: one launch moves one slice between the GPU KV pool
-// (any strided layout) and the page-first pinned host pool, reading or writing host memory
-// directly over PCIe through its mapped address.
+// The zero-copy gather/scatter kernel: one launch moves up to 1,024 items between the GPU KV
+// pool (any strided layout) and the page-first pinned host pool, reading or writing host
+// memory directly over PCIe through its mapped address.
 #include "copy_kernels.hpp"
 
 namespace radixtier::cuda::detail {
@@ -9,7 +9,7 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kUnroll = 4;  // loads in flight per thread before the stores
 
-// Copies `bytes` bytes with the whole block; T is uint4 (16 B) or unsigned char.
+// Copies n elements of T with the whole block.
 template <class T>
 __device__ void block_copy(T* __restrict__ dst, const T* __restrict__ src, unsigned long long n) {
   const unsigned long long step = static_cast<unsigned long long>(blockDim.x) * kUnroll;
@@ -24,7 +24,17 @@ __device__ void block_copy(T* __restrict__ dst, const T* __restrict__ src, unsig
   for (; i < n; i += blockDim.x) dst[i] = src[i];
 }
 
-template <class T>
+// One (item, segment) range: 16-byte vectors where dst and src are aligned alike, bytes for
+// the unaligned head and tail (and for the whole range when they are not).
+__device__ void copy_range(unsigned char* dst, const unsigned char* src, unsigned long long n) {
+  const CopySplit s = split_for_vectors(reinterpret_cast<unsigned long long>(dst),
+                                        reinterpret_cast<unsigned long long>(src), n);
+  block_copy(dst, src, s.head);
+  block_copy(reinterpret_cast<uint4*>(dst + s.head), reinterpret_cast<const uint4*>(src + s.head),
+             s.body / 16);
+  block_copy(dst + s.head + s.body, src + s.head + s.body, s.tail);
+}
+
 __global__ void __launch_bounds__(kThreads)
     gather_scatter_kernel(const DeviceSegment* __restrict__ segments, int num_segments,
                           unsigned char* host_base, unsigned long long host_item_bytes,
@@ -33,14 +43,16 @@ __global__ void __launch_bounds__(kThreads)
   for (unsigned long long u = blockIdx.x; u < units; u += gridDim.x) {
     const unsigned int item = static_cast<unsigned int>(u / num_segments);
     const DeviceSegment seg = segments[u % num_segments];
-    unsigned char* dev =
-        reinterpret_cast<unsigned char*>(seg.base + items.device[item] * seg.stride);
-    unsigned char* host = host_base + items.host[item] * host_item_bytes + seg.host_offset;
-    const unsigned long long n = seg.bytes / sizeof(T);
+    // 64-bit offsets throughout: pools over 4 GiB on either side.
+    unsigned char* dev = reinterpret_cast<unsigned char*>(
+        seg.base + static_cast<unsigned long long>(items.device[item]) * seg.stride);
+    unsigned char* host = host_base +
+                          static_cast<unsigned long long>(items.host[item]) * host_item_bytes +
+                          seg.host_offset;
     if (to_host) {
-      block_copy(reinterpret_cast<T*>(host), reinterpret_cast<const T*>(dev), n);
+      copy_range(host, dev, seg.bytes);
     } else {
-      block_copy(reinterpret_cast<T*>(dev), reinterpret_cast<const T*>(host), n);
+      copy_range(dev, host, seg.bytes);
     }
   }
 }
@@ -49,22 +61,18 @@ __global__ void __launch_bounds__(kThreads)
 
 cudaError_t launch_gather_scatter(const DeviceSegment* segments, int num_segments,
                                   std::byte* host_base, std::size_t host_item_bytes,
-                                  const LaunchItems& items, bool to_host, bool vector_path,
-                                  int blocks, cudaStream_t stream) {
+                                  const LaunchItems& items, bool to_host, int blocks,
+                                  cudaStream_t stream) {
   if (items.count == 0) return cudaSuccess;
   const unsigned long long units = static_cast<unsigned long long>(items.count) * num_segments;
   const unsigned int grid =
       static_cast<unsigned int>(units < static_cast<unsigned long long>(blocks) ? units : blocks);
   auto* host = reinterpret_cast<unsigned char*>(host_base);
-  (void)cudaGetLastError();  // clear a stale non-sticky error so the check below is ours
-  if (vector_path) {
-    gather_scatter_kernel<uint4><<<grid, kThreads, 0, stream>>>(segments, num_segments, host,
-                                                                host_item_bytes, items, to_host);
-  } else {
-    gather_scatter_kernel<unsigned char><<<grid, kThreads, 0, stream>>>(
-        segments, num_segments, host, host_item_bytes, items, to_host);
-  }
-  return cudaGetLastError();
+  unsigned long long item_bytes = host_item_bytes;
+  void* args[] = {&segments, &num_segments, &host, &item_bytes, const_cast<LaunchItems*>(&items),
+                  &to_host};
+  return cudaLaunchKernel(reinterpret_cast<const void*>(&gather_scatter_kernel), dim3(grid),
+                          dim3(kThreads), args, 0, stream);
 }
 
 }  // namespace radixtier::cuda::detail

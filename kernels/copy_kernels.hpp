@@ -25,12 +25,31 @@ struct LaunchItems {
   std::uint32_t host[kMaxLaunchItems];
 };
 
+/// How the kernel copies one (item, segment) range of `bytes` bytes from `src` to `dst`:
+/// `head` bytes one by one up to the next 16-byte boundary, `body` bytes as 16-byte vectors,
+/// `tail` bytes one by one. When dst and src are not aligned alike (their addresses differ
+/// modulo 16), no vector access is legal: all bytes go one by one. The choice is made per
+/// range, so one misaligned segment does not slow down the others.
+struct CopySplit {
+  unsigned long long head, body, tail;
+};
+__host__ __device__ inline CopySplit split_for_vectors(unsigned long long dst,
+                                                       unsigned long long src,
+                                                       unsigned long long bytes) {
+  if (((dst ^ src) & 15ull) != 0) return {bytes, 0, 0};
+  unsigned long long head = (16 - (dst & 15ull)) & 15ull;
+  if (head > bytes) head = bytes;
+  const unsigned long long body = (bytes - head) / 16 * 16;
+  return {head, body, bytes - head - body};
+}
+
 /// Copies every segment of every item between the device pool and the mapped pinned host
-/// pool (`host_base` must be a device-usable address). `to_host`: device -> host.
-/// `vector_path`: every address and size is a multiple of 16 bytes.
+/// pool (`host_base` must be a device-usable address). `to_host`: device -> host. Returns
+/// the launch's own error (cudaLaunchKernel), without reading or clearing the thread's last
+/// error.
 cudaError_t launch_gather_scatter(const DeviceSegment* segments, int num_segments,
                                   std::byte* host_base, std::size_t host_item_bytes,
-                                  const LaunchItems& items, bool to_host, bool vector_path,
-                                  int blocks, cudaStream_t stream);
+                                  const LaunchItems& items, bool to_host, int blocks,
+                                  cudaStream_t stream);
 
 }  // namespace radixtier::cuda::detail

@@ -2,8 +2,10 @@
 #include "radixtier/cuda/pinned_host_pool.hpp"
 
 #include <cuda_runtime_api.h>
+#include <linux/mempolicy.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +15,9 @@
 #include <string>
 #include <thread>
 #include <utility>
+
+#include "cuda_runtime.hpp"
+#include "host_memory.hpp"
 
 namespace radixtier::cuda {
 namespace {
@@ -44,23 +49,64 @@ void touch(std::byte* data, std::size_t bytes, unsigned threads) {
   for (auto& th : pool) th.join();
 }
 
+// The NUMA node to bind to: the explicit one, or the device's (the runtime's attribute, else
+// the PCI device's numa_node in sysfs), or kNoNuma.
+int resolve_numa_node(detail::CudaRuntime& rt, const PinnedHostPool::Options& o) {
+  if (o.numa_node >= 0) return o.numa_node;
+  if (o.numa_node != PinnedHostPool::kNumaOfDevice) return PinnedHostPool::kNoNuma;
+  int node = -1;
+  if (rt.device_get_attribute(&node, cudaDevAttrHostNumaId, o.device) == cudaSuccess && node >= 0)
+    return node;
+  char bus[64] = {};
+  if (rt.device_get_pci_bus_id(bus, sizeof(bus), o.device) == cudaSuccess) {
+    if (auto text = detail::read_text_file(detail::pci_numa_node_path(bus)))
+      return detail::parse_numa_node(*text);
+  }
+  return PinnedHostPool::kNoNuma;
+}
+
+// mbind(2) of [p, p + bytes) to `node`; errno text on failure.
+std::string bind_to_node(void* p, std::size_t bytes, int node, bool strict) {
+  constexpr std::size_t kBits = 8 * sizeof(unsigned long);
+  std::vector<unsigned long> mask(static_cast<std::size_t>(node) / kBits + 1, 0);
+  mask[static_cast<std::size_t>(node) / kBits] |= 1ul << (static_cast<std::size_t>(node) % kBits);
+  // The kernel reads maxnode - 1 bits.
+  const long r = syscall(SYS_mbind, p, bytes, strict ? MPOL_BIND : MPOL_PREFERRED, mask.data(),
+                         mask.size() * kBits + 1, 0u);
+  return r == 0 ? std::string() : std::string(std::strerror(errno));
+}
+
 }  // namespace
 
 Result<PinnedHostPool> PinnedHostPool::create(std::size_t bytes, std::size_t item_bytes,
                                               Options options) {
+  return create(bytes, item_bytes, std::move(options), detail::real_runtime());
+}
+
+Result<PinnedHostPool> PinnedHostPool::create(std::size_t bytes, std::size_t item_bytes,
+                                              Options options, detail::CudaRuntime& rt) {
   if (bytes == 0) return invalid_argument("PinnedHostPool: bytes must be > 0");
   if (item_bytes == 0) return invalid_argument("PinnedHostPool: item_bytes must be > 0");
   const std::size_t os_page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
   const std::size_t max_chunk = std::min(options.max_register_chunk, kMaxRegisterChunk);
-  // A chunk is a whole number of items and of OS pages, as large as max_chunk allows.
+  // A chunk is a whole number of items and of OS pages, as large as max_chunk allows; when
+  // one such unit is larger than max_chunk, a whole number of OS pages (items may then
+  // straddle two registrations: the planner splits pieces there).
   const std::size_t unit = std::lcm(item_bytes, os_page);
   const std::size_t chunk =
       unit <= max_chunk ? max_chunk / unit * unit : max_chunk / os_page * os_page;
   if (chunk == 0) return invalid_argument("PinnedHostPool: max_register_chunk below one OS page");
+  const std::size_t mapped_bytes = (bytes + os_page - 1) / os_page * os_page;
+  if (options.check_memory) {
+    if (Status s = detail::check_host_memory(mapped_bytes, detail::read_host_memory_limits()); !s)
+      return s;
+  }
+  detail::ErrorScope scope(rt);
 
   PinnedHostPool pool;
+  pool.rt_ = &rt;
   pool.bytes_ = bytes;
-  pool.mapped_bytes_ = (bytes + os_page - 1) / os_page * os_page;
+  pool.mapped_bytes_ = mapped_bytes;
   pool.chunk_ = chunk;
   void* p = mmap(nullptr, pool.mapped_bytes_, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -70,7 +116,22 @@ Result<PinnedHostPool> PinnedHostPool::create(std::size_t bytes, std::size_t ite
                          " failed: " + std::strerror(errno) + " (is that much host RAM free?)");
   }
   pool.data_ = static_cast<std::byte*>(p);
+  // A fork() must not share the pinned pages copy-on-write with a child.
+  if (madvise(p, pool.mapped_bytes_, MADV_DONTFORK) != 0)
+    return Status(
+        ErrorCode::kFailedPrecondition,
+        std::string("PinnedHostPool: madvise(MADV_DONTFORK) failed: ") + std::strerror(errno));
   if (options.huge_pages) (void)madvise(p, pool.mapped_bytes_, MADV_HUGEPAGE);
+  const int node = resolve_numa_node(rt, options);
+  if (node >= 0) {
+    const std::string err = bind_to_node(p, pool.mapped_bytes_, node, options.numa_strict);
+    if (err.empty()) {
+      pool.numa_node_ = node;
+    } else if (options.numa_strict) {
+      return Status(ErrorCode::kFailedPrecondition, "PinnedHostPool: mbind to NUMA node " +
+                                                        std::to_string(node) + " failed: " + err);
+    }
+  }
   const unsigned threads = options.touch_threads != 0
                                ? options.touch_threads
                                : std::min(16u, std::max(1u, std::thread::hardware_concurrency()));
@@ -80,9 +141,8 @@ Result<PinnedHostPool> PinnedHostPool::create(std::size_t bytes, std::size_t ite
   if (options.mapped) flags |= cudaHostRegisterMapped;
   for (std::size_t off = 0; off < pool.mapped_bytes_; off += chunk) {
     const std::size_t len = std::min(chunk, pool.mapped_bytes_ - off);
-    const cudaError_t err = cudaHostRegister(pool.data_ + off, len, flags);
+    const cudaError_t err = rt.host_register(pool.data_ + off, len, flags);
     if (err != cudaSuccess) {
-      (void)cudaGetLastError();
       const std::string msg =
           "PinnedHostPool: cudaHostRegister of chunk " + std::to_string(off / chunk) + " (" +
           gib(len) + " at offset " + gib(off) + " of a " + gib(bytes) +
@@ -100,21 +160,27 @@ Result<PinnedHostPool> PinnedHostPool::create(std::size_t bytes, std::size_t ite
 PinnedHostPool& PinnedHostPool::operator=(PinnedHostPool&& other) noexcept {
   if (this != &other) {
     reset();
+    rt_ = std::exchange(other.rt_, nullptr);
     data_ = std::exchange(other.data_, nullptr);
     bytes_ = std::exchange(other.bytes_, 0);
     mapped_bytes_ = std::exchange(other.mapped_bytes_, 0);
     chunk_ = std::exchange(other.chunk_, 0);
+    numa_node_ = std::exchange(other.numa_node_, kNoNuma);
     registered_ = std::exchange(other.registered_, {});
   }
   return *this;
 }
 
 void PinnedHostPool::reset() {
-  for (std::byte* chunk : registered_) (void)cudaHostUnregister(chunk);
+  if (rt_ != nullptr && !registered_.empty()) {
+    detail::ErrorScope scope(*rt_);
+    for (std::byte* chunk : registered_) (void)rt_->host_unregister(chunk);
+  }
   registered_.clear();
   if (data_ != nullptr) munmap(data_, mapped_bytes_);
   data_ = nullptr;
   bytes_ = mapped_bytes_ = chunk_ = 0;
+  numa_node_ = kNoNuma;
 }
 
 }  // namespace radixtier::cuda

@@ -80,20 +80,30 @@ DeviceLayout snapshot_layer_first(std::uintptr_t conv_base, std::uintptr_t state
 
 namespace {
 
-// Appends [device, host, bytes) to out, extending the last piece when both sides continue it.
+// Appends [device, host, bytes) to out, extending the last piece when both sides continue it
+// and the range does not start a new registration chunk. A range that crosses a multiple of
+// host_chunk_bytes is split there: one DMA never spans two cudaHostRegister ranges.
 void push_piece(std::vector<Piece>& out, std::uintptr_t device, std::size_t host, std::size_t bytes,
                 std::size_t host_chunk_bytes) {
-  if (!out.empty()) {
-    Piece& last = out.back();
-    const bool contiguous =
-        last.device + last.bytes == device && last.host_offset + last.bytes == host;
-    const bool crosses_chunk = host_chunk_bytes != 0 && host % host_chunk_bytes == 0;
-    if (contiguous && !crosses_chunk) {
-      last.bytes += bytes;
-      return;
+  while (bytes > 0) {
+    const std::size_t take =
+        host_chunk_bytes == 0 ? bytes : std::min(bytes, host_chunk_bytes - host % host_chunk_bytes);
+    const bool chunk_start = host_chunk_bytes != 0 && host % host_chunk_bytes == 0;
+    if (!out.empty() && !chunk_start) {
+      Piece& last = out.back();
+      if (last.device + last.bytes == device && last.host_offset + last.bytes == host) {
+        last.bytes += take;
+        device += take;
+        host += take;
+        bytes -= take;
+        continue;
+      }
     }
+    out.push_back({device, host, take});
+    device += take;
+    host += take;
+    bytes -= take;
   }
-  out.push_back({device, host, bytes});
 }
 
 }  // namespace

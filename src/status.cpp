@@ -18,6 +18,8 @@ const char* to_string(ErrorCode code) {
       return "pending";
     case ErrorCode::kFailedPrecondition:
       return "failed precondition";
+    case ErrorCode::kDeviceLost:
+      return "device lost";
   }
   return "unknown";
 }

@@ -1,10 +1,12 @@
 // CPU tests of the CUDA engine's copy planning (no CUDA needed): layouts, run merging,
-// registration-chunk breaks and byte slicing.
+// registration-chunk breaks and splits, byte slicing; and the pinned pool's host-memory
+// checks (MemAvailable, cgroup limits, NUMA node from sysfs).
 #include <gtest/gtest.h>
 
 #include <numeric>
 #include <vector>
 
+#include "host_memory.hpp"
 #include "radixtier/cuda/transfer_plan.hpp"
 
 namespace radixtier::cuda {
@@ -83,6 +85,64 @@ TEST(CudaPlan, MergeStopsAtHostRegistrationChunks) {
   EXPECT_EQ(total(pieces), 10 * page);
 }
 
+// Every piece lies inside one registration chunk [k * chunk, (k + 1) * chunk).
+void expect_inside_chunks(const std::vector<Piece>& pieces, std::size_t chunk) {
+  for (const Piece& p : pieces) {
+    ASSERT_GT(p.bytes, 0u);
+    EXPECT_EQ(p.host_offset / chunk, (p.host_offset + p.bytes - 1) / chunk)
+        << "piece at " << p.host_offset << " of " << p.bytes << " B crosses a chunk";
+  }
+}
+
+TEST(CudaPlan, ItemsStraddlingRegistrationsAreSplit) {
+  // 3,000-byte pages, 16 KiB chunks (what the pinned pool does when lcm(item, OS page) is
+  // larger than the chunk limit): pages 5 and 10 straddle a boundary.
+  const std::size_t page = 3000, chunk = 16384;
+  const DeviceLayout l = contiguous_items(kBase, page, 100);
+  std::vector<Piece> pieces;
+  append_item_pieces(l, run(0, 0, 40), chunk, pieces);
+  expect_inside_chunks(pieces, chunk);
+  EXPECT_EQ(total(pieces), 40 * page);
+  // The run is split exactly at the chunk boundaries: ceil(120000 / 16384) pieces.
+  EXPECT_EQ(pieces.size(), (40 * page + chunk - 1) / chunk);
+  // Scattered pages: the straddling one is cut in two, the device side follows.
+  pieces.clear();
+  append_item_pieces(l, std::vector<ItemPair>{{7, 5}}, chunk, pieces);
+  ASSERT_EQ(pieces.size(), 2u);
+  EXPECT_EQ(pieces[0].host_offset + pieces[0].bytes, chunk);
+  EXPECT_EQ(pieces[1].device, pieces[0].device + pieces[0].bytes);
+  EXPECT_EQ(pieces[0].bytes + pieces[1].bytes, page);
+}
+
+TEST(CudaPlan, LayerFirstSegmentsAreSplitAtRegistrations) {
+  // Qwen3-Next pages (1.5 MiB in 64 KiB chunks) with a chunk of 2.5 pages: segments of page
+  // 2 straddle; every piece stays inside one registration.
+  const KvGeometry kv = KvGeometry::qwen3_next();
+  const DeviceLayout l = kv_layer_first(kBase, kv, 64);
+  const std::size_t chunk = kv.page_bytes() * 5 / 2 + 4096;
+  std::vector<Piece> pieces;
+  append_item_pieces(l, run(0, 0, 8), chunk, pieces);
+  expect_inside_chunks(pieces, chunk);
+  EXPECT_EQ(total(pieces), 8 * kv.page_bytes());
+}
+
+TEST(CudaPlan, SnapshotsAcrossSeveralRegistrations) {
+  // Snapshots larger than a registration chunk, which does not divide them.
+  const GdnGeometry g = GdnGeometry::qwen3_next();
+  const DeviceLayout l = snapshot_layer_first(kBase, kBase + (std::size_t{1} << 32), g, 4);
+  const std::size_t chunk = (std::size_t{5} << 20) + 4096;
+  const std::size_t slice = 8 * KvGeometry::qwen3_next().page_bytes();
+  std::size_t bytes = 0;
+  for_each_byte_slice(l, std::vector<ItemPair>{{0, 3}, {2, 1}}, chunk, slice,
+                      [&](std::span<const Piece> s) {
+                        std::vector<Piece> v(s.begin(), s.end());
+                        expect_inside_chunks(v, chunk);
+                        bytes += total(v);
+                        return true;
+                      });
+  EXPECT_EQ(bytes, 2 * g.snapshot_bytes());
+}
+
 TEST(CudaPlan, AdjacentSegmentsOfOneItemMerge) {
   // Two segments laid out back to back inside each device item: one piece per item.
   DeviceLayout l;
@@ -150,6 +210,62 @@ TEST(CudaPlan, RejectsBadLayouts) {
   EXPECT_FALSE(l.aligned_to(16));
   EXPECT_EQ(slice_count(129, 128), 2u);
   EXPECT_EQ(slice_count(0, 128), 0u);
+}
+
+TEST(CudaHostMemory, ParsesMeminfoAndCgroupFiles) {
+  using namespace detail;
+  EXPECT_EQ(
+      parse_meminfo_available("MemTotal: 100 kB\nMemFree:  5 kB\nMemAvailable:   23928144 kB\n"),
+      std::size_t{23928144} * 1024);
+  EXPECT_FALSE(parse_meminfo_available("MemTotal: 100 kB\n").has_value());
+  EXPECT_EQ(parse_cgroup_bytes("8589934592\n"), std::size_t{8} << 30);
+  EXPECT_FALSE(parse_cgroup_bytes("max\n").has_value());
+  EXPECT_FALSE(parse_cgroup_bytes("9223372036854771712\n").has_value());  // v1 unlimited
+  EXPECT_FALSE(parse_cgroup_bytes("garbage").has_value());
+  EXPECT_EQ(parse_cgroup_inactive_file("anon 5\nfile 9\ninactive_file 4096\nactive_file 1\n"),
+            4096u);
+  EXPECT_EQ(parse_cgroup_inactive_file("anon 5\n"), 0u);
+  auto v2 = parse_memory_cgroup("0::/kubepods/pod1/c1\n");
+  ASSERT_TRUE(v2.has_value());
+  EXPECT_EQ(v2->path, "/kubepods/pod1/c1");
+  EXPECT_FALSE(v2->v1);
+  auto v1 = parse_memory_cgroup("5:cpu,cpuacct:/a\n4:memory:/docker/abc\n0::/\n");
+  ASSERT_TRUE(v1.has_value());
+  EXPECT_EQ(v1->path, "/docker/abc");
+  EXPECT_TRUE(v1->v1);
+  EXPECT_FALSE(parse_memory_cgroup("").has_value());
+}
+
+TEST(CudaHostMemory, RefusesPoolsTheHostCannotBack) {
+  using namespace detail;
+  HostMemoryLimits l;
+  EXPECT_TRUE(check_host_memory(std::size_t{1} << 50, l).is_ok());  // nothing known
+  l.mem_available = std::size_t{100} << 30;
+  EXPECT_TRUE(check_host_memory(std::size_t{90} << 30, l).is_ok());
+  Status s = check_host_memory(std::size_t{120} << 30, l);
+  EXPECT_EQ(s.code(), ErrorCode::kOutOfMemory);
+  EXPECT_NE(s.message().find("MemAvailable"), std::string::npos) << s.message();
+  l.cgroup_headroom = std::size_t{40} << 30;
+  l.cgroup = "/sys/fs/cgroup/kubepods/pod1";
+  l.cgroup_limit = std::size_t{64} << 30;
+  s = check_host_memory(std::size_t{50} << 30, l);
+  EXPECT_EQ(s.code(), ErrorCode::kOutOfMemory);
+  EXPECT_NE(s.message().find("/sys/fs/cgroup/kubepods/pod1"), std::string::npos) << s.message();
+  EXPECT_TRUE(check_host_memory(std::size_t{30} << 30, l).is_ok());
+  // This machine: whatever its limits, a 1 PiB pool does not fit and 4 KiB does.
+  const HostMemoryLimits here = read_host_memory_limits();
+  EXPECT_TRUE(here.mem_available.has_value());
+  EXPECT_FALSE(check_host_memory(std::size_t{1} << 50, here).is_ok());
+  EXPECT_TRUE(check_host_memory(4096, here).is_ok());
+}
+
+TEST(CudaHostMemory, NumaNodeFromSysfs) {
+  using namespace detail;
+  EXPECT_EQ(pci_numa_node_path("0000:3B:00.0"), "/sys/bus/pci/devices/0000:3b:00.0/numa_node");
+  EXPECT_EQ(parse_numa_node("1\n"), 1);
+  EXPECT_EQ(parse_numa_node("-1\n"), -1);
+  EXPECT_EQ(parse_numa_node("x"), -1);
+  EXPECT_EQ(parse_numa_node(""), -1);
 }
 
 }  // namespace

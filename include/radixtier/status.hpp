@@ -11,12 +11,13 @@ namespace radixtier {
 
 enum class ErrorCode {
   kOk = 0,
-  kInvalidArgument,    ///< bad input: the cache's state is unchanged
-  kNotFound,           ///< unknown handle or id
-  kOutOfMemory,        ///< a tier is full and nothing can be evicted
-  kTransferFailed,     ///< a copy failed; the affected prefix degraded to recompute
-  kPending,            ///< an async operation has not finished yet
-  kFailedPrecondition  ///< the call is valid but not in this state
+  kInvalidArgument,     ///< bad input: the cache's state is unchanged
+  kNotFound,            ///< unknown handle or id
+  kOutOfMemory,         ///< a tier is full and nothing can be evicted
+  kTransferFailed,      ///< a copy failed; the affected prefix degraded to recompute
+  kPending,             ///< an async operation has not finished yet
+  kFailedPrecondition,  ///< the call is valid but not in this state
+  kDeviceLost,          ///< the GPU context is lost (sticky CUDA error): restart the process
 };
 
 const char* to_string(ErrorCode code);

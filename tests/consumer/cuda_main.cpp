@@ -8,7 +8,9 @@
 
 int main() {
   // volatile: the reference must survive optimization so the linker pulls the engine in.
-  auto* volatile create = &radixtier::cuda::CudaTransferEngine::create;
+  using Create = radixtier::Result<std::unique_ptr<radixtier::cuda::CudaTransferEngine>> (*)(
+      radixtier::cuda::CudaPools, radixtier::cuda::CudaEngineOptions);
+  const Create volatile create = &radixtier::cuda::CudaTransferEngine::create;
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     std::printf("consumer: cuda linked (create at %s); no device visible\n",

@@ -10,14 +10,25 @@
 //     promotion that did not wait would be overwritten by the poison;
 //   - a kernel on the compute stream reads promoted pages after stream_wait(), before the
 //     host sees the ticket done, and overwrites demoted pages after stream_wait().
-// Prints "N passed, N failed"; exits 0 with a SKIP line when no device is visible.
+// Beyond the round trips: padding gaps and bytes past each GPU tensor and host pool stay
+// untouched, offsets over 4 GiB, more than 1,024 pages per kernel launch, a failure after
+// some slices are queued, concurrent submit/poll in both directions, no CUDA last error
+// after a pending poll (and a probe of what cudaEventQuery leaves there), snapshots across
+// several registrations, the per-piece DMA fallback on a real device, capture refusal
+// (the server's graph stays valid), device restore (with 2+ GPUs), the explicit-stream rule.
+// `--fatal` runs the sticky-error case alone (it kills the process's context): a fault in
+// a compute-stream kernel must turn into kDeviceLost.
+// Prints "N passed, N failed"; SKIP / FAIL rules: gpucheck::check_device.
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <numeric>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "cuda_runtime.hpp"
 #include "gpu_common.cuh"
 #include "radixtier/cuda/cuda_transfer_engine.hpp"
 #include "radixtier/cuda/pinned_host_pool.hpp"
@@ -59,11 +70,65 @@ __global__ void verify_pool(const VerifySeg* segs, int nsegs, const unsigned cha
   if (bad) atomicAdd(mismatches, bad);
 }
 
-enum class Kind { kLayerFirst, kPageFirst, kPerLayerPadded };
+// Counts bytes in the ranges [off, off + len) of `base` that are not the poison.
+struct Range {
+  std::uint64_t off, len;
+};
+__global__ void verify_poison(const Range* ranges, int n, const unsigned char* base,
+                              unsigned long long* mismatches) {
+  unsigned long long bad = 0;
+  for (int r = blockIdx.x; r < n; r += gridDim.x) {
+    const Range g = ranges[r];
+    for (std::uint64_t b = threadIdx.x; b < g.len; b += blockDim.x)
+      bad += base[g.off + b] != kPoison;
+  }
+  if (bad) atomicAdd(mismatches, bad);
+}
+
+// The bytes of [0, total) outside every item's segments: padding between tensors and the
+// guard past the last one.
+std::vector<Range> gaps_of(const DeviceLayout& layout, std::uintptr_t base, std::uint64_t total) {
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> iv;
+  for (const StridedSegment& s : layout.segments)
+    for (std::uint32_t i = 0; i < layout.items; ++i)
+      iv.emplace_back(s.base - base + std::uint64_t{i} * s.item_stride, s.bytes);
+  std::sort(iv.begin(), iv.end());
+  std::vector<Range> gaps;
+  std::uint64_t at = 0;
+  for (auto [off, len] : iv) {
+    if (off > at) gaps.push_back({at, off - at});
+    at = std::max(at, off + len);
+  }
+  if (total > at) gaps.push_back({at, total - at});
+  return gaps;
+}
+
+// Mismatching bytes in `gaps` of the device buffer (synchronous).
+unsigned long long count_gap_damage(const std::vector<Range>& gaps, const void* buf) {
+  if (gaps.empty()) return 0;
+  Range* d = nullptr;
+  unsigned long long* bad = nullptr;
+  CUDA_OK(cudaMalloc(&d, gaps.size() * sizeof(Range)));
+  CUDA_OK(cudaMalloc(&bad, sizeof(unsigned long long)));
+  CUDA_OK(cudaMemcpy(d, gaps.data(), gaps.size() * sizeof(Range), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemset(bad, 0, sizeof(unsigned long long)));
+  verify_poison<<<1024, 256>>>(d, static_cast<int>(gaps.size()),
+                               static_cast<const unsigned char*>(buf), bad);
+  unsigned long long n = 0;
+  CUDA_OK(cudaMemcpy(&n, bad, sizeof(n), cudaMemcpyDeviceToHost));
+  cudaFree(d);
+  cudaFree(bad);
+  return n;
+}
+
+constexpr std::size_t kGuard = 64 << 10;  // poisoned bytes past every pool, checked
+
+enum class Kind { kLayerFirst, kPageFirst, kPerLayerPadded, kMixedAlignment };
 const char* name(Kind k) {
-  return k == Kind::kLayerFirst  ? "layer-first"
-         : k == Kind::kPageFirst ? "page-first"
-                                 : "per-layer";
+  return k == Kind::kLayerFirst       ? "layer-first"
+         : k == Kind::kPageFirst      ? "page-first"
+         : k == Kind::kPerLayerPadded ? "per-layer"
+                                      : "mixed-alignment";
 }
 
 DeviceLayout make_layout(Kind kind, std::uintptr_t base, const KvGeometry& g, std::uint32_t pages,
@@ -84,6 +149,15 @@ DeviceLayout make_layout(Kind kind, std::uintptr_t base, const KvGeometry& g, st
       for (std::uint32_t l = 0; l < g.layers; ++l) v.push_back(base + (g.layers + l) * pitch);
       *buffer_bytes = pitch * 2 * g.layers;
       return kv_per_layer(k, v, g, pages);
+    }
+    case Kind::kMixedAlignment: {
+      // Layer-first, plus one odd 24-byte segment at the end of each page's block: every
+      // 16-byte-aligned segment still takes the vector path (chosen per range).
+      DeviceLayout l = kv_layer_first(base, g, pages);
+      const std::uintptr_t odd = base + g.page_bytes() * pages + 8;
+      l.segments.insert(l.segments.begin() + 3, StridedSegment{odd, 40, 24});
+      *buffer_bytes = g.page_bytes() * pages + 8 + 40 * pages;
+      return l;
     }
   }
   return {};
@@ -111,6 +185,13 @@ std::uint64_t verify_host(const DeviceLayout& layout, std::uintptr_t gpu_base,
   return bad;
 }
 
+// Bytes past the host pages (the guard) that are not the poison.
+std::uint64_t host_guard_damage(const std::byte* host, std::size_t from, std::size_t to) {
+  std::uint64_t bad = 0;
+  for (std::size_t b = from; b < to; ++b) bad += static_cast<unsigned char>(host[b]) != kPoison;
+  return bad;
+}
+
 struct RoundTrip {
   const char* label;
   KvGeometry geometry;
@@ -128,27 +209,26 @@ void run_round_trip(const RoundTrip& t, std::mt19937& rng) {
   void* gpu = nullptr;
   std::size_t gpu_bytes = 0;
   (void)make_layout(t.kind, 0x1000, t.geometry, t.gpu_pages, &gpu_bytes);
-  CUDA_OK(cudaMalloc(&gpu, gpu_bytes));
+  CUDA_OK(cudaMalloc(&gpu, gpu_bytes + kGuard));
   const auto base = reinterpret_cast<std::uintptr_t>(gpu);
   const DeviceLayout layout = make_layout(t.kind, base, t.geometry, t.gpu_pages, &gpu_bytes);
+  const std::vector<Range> gaps = gaps_of(layout, base, gpu_bytes + kGuard);
   const std::size_t page = layout.item_bytes();
+  const std::size_t host_bytes = std::size_t{t.host_pages} * page;
   PinnedHostPool::Options popt;
   if (t.register_chunk_pages) popt.max_register_chunk = t.register_chunk_pages * page;
-  auto pool = PinnedHostPool::create(std::size_t{t.host_pages} * page, page, popt);
+  auto pool = PinnedHostPool::create(host_bytes + kGuard, page, popt);
   GPU_CHECK_MSG(pool.is_ok(), "%s", pool.status().to_string().c_str());
   if (!pool.is_ok()) return;
-  if (t.register_chunk_pages)
-    GPU_CHECK(pool->registrations() ==
-              (t.host_pages + t.register_chunk_pages - 1) / t.register_chunk_pages);
+  if (t.register_chunk_pages) GPU_CHECK(pool->registrations() > 1);
   cudaStream_t compute, side;
   CUDA_OK(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
   CUDA_OK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
 
   CudaPools pools;
   pools.gpu_kv = layout;
-  pools.host_kv = pool->data();
   pools.host_pages = t.host_pages;
-  pools.host_kv_chunk_bytes = pool->register_chunk_bytes();
+  pools.host_kv_pool = &*pool;  // memory and registration chunk from the pool
   CudaEngineOptions opt;
   opt.slice_pages = t.slice_pages;
   opt.d2h = t.d2h;
@@ -160,7 +240,7 @@ void run_round_trip(const RoundTrip& t, std::mt19937& rng) {
   CudaTransferEngine& engine = **created;
 
   std::memset(pool->data(), kPoison, pool->bytes());
-  CUDA_OK(cudaMemset(gpu, kPoison, gpu_bytes));  // padding gaps stay poisoned
+  CUDA_OK(cudaMemset(gpu, kPoison, gpu_bytes + kGuard));  // padding gaps stay poisoned
   // Compute stream: a long spin, then the forward pass "writes" the pages.
   launch_spin(20, compute);
   launch_fill(gpu, gpu_bytes, kSeed1, compute);
@@ -182,6 +262,7 @@ void run_round_trip(const RoundTrip& t, std::mt19937& rng) {
     }
     return b;
   };
+  const bool merges = t.kind == Kind::kPageFirst;  // runs merge only where pages are contiguous
 
   auto t1 = engine.submit(batch_of(0, t.copies));
   GPU_CHECK(t1.is_ok());
@@ -189,8 +270,14 @@ void run_round_trip(const RoundTrip& t, std::mt19937& rng) {
   GPU_CHECK(t1->wait() == TransferState::kDone);
   std::uint64_t bad = verify_host(layout, base, pool->data(), host_src, kSeed1);
   GPU_CHECK_MSG(bad == 0, "demotion: %llu bytes wrong", static_cast<unsigned long long>(bad));
+  bad = host_guard_damage(pool->data(), host_bytes, pool->bytes());
+  GPU_CHECK_MSG(bad == 0, "demotion wrote %llu bytes past the host pages",
+                static_cast<unsigned long long>(bad));
   const auto s1 = engine.stats();
   GPU_CHECK(s1.slices == slice_count(t.copies, t.slice_pages));
+  if (merges && t.d2h == CopyMethod::kDmaBatch)
+    GPU_CHECK_MSG(s1.pieces < t.copies, "the consecutive run did not merge: %llu pieces",
+                  static_cast<unsigned long long>(s1.pieces));
 
   // Reuse after demotion: the compute stream overwrites every page right after stream_wait().
   auto t2 = engine.submit(batch_of(t.copies, t.copies));
@@ -204,12 +291,16 @@ void run_round_trip(const RoundTrip& t, std::mt19937& rng) {
 
   // Promotion into other pages, after the compute stream poisons the pool (late, after a spin).
   launch_spin(20, compute);
-  CUDA_OK(cudaMemsetAsync(gpu, kPoison, gpu_bytes, compute));
-  std::vector<std::uint32_t> dest(t.gpu_pages);
-  std::iota(dest.begin(), dest.end(), 0u);
-  std::shuffle(dest.begin(), dest.end(), rng);
-  // Keep one consecutive run on both sides so promotion merges too.
-  std::sort(dest.begin(), dest.begin() + run);
+  CUDA_OK(cudaMemsetAsync(gpu, kPoison, gpu_bytes + kGuard, compute));
+  // The first `run` host pages (0..run-1, consecutive) go to consecutive GPU pages at the
+  // top of the pool, so promotion merges too; the rest are scattered.
+  std::vector<std::uint32_t> dest;
+  const std::uint32_t top = t.gpu_pages - run;
+  for (std::uint32_t i = 0; i < run; ++i) dest.push_back(top + i);
+  std::vector<std::uint32_t> rest(top);
+  std::iota(rest.begin(), rest.end(), 0u);
+  std::shuffle(rest.begin(), rest.end(), rng);
+  dest.insert(dest.end(), rest.begin(), rest.end());
   std::vector<int> gpu_src(t.gpu_pages, -1);
   TransferBatch up;
   up.direction = Direction::kHostToDevice;
@@ -217,8 +308,12 @@ void run_round_trip(const RoundTrip& t, std::mt19937& rng) {
     up.pages.push_back({GpuPageId(dest[i]), HostPageId(host_ids[i])});
     gpu_src[dest[i]] = host_src[host_ids[i]];
   }
+  const std::uint64_t pieces_before = engine.stats().pieces;
   auto t3 = engine.submit(std::move(up));
   GPU_CHECK(t3.is_ok());
+  if (merges && t.h2d == CopyMethod::kDmaBatch)
+    GPU_CHECK_MSG(engine.stats().pieces - pieces_before < 2 * t.copies,
+                  "the promotion's consecutive run did not merge");
   launch_spin(20, side);  // SMs busy on another stream during the promotion
   GPU_CHECK(engine.stream_wait(t3->id(), compute).is_ok());
   std::vector<VerifySeg> vsegs;
@@ -243,7 +338,11 @@ void run_round_trip(const RoundTrip& t, std::mt19937& rng) {
   CUDA_OK(cudaStreamSynchronize(compute));
   GPU_CHECK(t3->wait() == TransferState::kDone);
   GPU_CHECK_MSG(gpu_bad == 0, "promotion: %llu bytes wrong (read on the compute stream)", gpu_bad);
+  const unsigned long long gap_bad = count_gap_damage(gaps, gpu);
+  GPU_CHECK_MSG(gap_bad == 0, "promotion wrote %llu bytes into padding or past the tensors",
+                gap_bad);
   GPU_CHECK(engine.stats().failed == 0);
+  GPU_CHECK(cudaPeekAtLastError() == cudaSuccess);
 
   CUDA_OK(cudaDeviceSynchronize());
   t1->reset();
@@ -259,9 +358,12 @@ void run_round_trip(const RoundTrip& t, std::mt19937& rng) {
   std::printf("  %s\n", gpucheck::g_failed == failed_before ? "ok" : "FAILED");
 }
 
-// Snapshots: Qwen3-Next geometry (77 MB, 72 per-layer segments), cut into chunks.
-void run_snapshots() {
-  std::printf("[snapshots] qwen3-next, 4 GPU slots, 4 host slots, 8-page slices\n");
+// Snapshots: Qwen3-Next geometry (77 MB, 72 per-layer segments), cut into chunks; with
+// `register_chunk` > 0 the host pool is registered in chunks of that size, which do not
+// divide a snapshot, so snapshots straddle registrations.
+void run_snapshots(std::size_t register_chunk) {
+  std::printf("[snapshots] qwen3-next, 4 GPU slots, 4 host slots, 8-page slices, %s\n",
+              register_chunk ? "several registrations" : "one registration");
   const int failed_before = gpucheck::g_failed;
   const GdnGeometry g = GdnGeometry::qwen3_next();
   const KvGeometry kv = KvGeometry::qwen3_next();
@@ -274,18 +376,21 @@ void run_snapshots() {
              sb = reinterpret_cast<std::uintptr_t>(state);
   const DeviceLayout snap = snapshot_layer_first(cb, sb, g, kSlots);
   GPU_CHECK(snap.item_bytes() == 77266944u);
-  auto host = PinnedHostPool::create(snap.item_bytes() * kSlots, snap.item_bytes());
+  PinnedHostPool::Options popt;
+  if (register_chunk) popt.max_register_chunk = register_chunk;
+  auto host = PinnedHostPool::create(snap.item_bytes() * kSlots, snap.item_bytes(), popt);
   auto host_kv = PinnedHostPool::create(kv.page_bytes() * kPages, kv.page_bytes());
   GPU_CHECK(host.is_ok() && host_kv.is_ok());
   if (!host.is_ok() || !host_kv.is_ok()) return;
+  if (register_chunk) GPU_CHECK(host->registrations() > kSlots);
   cudaStream_t compute;
   CUDA_OK(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
   CudaPools pools;
   pools.gpu_kv = kv_layer_first(reinterpret_cast<std::uintptr_t>(kvbuf), kv, kPages);
   pools.gpu_snapshots = snap;
-  pools.host_kv = host_kv->data();
+  pools.host_kv_pool = &*host_kv;
   pools.host_pages = kPages;
-  pools.host_snapshots = host->data();
+  pools.host_snapshot_pool = &*host;
   pools.host_slots = kSlots;
   CudaEngineOptions opt;
   opt.slice_pages = 8;  // 12 MiB chunks: a snapshot takes 7 slices
@@ -360,6 +465,7 @@ void run_snapshots() {
   }
   GPU_CHECK_MSG(bad == 0, "snapshot promotion: %llu bytes wrong",
                 static_cast<unsigned long long>(bad));
+  GPU_CHECK((*engine)->stats().failed == 0);
   t1->reset();
   t2->reset();
   engine->reset();
@@ -370,8 +476,9 @@ void run_snapshots() {
   std::printf("  %s\n", gpucheck::g_failed == failed_before ? "ok" : "FAILED");
 }
 
-// Errors: invalid ids, a real CUDA error turned into a failed ticket, pageable host memory,
-// an impossible pinned pool, a dropped pending ticket.
+// Errors: invalid ids, a real CUDA error turned into a failed ticket (on the first slice and
+// after two slices were queued), pageable host memory, the explicit-stream rule, an
+// impossible pinned pool, a dropped pending ticket, no last error after a pending poll.
 void run_errors(CopyMethod method) {
   std::printf("[errors] %s\n", to_string(method));
   const int failed_before = gpucheck::g_failed;
@@ -383,19 +490,30 @@ void run_errors(CopyMethod method) {
   auto host = PinnedHostPool::create(kv.page_bytes() * kPages, kv.page_bytes());
   GPU_CHECK(host.is_ok());
   if (!host.is_ok()) return;
+  cudaStream_t compute;
+  CUDA_OK(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
   CudaPools pools;
   pools.gpu_kv = kv_layer_first(base, kv, kPages);
-  pools.host_kv = host->data();
+  pools.host_kv_pool = &*host;
   pools.host_pages = kPages;
   CudaEngineOptions opt;
   opt.slice_pages = 4;
   opt.d2h = opt.h2d = method;
+  opt.compute_stream = compute;
+  // The explicit-stream rule.
+  for (cudaStream_t pseudo : {static_cast<cudaStream_t>(nullptr), cudaStreamPerThread}) {
+    CudaEngineOptions o = opt;
+    o.compute_stream = pseudo;
+    auto refused = CudaTransferEngine::create(pools, o);
+    GPU_CHECK(!refused.is_ok() && refused.status().message().find(
+                                      "CudaEngineOptions.compute_stream") != std::string::npos);
+  }
   auto engine = CudaTransferEngine::create(pools, opt);
   GPU_CHECK_MSG(engine.is_ok(), "%s", engine.status().to_string().c_str());
   if (!engine.is_ok()) return;
   CudaTransferEngine& e = **engine;
   std::memset(host->data(), kPoison, host->bytes());
-  launch_fill(gpu, kv.page_bytes() * kPages, kSeed1, nullptr);
+  launch_fill(gpu, kv.page_bytes() * kPages, kSeed1, compute);
 
   TransferBatch bad_batch;
   bad_batch.pages = {{GpuPageId(0), HostPageId(0)}, {GpuPageId(kPages), HostPageId(1)}};
@@ -414,48 +532,574 @@ void run_errors(CopyMethod method) {
   GPU_CHECK(failed->poll() == TransferState::kFailed);
   GPU_CHECK(e.stats().failed == 1 && !e.stats().last_error.empty());
   std::printf("  injected error reported as: %s\n", e.stats().last_error.c_str());
+  GPU_CHECK(cudaPeekAtLastError() == cudaSuccess);  // the engine's own error was not left behind
+  GPU_CHECK(e.health().is_ok());                    // and it is not fatal
+
+  // A failure after two slices were queued (10 pages, slices of 4: the third fails): the
+  // ticket fails, the first two slices' pages arrived, the engine keeps working.
+  std::memset(host->data(), kPoison, host->bytes());
+  e.inject_error_on_next_submit(2);
+  auto late = e.submit(b);
+  GPU_CHECK(late.is_ok() && late->wait() == TransferState::kFailed);
+  for (std::uint32_t i = 0; i < 8; ++i) src[i] = static_cast<int>(i);
+  GPU_CHECK_MSG(verify_host(pools.gpu_kv, base, host->data(), src, kSeed1) == 0,
+                "the slices queued before the failure did not arrive intact");
+  GPU_CHECK(e.stats().failed == 2 && e.health().is_ok());
 
   // The engine keeps working; a pending ticket dropped without wait() waits in its destructor.
   std::memset(host->data(), kPoison, host->bytes());
   {
+    launch_spin(20, compute);
     auto dropped = e.submit(b);
     GPU_CHECK(dropped.is_ok());
+    // Item 1 of issue 12: a pending poll leaves no cudaErrorNotReady behind.
+    GPU_CHECK(dropped->poll() == TransferState::kPending);
+    GPU_CHECK_MSG(cudaPeekAtLastError() == cudaSuccess, "poll left %s as the last error",
+                  cudaGetErrorName(cudaPeekAtLastError()));
+    GPU_CHECK(cudaGetLastError() == cudaSuccess);
   }
   for (std::uint32_t i = 0; i < 10; ++i) src[i] = static_cast<int>(i);
   GPU_CHECK(verify_host(pools.gpu_kv, base, host->data(), src, kSeed1) == 0);
   auto empty = e.submit(TransferBatch{});
   GPU_CHECK(empty.is_ok() && empty->wait() == TransferState::kDone);
   GPU_CHECK(e.poll(TicketId(999999)) == TransferState::kFailed);
-  GPU_CHECK(!e.stream_wait(TicketId(999999), nullptr).is_ok());
+  GPU_CHECK(!e.stream_wait(TicketId(999999), compute).is_ok());
+  GPU_CHECK(e.stream_wait(empty->id(), nullptr).code() == ErrorCode::kInvalidArgument);
   empty->reset();
   failed->reset();
+  late->reset();
   engine->reset();
 
   // Pageable host memory is refused with a clear error.
   std::vector<std::byte> pageable(kv.page_bytes() * 2);
   CudaPools bad_pools = pools;
+  bad_pools.host_kv_pool = nullptr;
   bad_pools.host_kv = pageable.data();
   bad_pools.host_pages = 2;
   auto refused = CudaTransferEngine::create(bad_pools, opt);
   GPU_CHECK(!refused.is_ok() && refused.status().message().find("not pinned") != std::string::npos);
   opt.slice_pages = 0;
   GPU_CHECK(!CudaTransferEngine::create(pools, opt).is_ok());
-  // An impossible pool (1 PiB) fails with a message, not a crash.
+  // An impossible pool (1 PiB) fails with a message, not a crash (the memory check).
   auto huge = PinnedHostPool::create(std::size_t{1} << 50, kv.page_bytes());
   GPU_CHECK(!huge.is_ok());
   if (!huge.is_ok()) std::printf("  1 PiB pool refused: %s\n", huge.status().to_string().c_str());
+  GPU_CHECK(cudaPeekAtLastError() == cudaSuccess);
+  cudaStreamDestroy(compute);
   cudaFree(gpu);
   std::printf("  %s\n", gpucheck::g_failed == failed_before ? "ok" : "FAILED");
 }
 
+// What this driver leaves as the last error after cudaEventQuery on a pending event (the
+// hazard of issue 12, item 1; informational), and that the engine leaves nothing.
+void run_probe_not_ready() {
+  std::printf("[probe] cudaEventQuery on a pending event\n");
+  cudaStream_t s;
+  cudaEvent_t ev;
+  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  CUDA_OK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  (void)cudaGetLastError();
+  launch_spin(50, s);
+  CUDA_OK(cudaEventRecord(ev, s));
+  const cudaError_t q = cudaEventQuery(ev);
+  const cudaError_t after = cudaPeekAtLastError();
+  std::printf("  PROBE cudaEventQuery returned %s; cudaPeekAtLastError then returned %s (%s)\n",
+              cudaGetErrorName(q), cudaGetErrorName(after),
+              after == cudaErrorNotReady ? "the engine must clear it: it does"
+                                         : "nothing to clear on this driver");
+  (void)cudaGetLastError();
+  CUDA_OK(cudaStreamSynchronize(s));
+  cudaEventDestroy(ev);
+  cudaStreamDestroy(s);
+}
+
+// Offsets over 4 GiB on both sides: 1 MiB pages, 4,200 of them (4.4 GB) on the GPU and in
+// the pinned pool; pages above 4 GiB move both ways with both methods.
+void run_large_offsets() {
+  std::printf("[offsets > 4 GiB] page-first, 1 MiB pages, 4,200 pages on each side\n");
+  const int failed_before = gpucheck::g_failed;
+  constexpr std::size_t kPage = 1 << 20;
+  constexpr std::uint32_t kPages = 4200, kMoved = 64;
+  void* gpu = nullptr;
+  if (cudaMalloc(&gpu, kPage * kPages) != cudaSuccess) {
+    (void)cudaGetLastError();
+    GPU_CHECK_MSG(false, "cudaMalloc of 4.4 GB failed");
+    return;
+  }
+  const auto base = reinterpret_cast<std::uintptr_t>(gpu);
+  auto host = PinnedHostPool::create(kPage * kPages, kPage);
+  GPU_CHECK_MSG(host.is_ok(), "%s", host.status().to_string().c_str());
+  if (!host.is_ok()) return;
+  cudaStream_t compute;
+  CUDA_OK(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
+  const DeviceLayout layout = contiguous_items(base, kPage, kPages);
+  std::vector<unsigned char> page(kPage);
+  for (CopyMethod method : {CopyMethod::kDmaBatch, CopyMethod::kZeroCopyKernel}) {
+    CudaPools pools;
+    pools.gpu_kv = layout;
+    pools.host_kv_pool = &*host;
+    pools.host_pages = kPages;
+    CudaEngineOptions opt;
+    opt.d2h = opt.h2d = method;
+    opt.compute_stream = compute;
+    auto engine = CudaTransferEngine::create(pools, opt);
+    GPU_CHECK_MSG(engine.is_ok(), "%s", engine.status().to_string().c_str());
+    if (!engine.is_ok()) continue;
+    // Demote GPU pages 4,136.. (offsets > 4 GiB) to host pages 4,100.. (> 4 GiB), scattered.
+    launch_fill(gpu, kPage * kPages, kSeed1, compute);
+    std::memset(host->data() + std::size_t{4096} * kPage, kPoison, std::size_t{104} * kPage);
+    TransferBatch down;
+    for (std::uint32_t i = 0; i < kMoved; ++i)
+      down.pages.push_back({GpuPageId(kPages - 1 - i), HostPageId(4100 + (i * 37) % 100)});
+    auto t = (*engine)->submit(down);
+    GPU_CHECK(t.is_ok() && t->wait() == TransferState::kDone);
+    std::uint64_t bad = 0;
+    for (const PageCopy& p : down.pages) {
+      const auto* h = reinterpret_cast<const unsigned char*>(host->data()) +
+                      std::size_t{p.host.value()} * kPage;
+      for (std::size_t b = 0; b < kPage; ++b)
+        bad += h[b] != pattern_byte(kSeed1, std::uint64_t{p.gpu.value()} * kPage + b);
+    }
+    GPU_CHECK_MSG(bad == 0, "%s demotion above 4 GiB: %llu bytes wrong", to_string(method),
+                  static_cast<unsigned long long>(bad));
+    // Promote them back into other pages above 4 GiB, after poisoning the GPU pool.
+    CUDA_OK(cudaMemsetAsync(gpu, kPoison, kPage * kPages, compute));
+    TransferBatch up;
+    up.direction = Direction::kHostToDevice;
+    for (std::uint32_t i = 0; i < kMoved; ++i)
+      up.pages.push_back({GpuPageId(4100 + i), down.pages[i].host});
+    auto u = (*engine)->submit(up);
+    GPU_CHECK(u.is_ok() && u->wait() == TransferState::kDone);
+    bad = 0;
+    for (std::uint32_t i = 0; i < kMoved; ++i) {
+      CUDA_OK(cudaMemcpy(page.data(),
+                         static_cast<unsigned char*>(gpu) + std::size_t{4100 + i} * kPage, kPage,
+                         cudaMemcpyDeviceToHost));
+      const std::uint64_t origin = std::uint64_t{down.pages[i].gpu.value()} * kPage;
+      for (std::size_t b = 0; b < kPage; ++b) bad += page[b] != pattern_byte(kSeed1, origin + b);
+    }
+    GPU_CHECK_MSG(bad == 0, "%s promotion above 4 GiB: %llu bytes wrong", to_string(method),
+                  static_cast<unsigned long long>(bad));
+    GPU_CHECK((*engine)->stats().failed == 0);
+  }
+  cudaStreamDestroy(compute);
+  cudaFree(gpu);
+  std::printf("  %s\n", gpucheck::g_failed == failed_before ? "ok" : "FAILED");
+}
+
+// Concurrent submit/poll in both directions from two threads on one engine, with byte checks
+// after every batch: demotions of GPU pages 0-127 to host pages 0-127 and promotions of host
+// pages 256-383 to GPU pages 128-255, each thread polling its own tickets.
+void run_concurrent(CopyMethod method) {
+  std::printf("[concurrent] two threads, both directions, %s\n", to_string(method));
+  const int failed_before = gpucheck::g_failed;
+  const KvGeometry g{4, 16, 2, 128, 2};  // 32 KiB pages in 8 chunks
+  constexpr std::uint32_t kGpu = 256, kHost = 512, kHalf = 128, kRounds = 24, kBatch = 32;
+  const std::size_t page = g.page_bytes(), chunk = g.chunk_bytes();
+  void* gpu = nullptr;
+  CUDA_OK(cudaMalloc(&gpu, page * kGpu));
+  const auto base = reinterpret_cast<std::uintptr_t>(gpu);
+  auto host = PinnedHostPool::create(page * kHost, page);
+  GPU_CHECK(host.is_ok());
+  if (!host.is_ok()) return;
+  cudaStream_t compute;
+  CUDA_OK(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
+  CudaPools pools;
+  pools.gpu_kv = kv_layer_first(base, g, kGpu);
+  pools.host_kv_pool = &*host;
+  pools.host_pages = kHost;
+  CudaEngineOptions opt;
+  opt.slice_pages = 8;
+  opt.d2h = opt.h2d = method;
+  opt.compute_stream = compute;
+  auto created = CudaTransferEngine::create(pools, opt);
+  GPU_CHECK_MSG(created.is_ok(), "%s", created.status().to_string().c_str());
+  if (!created.is_ok()) return;
+  CudaTransferEngine& e = **created;
+  launch_fill(gpu, page * kGpu, kSeed1, compute);
+  CUDA_OK(cudaStreamSynchronize(compute));
+  // Host pages 256.. hold pattern kSeed2 by host offset.
+  auto* hbytes = reinterpret_cast<unsigned char*>(host->data());
+  for (std::size_t o = std::size_t{256} * page; o < std::size_t{384} * page; ++o)
+    hbytes[o] = pattern_byte(kSeed2, o);
+  std::atomic<std::uint64_t> bad_down{0}, bad_up{0}, not_done{0};
+  auto poll_until_done = [&](Ticket& t) {
+    TransferState s;
+    while ((s = t.poll()) == TransferState::kPending) std::this_thread::yield();
+    if (s != TransferState::kDone) ++not_done;
+  };
+  std::thread down([&] {
+    for (std::uint32_t r = 0; r < kRounds; ++r) {
+      const std::uint32_t first = r * kBatch % kHalf;
+      std::memset(hbytes + std::size_t{first} * page, kPoison, std::size_t{kBatch} * page);
+      TransferBatch b;
+      for (std::uint32_t i = 0; i < kBatch; ++i)
+        b.pages.push_back({GpuPageId(first + i), HostPageId(first + (i * 5) % kBatch)});
+      auto t = e.submit(b);
+      if (!t.is_ok()) {
+        ++not_done;
+        continue;
+      }
+      poll_until_done(*t);
+      for (const PageCopy& p : b.pages) {
+        const unsigned char* h = hbytes + std::size_t{p.host.value()} * page;
+        for (std::uint32_t c = 0; c < 2 * g.layers; ++c)
+          for (std::size_t x = 0; x < chunk; ++x)
+            bad_down += h[c * chunk + x] !=
+                        pattern_byte(kSeed1, (std::uint64_t{c} * kGpu + p.gpu.value()) * chunk + x);
+      }
+    }
+  });
+  std::thread up([&] {
+    cudaStream_t mine;
+    CUDA_OK(cudaStreamCreateWithFlags(&mine, cudaStreamNonBlocking));
+    std::vector<unsigned char> back(page * kGpu);
+    for (std::uint32_t r = 0; r < kRounds; ++r) {
+      // Poison GPU pages 128-255 (one range per chunk tensor), then promote into them.
+      for (std::uint32_t c = 0; c < 2 * g.layers; ++c)
+        CUDA_OK(cudaMemsetAsync(
+            static_cast<unsigned char*>(gpu) + (std::size_t{c} * kGpu + kHalf) * chunk, kPoison,
+            std::size_t{kHalf} * chunk, mine));
+      CUDA_OK(cudaStreamSynchronize(mine));
+      TransferBatch b;
+      b.direction = Direction::kHostToDevice;
+      for (std::uint32_t i = 0; i < kHalf; ++i)
+        b.pages.push_back({GpuPageId(kHalf + i), HostPageId(256 + (i * 7 + r) % kHalf)});
+      auto t = e.submit(b);
+      if (!t.is_ok()) {
+        ++not_done;
+        continue;
+      }
+      poll_until_done(*t);
+      CUDA_OK(cudaMemcpyAsync(back.data(), gpu, back.size(), cudaMemcpyDeviceToHost, mine));
+      CUDA_OK(cudaStreamSynchronize(mine));
+      for (const PageCopy& p : b.pages)
+        for (std::uint32_t c = 0; c < 2 * g.layers; ++c)
+          for (std::size_t x = 0; x < chunk; ++x)
+            bad_up += back[(std::size_t{c} * kGpu + p.gpu.value()) * chunk + x] !=
+                      pattern_byte(kSeed2, std::size_t{p.host.value()} * page + c * chunk + x);
+    }
+    cudaStreamDestroy(mine);
+  });
+  down.join();
+  up.join();
+  GPU_CHECK_MSG(not_done == 0, "%llu batches did not finish kDone",
+                static_cast<unsigned long long>(not_done.load()));
+  GPU_CHECK_MSG(bad_down == 0 && bad_up == 0, "bytes wrong: %llu demoted, %llu promoted",
+                static_cast<unsigned long long>(bad_down.load()),
+                static_cast<unsigned long long>(bad_up.load()));
+  created->reset();
+  cudaStreamDestroy(compute);
+  cudaFree(gpu);
+  std::printf("  %s\n", gpucheck::g_failed == failed_before ? "ok" : "FAILED");
+}
+
+// More than 1,024 pages in one kernel slice (the kernel's per-launch limit).
+void run_big_kernel_slice() {
+  std::printf("[zero-copy] 2,500 pages in slices of 2,048 (launches of <= 1,024 pages)\n");
+  const int failed_before = gpucheck::g_failed;
+  const KvGeometry g{2, 4, 1, 64, 2};  // 2 KiB pages in 4 chunks of 512 B
+  constexpr std::uint32_t kPages = 3000, kMoved = 2500;
+  const std::size_t page = g.page_bytes();
+  void* gpu = nullptr;
+  CUDA_OK(cudaMalloc(&gpu, page * kPages));
+  const auto base = reinterpret_cast<std::uintptr_t>(gpu);
+  auto host = PinnedHostPool::create(page * kPages, page);
+  GPU_CHECK(host.is_ok());
+  if (!host.is_ok()) return;
+  cudaStream_t compute;
+  CUDA_OK(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
+  CudaPools pools;
+  pools.gpu_kv = kv_layer_first(base, g, kPages);
+  pools.host_kv_pool = &*host;
+  pools.host_pages = kPages;
+  CudaEngineOptions opt;
+  opt.slice_pages = 2048;
+  opt.d2h = opt.h2d = CopyMethod::kZeroCopyKernel;
+  opt.compute_stream = compute;
+  auto e = CudaTransferEngine::create(pools, opt);
+  GPU_CHECK_MSG(e.is_ok(), "%s", e.status().to_string().c_str());
+  if (!e.is_ok()) return;
+  launch_fill(gpu, page * kPages, kSeed1, compute);
+  std::memset(host->data(), kPoison, host->bytes());
+  std::vector<int> src(kPages, -1);
+  TransferBatch b;
+  for (std::uint32_t i = 0; i < kMoved; ++i) {
+    const std::uint32_t h = (i * 7) % kPages;  // 7 is prime to 3000: distinct host pages
+    b.pages.push_back({GpuPageId(kPages - 1 - i), HostPageId(h)});
+    src[h] = static_cast<int>(kPages - 1 - i);
+  }
+  auto t = (*e)->submit(b);
+  GPU_CHECK(t.is_ok() && t->wait() == TransferState::kDone);
+  GPU_CHECK((*e)->stats().kernel_launches == 3);
+  const std::uint64_t bad = verify_host(pools.gpu_kv, base, host->data(), src, kSeed1);
+  GPU_CHECK_MSG(bad == 0, "%llu bytes wrong", static_cast<unsigned long long>(bad));
+  t->reset();
+  e->reset();
+  cudaStreamDestroy(compute);
+  cudaFree(gpu);
+  std::printf("  %s\n", gpucheck::g_failed == failed_before ? "ok" : "FAILED");
+}
+
+// The real runtime, except that cudaMemcpyBatchAsync is "not supported" (an old driver).
+class NoBatchRuntime final : public radixtier::cuda::detail::RealRuntime {
+ public:
+  cudaError_t memcpy_batch_async(void* const*, const void* const*, const std::size_t*, std::size_t,
+                                 bool, cudaStream_t) override {
+    return cudaErrorNotSupported;
+  }
+};
+
+// The per-piece fallback on a real device: bytes right, reported once.
+void run_fallback() {
+  std::printf("[fallback] cudaMemcpyBatchAsync unsupported -> per-piece cudaMemcpyAsync\n");
+  const int failed_before = gpucheck::g_failed;
+  const KvGeometry kv = KvGeometry::qwen3_next();
+  constexpr std::uint32_t kPages = 64;
+  void* gpu = nullptr;
+  CUDA_OK(cudaMalloc(&gpu, kv.page_bytes() * kPages));
+  const auto base = reinterpret_cast<std::uintptr_t>(gpu);
+  auto host = PinnedHostPool::create(kv.page_bytes() * kPages, kv.page_bytes());
+  GPU_CHECK(host.is_ok());
+  if (!host.is_ok()) return;
+  cudaStream_t compute;
+  CUDA_OK(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
+  NoBatchRuntime rt;
+  radixtier::cuda::detail::EngineSeams seams;
+  seams.runtime = &rt;
+  CudaPools pools;
+  pools.gpu_kv = kv_layer_first(base, kv, kPages);
+  pools.host_kv_pool = &*host;
+  pools.host_pages = kPages;
+  CudaEngineOptions opt;
+  opt.slice_pages = 16;
+  opt.compute_stream = compute;
+  int lines = 0;
+  opt.log = [&](const std::string& line) {
+    ++lines;
+    std::printf("  log: %s\n", line.c_str());
+  };
+  auto e = CudaTransferEngine::create(pools, opt, seams);
+  GPU_CHECK_MSG(e.is_ok(), "%s", e.status().to_string().c_str());
+  if (!e.is_ok()) return;
+  launch_fill(gpu, kv.page_bytes() * kPages, kSeed1, compute);
+  std::memset(host->data(), kPoison, host->bytes());
+  std::vector<int> src(kPages, -1);
+  TransferBatch b;
+  for (std::uint32_t i = 0; i < 40; ++i) {
+    b.pages.push_back({GpuPageId(i), HostPageId(63 - i)});
+    src[63 - i] = static_cast<int>(i);
+  }
+  auto t = (*e)->submit(b);
+  GPU_CHECK(t.is_ok() && t->wait() == TransferState::kDone);
+  GPU_CHECK((*e)->stats().dma_batch_fallback && lines == 1);
+  GPU_CHECK(verify_host(pools.gpu_kv, base, host->data(), src, kSeed1) == 0);
+  GPU_CHECK(cudaPeekAtLastError() == cudaSuccess);
+  t->reset();
+  e->reset();
+  cudaStreamDestroy(compute);
+  cudaFree(gpu);
+  std::printf("  %s\n", gpucheck::g_failed == failed_before ? "ok" : "FAILED");
+}
+
+__global__ void tiny_kernel(int* p) {
+  if (threadIdx.x == 0 && p != nullptr) *p += 1;
+}
+
+// Capture of the compute stream (global mode, as torch.cuda.graph does by default): submit is
+// refused with nothing enqueued, a pending ticket's poll is deferred, the graph stays valid
+// and holds only the server's own node.
+void run_capture() {
+  std::printf("[capture] submit and poll while the compute stream is captured\n");
+  const int failed_before = gpucheck::g_failed;
+  const KvGeometry kv = KvGeometry::qwen3_next();
+  constexpr std::uint32_t kPages = 16;
+  void* gpu = nullptr;
+  int* counter = nullptr;
+  CUDA_OK(cudaMalloc(&gpu, kv.page_bytes() * kPages));
+  CUDA_OK(cudaMalloc(&counter, sizeof(int)));
+  auto host = PinnedHostPool::create(kv.page_bytes() * kPages, kv.page_bytes());
+  GPU_CHECK(host.is_ok());
+  if (!host.is_ok()) return;
+  cudaStream_t compute, other;
+  CUDA_OK(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
+  CUDA_OK(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
+  CudaPools pools;
+  pools.gpu_kv = kv_layer_first(reinterpret_cast<std::uintptr_t>(gpu), kv, kPages);
+  pools.host_kv_pool = &*host;
+  pools.host_pages = kPages;
+  CudaEngineOptions opt;
+  opt.compute_stream = compute;
+  auto e = CudaTransferEngine::create(pools, opt);
+  GPU_CHECK_MSG(e.is_ok(), "%s", e.status().to_string().c_str());
+  if (!e.is_ok()) return;
+  TransferBatch b;
+  for (std::uint32_t i = 0; i < 8; ++i) b.pages.push_back({GpuPageId(i), HostPageId(i)});
+  launch_spin(30, other);
+  // A ticket that is still pending when the capture begins (it waits behind `other`).
+  cudaEvent_t gate;
+  CUDA_OK(cudaEventCreateWithFlags(&gate, cudaEventDisableTiming));
+  CUDA_OK(cudaEventRecord(gate, other));
+  CUDA_OK(cudaStreamWaitEvent(compute, gate, 0));
+  auto pending = (*e)->submit(b);
+  GPU_CHECK(pending.is_ok());
+  // Capture only records work issued after it begins; the queued wait stays outside.
+  CUDA_OK(cudaStreamBeginCapture(compute, cudaStreamCaptureModeGlobal));
+  tiny_kernel<<<1, 32, 0, compute>>>(counter);
+  auto refused = (*e)->submit(b);
+  GPU_CHECK(!refused.is_ok() && refused.status().code() == ErrorCode::kFailedPrecondition);
+  if (!refused.is_ok()) std::printf("  refused: %s\n", refused.status().message().c_str());
+  // The ticket is still behind the 30 ms spin: its poll is deferred, with no event query.
+  GPU_CHECK(pending->poll() == TransferState::kPending);
+  GPU_CHECK((*e)->stats().deferred_polls == 1);
+  cudaGraph_t graph = nullptr;
+  const cudaError_t end = cudaStreamEndCapture(compute, &graph);
+  GPU_CHECK_MSG(end == cudaSuccess, "the capture was invalidated: %s", cudaGetErrorName(end));
+  if (end == cudaSuccess) {
+    std::size_t nodes = 0;
+    CUDA_OK(cudaGraphGetNodes(graph, nullptr, &nodes));
+    GPU_CHECK_MSG(nodes == 1, "the graph holds %zu nodes (the engine's copies joined it?)", nodes);
+    cudaGraphExec_t exec;
+    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    CUDA_OK(cudaGraphLaunch(exec, compute));
+    CUDA_OK(cudaStreamSynchronize(compute));
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  }
+  GPU_CHECK(pending->wait() == TransferState::kDone);
+  GPU_CHECK((*e)->stats().refused_captures == 1);
+  GPU_CHECK(cudaPeekAtLastError() == cudaSuccess);
+  auto after = (*e)->submit(b);
+  GPU_CHECK(after.is_ok() && after->wait() == TransferState::kDone);
+  pending->reset();
+  after->reset();
+  e->reset();
+  cudaEventDestroy(gate);
+  cudaStreamDestroy(compute);
+  cudaStreamDestroy(other);
+  cudaFree(counter);
+  cudaFree(gpu);
+  std::printf("  %s\n", gpucheck::g_failed == failed_before ? "ok" : "FAILED");
+}
+
+// With 2+ GPUs: an engine on device 1 leaves the caller's thread on device 0.
+void run_device_restore() {
+  int count = 0;
+  CUDA_OK(cudaGetDeviceCount(&count));
+  if (count < 2) {
+    std::printf("[device restore] SKIPPED: needs 2 GPUs, %d visible\n", count);
+    return;
+  }
+  std::printf("[device restore] engine on device 1, caller on device 0\n");
+  const int failed_before = gpucheck::g_failed;
+  const KvGeometry kv{2, 4, 1, 64, 2};
+  constexpr std::uint32_t kPages = 64;
+  CUDA_OK(cudaSetDevice(1));
+  void* gpu = nullptr;
+  cudaStream_t compute;
+  CUDA_OK(cudaMalloc(&gpu, kv.page_bytes() * kPages));
+  CUDA_OK(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
+  CUDA_OK(cudaSetDevice(0));
+  PinnedHostPool::Options popt;
+  popt.device = 1;
+  auto host = PinnedHostPool::create(kv.page_bytes() * kPages, kv.page_bytes(), popt);
+  GPU_CHECK(host.is_ok());
+  if (!host.is_ok()) return;
+  CudaPools pools;
+  pools.gpu_kv = kv_layer_first(reinterpret_cast<std::uintptr_t>(gpu), kv, kPages);
+  pools.host_kv_pool = &*host;
+  pools.host_pages = kPages;
+  CudaEngineOptions opt;
+  opt.device = 1;
+  opt.compute_stream = compute;
+  auto e = CudaTransferEngine::create(pools, opt);
+  GPU_CHECK_MSG(e.is_ok(), "%s", e.status().to_string().c_str());
+  int dev = -1;
+  CUDA_OK(cudaGetDevice(&dev));
+  GPU_CHECK(dev == 0);
+  if (e.is_ok()) {
+    TransferBatch b;
+    for (std::uint32_t i = 0; i < 8; ++i) b.pages.push_back({GpuPageId(i), HostPageId(i)});
+    auto t = (*e)->submit(b);
+    CUDA_OK(cudaGetDevice(&dev));
+    GPU_CHECK(dev == 0);
+    GPU_CHECK(t.is_ok() && t->wait() == TransferState::kDone);
+    t->reset();
+    e->reset();
+  }
+  CUDA_OK(cudaSetDevice(1));
+  cudaStreamDestroy(compute);
+  cudaFree(gpu);
+  CUDA_OK(cudaSetDevice(0));
+  std::printf("  %s\n", gpucheck::g_failed == failed_before ? "ok" : "FAILED");
+}
+
+__global__ void fault_kernel(int* p) {
+  *p = 1;
+}
+
+// `--fatal`: a fault in a compute-stream kernel (the model's) is a sticky error: the engine
+// must report kDeviceLost, not a recomputable failed ticket. Run alone: it kills the context.
+int run_fatal() {
+  std::printf("[fatal] illegal address in a compute-stream kernel\n");
+  const KvGeometry kv{2, 4, 1, 64, 2};
+  constexpr std::uint32_t kPages = 64;
+  void* gpu = nullptr;
+  cudaStream_t compute;
+  CUDA_OK(cudaMalloc(&gpu, kv.page_bytes() * kPages));
+  CUDA_OK(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
+  auto host = PinnedHostPool::create(kv.page_bytes() * kPages, kv.page_bytes());
+  GPU_CHECK(host.is_ok());
+  if (!host.is_ok()) return gpucheck::report();
+  CudaPools pools;
+  pools.gpu_kv = kv_layer_first(reinterpret_cast<std::uintptr_t>(gpu), kv, kPages);
+  pools.host_kv_pool = &*host;
+  pools.host_pages = kPages;
+  CudaEngineOptions opt;
+  opt.compute_stream = compute;
+  std::string logged;
+  opt.log = [&](const std::string& line) { logged = line; };
+  auto e = CudaTransferEngine::create(pools, opt);
+  GPU_CHECK_MSG(e.is_ok(), "%s", e.status().to_string().c_str());
+  if (!e.is_ok()) return gpucheck::report();
+  TransferBatch b;
+  for (std::uint32_t i = 0; i < 8; ++i) b.pages.push_back({GpuPageId(i), HostPageId(i)});
+  launch_spin(20, compute);
+  fault_kernel<<<1, 1, 0, compute>>>(reinterpret_cast<int*>(0x10));
+  auto t = (*e)->submit(b);  // waits for the faulting kernel (demote_after_compute)
+  TransferState s = TransferState::kPending;
+  if (t.is_ok()) {
+    const double start = gpucheck::now_s();
+    while ((s = t->poll()) == TransferState::kPending && gpucheck::now_s() - start < 20) {
+    }
+  }
+  GPU_CHECK(!t.is_ok() || s == TransferState::kFailed);
+  const Status h = (*e)->health();
+  GPU_CHECK_MSG(h.code() == ErrorCode::kDeviceLost, "health: %s", h.to_string().c_str());
+  std::printf("  health: %s\n", h.to_string().c_str());
+  auto next = (*e)->submit(b);
+  GPU_CHECK(!next.is_ok() && next.status().code() == ErrorCode::kDeviceLost);
+  GPU_CHECK((*e)->stats().fatal && !logged.empty());
+  std::printf("  %s\n", gpucheck::g_failed == 0 ? "ok" : "FAILED");
+  return gpucheck::report();  // no cleanup: the context is gone
+}
+
 }  // namespace
 
-int main() {
-  if (gpucheck::no_device("radixtier_gpu_transfer_tests")) return 0;
+int main(int argc, char** argv) {
+  switch (gpucheck::check_device("radixtier_gpu_transfer_tests")) {
+    case gpucheck::DeviceCheck::kRun:
+      break;
+    case gpucheck::DeviceCheck::kSkip:
+      return 0;
+    case gpucheck::DeviceCheck::kFail:
+      return 1;
+  }
   cudaDeviceProp prop{};
   CUDA_OK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device 0: %s, %d SMs, %.1f GiB\n", prop.name, prop.multiProcessorCount,
               static_cast<double>(prop.totalGlobalMem) / (1 << 30));
+  if (argc > 1 && std::string(argv[1]) == "--fatal") return run_fatal();
   std::mt19937 rng(12345);
   const KvGeometry qwen = KvGeometry::qwen3_next();
   const KvGeometry odd{3, 5, 1, 7, 1};  // 35-byte chunks: the byte path, unaligned addresses
@@ -474,12 +1118,25 @@ int main() {
        CopyMethod::kDmaBatch, 7, 200, 200, 60, 0},
       {"odd per-layer zero-copy", odd, Kind::kPerLayerPadded, CopyMethod::kZeroCopyKernel,
        CopyMethod::kZeroCopyKernel, 7, 200, 200, 60, 0},
+      {"mixed alignment zero-copy", KvGeometry{2, 16, 2, 64, 2}, Kind::kMixedAlignment,
+       CopyMethod::kZeroCopyKernel, CopyMethod::kZeroCopyKernel, 16, 128, 128, 40, 0},
+      {"mixed alignment dma", KvGeometry{2, 16, 2, 64, 2}, Kind::kMixedAlignment,
+       CopyMethod::kDmaBatch, CopyMethod::kDmaBatch, 16, 128, 128, 40, 0},
   };
   const double start = gpucheck::now_s();
+  run_probe_not_ready();
   for (const RoundTrip& t : trips) run_round_trip(t, rng);
-  run_snapshots();
+  run_snapshots(0);
+  run_snapshots((std::size_t{5} << 20) + 4096);
   run_errors(CopyMethod::kDmaBatch);
   run_errors(CopyMethod::kZeroCopyKernel);
+  run_large_offsets();
+  run_big_kernel_slice();
+  run_concurrent(CopyMethod::kDmaBatch);
+  run_concurrent(CopyMethod::kZeroCopyKernel);
+  run_fallback();
+  run_capture();
+  run_device_restore();
   std::printf("elapsed %.1f s\n", gpucheck::now_s() - start);
   return gpucheck::report();
 }

@@ -17,9 +17,11 @@
 // A Piece is a byte range contiguous on both sides. The planner walks the copies of a slice
 // item by item, segment by segment, and merges a piece into the previous one whenever both its
 // device and host ranges continue the previous piece: runs of consecutive pages become one
-// piece in page-first layouts, and adjacent segments of one item merge in any layout. A merge
-// never crosses a multiple of `host_chunk_bytes` on the host side (the pinned pool registers
-// its memory in chunks, and one DMA must stay inside one registration).
+// piece in page-first layouts, and adjacent segments of one item merge in any layout. No piece
+// crosses a multiple of `host_chunk_bytes` on the host side: a merge stops there, and a
+// segment that straddles one (an item larger than, or not dividing, the chunk) is split there
+// (the pinned pool registers its memory in chunks, and one DMA must stay inside one
+// registration).
 #pragma once
 
 #include <cstddef>
@@ -109,8 +111,8 @@ struct Piece {
   std::size_t bytes = 0;
 };
 
-/// Appends the pieces of `pairs` to `out` (not cleared), merging contiguous runs.
-/// `host_chunk_bytes` == 0 means no registration boundary.
+/// Appends the pieces of `pairs` to `out` (not cleared), merging contiguous runs and splitting
+/// at every multiple of `host_chunk_bytes` (0: no registration boundary).
 void append_item_pieces(const DeviceLayout& layout, std::span<const ItemPair> pairs,
                         std::size_t host_chunk_bytes, std::vector<Piece>& out);
 

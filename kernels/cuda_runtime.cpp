@@ -1,0 +1,234 @@
+// The real CUDA runtime behind detail::CudaRuntime, and the error classes (see
+// cuda_runtime.hpp).
+#include "cuda_runtime.hpp"
+
+namespace radixtier::cuda::detail {
+
+cudaError_t RealRuntime::get_device_count(int* count) {
+  return cudaGetDeviceCount(count);
+}
+
+cudaError_t RealRuntime::get_device(int* device) {
+  return cudaGetDevice(device);
+}
+
+cudaError_t RealRuntime::set_device(int device) {
+  return cudaSetDevice(device);
+}
+
+cudaError_t RealRuntime::driver_get_version(int* version) {
+  return cudaDriverGetVersion(version);
+}
+
+cudaError_t RealRuntime::runtime_get_version(int* version) {
+  return cudaRuntimeGetVersion(version);
+}
+
+cudaError_t RealRuntime::device_get_attribute(int* value, cudaDeviceAttr attr, int device) {
+  return cudaDeviceGetAttribute(value, attr, device);
+}
+
+cudaError_t RealRuntime::device_get_pci_bus_id(char* id, int len, int device) {
+  return cudaDeviceGetPCIBusId(id, len, device);
+}
+
+cudaError_t RealRuntime::device_get_stream_priority_range(int* least, int* greatest) {
+  return cudaDeviceGetStreamPriorityRange(least, greatest);
+}
+
+cudaError_t RealRuntime::pointer_get_attributes(cudaPointerAttributes* attr, const void* ptr) {
+  return cudaPointerGetAttributes(attr, ptr);
+}
+
+cudaError_t RealRuntime::stream_create_with_priority(cudaStream_t* stream, unsigned flags,
+                                                     int priority) {
+  return cudaStreamCreateWithPriority(stream, flags, priority);
+}
+
+cudaError_t RealRuntime::stream_destroy(cudaStream_t stream) {
+  return cudaStreamDestroy(stream);
+}
+
+cudaError_t RealRuntime::stream_synchronize(cudaStream_t stream) {
+  return cudaStreamSynchronize(stream);
+}
+
+cudaError_t RealRuntime::stream_is_capturing(cudaStream_t stream, cudaStreamCaptureStatus* status) {
+  return cudaStreamIsCapturing(stream, status);
+}
+
+cudaError_t RealRuntime::stream_get_device(cudaStream_t stream, int* device) {
+#if CUDART_VERSION >= 12080
+  return cudaStreamGetDevice(stream, device);
+#else
+  (void)stream;
+  (void)device;
+  return cudaErrorNotSupported;
+#endif
+}
+
+cudaError_t RealRuntime::stream_wait_event(cudaStream_t stream, cudaEvent_t event, unsigned flags) {
+  return cudaStreamWaitEvent(stream, event, flags);
+}
+
+cudaError_t RealRuntime::event_create_with_flags(cudaEvent_t* event, unsigned flags) {
+  return cudaEventCreateWithFlags(event, flags);
+}
+
+cudaError_t RealRuntime::event_destroy(cudaEvent_t event) {
+  return cudaEventDestroy(event);
+}
+
+cudaError_t RealRuntime::event_record(cudaEvent_t event, cudaStream_t stream) {
+  return cudaEventRecord(event, stream);
+}
+
+cudaError_t RealRuntime::event_query(cudaEvent_t event) {
+  return cudaEventQuery(event);
+}
+
+cudaError_t RealRuntime::event_synchronize(cudaEvent_t event) {
+  return cudaEventSynchronize(event);
+}
+
+cudaError_t RealRuntime::malloc_device(void** ptr, std::size_t bytes) {
+  return cudaMalloc(ptr, bytes);
+}
+
+cudaError_t RealRuntime::free_device(void* ptr) {
+  return cudaFree(ptr);
+}
+
+cudaError_t RealRuntime::memcpy_sync(void* dst, const void* src, std::size_t bytes,
+                                     cudaMemcpyKind kind) {
+  return cudaMemcpy(dst, src, bytes, kind);
+}
+
+cudaError_t RealRuntime::memcpy_async(void* dst, const void* src, std::size_t bytes,
+                                      cudaMemcpyKind kind, cudaStream_t stream) {
+  return cudaMemcpyAsync(dst, src, bytes, kind, stream);
+}
+
+cudaError_t RealRuntime::memcpy_batch_async(void* const* dsts, const void* const* srcs,
+                                            const std::size_t* sizes, std::size_t count,
+                                            bool invalid_order, cudaStream_t stream) {
+#if CUDART_VERSION >= 12080
+  cudaMemcpyAttributes attr{};
+  attr.srcAccessOrder =
+      invalid_order ? cudaMemcpySrcAccessOrderInvalid : cudaMemcpySrcAccessOrderStream;
+  attr.flags = cudaMemcpyFlagPreferOverlapWithCompute;
+  std::size_t attr_index = 0;
+#if CUDART_VERSION >= 13000
+  return cudaMemcpyBatchAsync(dsts, srcs, sizes, count, &attr, &attr_index, 1, stream);
+#else
+  std::size_t fail_index = 0;
+  return cudaMemcpyBatchAsync(const_cast<void**>(dsts), const_cast<void**>(srcs),
+                              const_cast<std::size_t*>(sizes), count, &attr, &attr_index, 1,
+                              &fail_index, stream);
+#endif
+#else
+  (void)dsts;
+  (void)srcs;
+  (void)sizes;
+  (void)count;
+  (void)invalid_order;
+  (void)stream;
+  return cudaErrorNotSupported;
+#endif
+}
+
+cudaError_t RealRuntime::launch_gather_scatter(const DeviceSegment* segments, int num_segments,
+                                               std::byte* host_base, std::size_t host_item_bytes,
+                                               const LaunchItems& items, bool to_host, int blocks,
+                                               cudaStream_t stream) {
+  return detail::launch_gather_scatter(segments, num_segments, host_base, host_item_bytes, items,
+                                       to_host, blocks, stream);
+}
+
+cudaError_t RealRuntime::host_register(void* ptr, std::size_t bytes, unsigned flags) {
+  return cudaHostRegister(ptr, bytes, flags);
+}
+
+cudaError_t RealRuntime::host_unregister(void* ptr) {
+  return cudaHostUnregister(ptr);
+}
+
+cudaError_t RealRuntime::get_last_error() {
+  return cudaGetLastError();
+}
+
+cudaError_t RealRuntime::peek_at_last_error() {
+  return cudaPeekAtLastError();
+}
+
+CudaRuntime& real_runtime() {
+  static RealRuntime runtime;
+  return runtime;
+}
+
+ErrorClass classify(cudaError_t err) {
+  switch (err) {
+    case cudaSuccess:
+      return ErrorClass::kOk;
+    case cudaErrorNotReady:
+      return ErrorClass::kNotReady;
+    case cudaErrorNotSupported:
+    case cudaErrorCallRequiresNewerDriver:
+      return ErrorClass::kUnsupported;
+    case cudaErrorStreamCaptureUnsupported:
+    case cudaErrorStreamCaptureInvalidated:
+    case cudaErrorStreamCaptureMerge:
+    case cudaErrorStreamCaptureUnmatched:
+    case cudaErrorStreamCaptureUnjoined:
+    case cudaErrorStreamCaptureIsolation:
+    case cudaErrorStreamCaptureImplicit:
+    case cudaErrorCapturedEvent:
+    case cudaErrorStreamCaptureWrongThread:
+      return ErrorClass::kCapture;
+    // The errors driver_types.h documents as leaving the process in an inconsistent state
+    // ("any further CUDA work will return the same error"), the uncorrectable hardware
+    // errors, a destroyed or unloading context, and an unknown internal error (a context
+    // that cannot say it is usable is treated as lost).
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorAssert:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorLaunchFailure:
+    case cudaErrorTensorMemoryLeak:
+    case cudaErrorContained:
+    case cudaErrorExternalDevice:
+    case cudaErrorMpsClientTerminated:
+    case cudaErrorECCUncorrectable:
+    case cudaErrorNvlinkUncorrectable:
+    case cudaErrorContextIsDestroyed:
+    case cudaErrorCudartUnloading:
+    case cudaErrorUnknown:
+      return ErrorClass::kFatal;
+    default:
+      return ErrorClass::kFailed;
+  }
+}
+
+const char* to_string(ErrorClass c) {
+  switch (c) {
+    case ErrorClass::kOk:
+      return "ok";
+    case ErrorClass::kNotReady:
+      return "not ready";
+    case ErrorClass::kUnsupported:
+      return "unsupported";
+    case ErrorClass::kCapture:
+      return "capture";
+    case ErrorClass::kFatal:
+      return "fatal";
+    case ErrorClass::kFailed:
+      return "failed";
+  }
+  return "unknown";
+}
+
+}  // namespace radixtier::cuda::detail
