@@ -16,10 +16,16 @@ enum class WritePolicy {
 
 const char* to_string(WritePolicy policy);
 
-/// Which snapshot leaves a tier first when a slot is needed.
+/// How the cache orders its eviction victims and splits the host tier.
 enum class SnapshotEviction {
-  kLru,      ///< least recently used
-  kUtility,  ///< lowest (recompute saved per byte) x recency among the LRU tail, as Marconi
+  /// The default: GreedyDual-Size-Frequency over KV and snapshots (recompute saved per byte,
+  /// frequency, recency), dead KV first, and one host pool shared by KV and snapshots.
+  kCostAware,
+  /// Baselines (sglang-like): every order by time of last use; the host tier split as the
+  /// config says (host_pages of KV, host_snapshot_slots snapshots' worth for snapshots).
+  kLru,
+  /// GreedyDual keys as kCostAware, but the host tier split as kLru (to measure the split).
+  kUtility,
 };
 
 const char* to_string(SnapshotEviction eviction);
@@ -29,7 +35,7 @@ struct CacheConfig {
   std::uint32_t gpu_pages = 0;   ///< GPU KV pool, in pages
   /// Host tier, in pages of page_bytes. PrefixCache keeps KV *and* snapshots in one pool of
   /// host_pool_pages() pages (a snapshot spans snapshot_pages() of them, not contiguous);
-  /// eviction decides the split at every moment.
+  /// with kCostAware eviction decides the split at every moment.
   std::uint32_t host_pages = 0;
   std::uint32_t gpu_snapshot_slots = 0;  ///< GPU snapshot slots (their own pool)
   /// Host room for this many snapshots, added to the one host pool by PrefixCache; the
@@ -39,7 +45,7 @@ struct CacheConfig {
   std::size_t snapshot_bytes = 0;   ///< bytes of one snapshot of the full recurrent state
   std::uint32_t slice_pages = 128;  ///< at most this many pages per copy slice
   WritePolicy write_policy = WritePolicy::kWriteBack;
-  SnapshotEviction snapshot_eviction = SnapshotEviction::kLru;
+  SnapshotEviction snapshot_eviction = SnapshotEviction::kCostAware;
 
   /// Rejects nonsense with a message naming the field.
   Status validate() const;

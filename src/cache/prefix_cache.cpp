@@ -33,6 +33,8 @@ PrefixCache::PrefixCache(const CacheConfig& config, TransferEngine& engine)
   gpu_snap_value_ = config.snapshot_bytes == 0 ? 0 : 1.0 / double(config.snapshot_bytes);
   const double host_snapshot_bytes = double(config.snapshot_pages() * config.page_bytes);
   host_snap_value_ = host_snapshot_bytes == 0 ? 0 : 1.0 / host_snapshot_bytes;
+  cost_aware_ = config.snapshot_eviction != SnapshotEviction::kLru;
+  shared_host_ = config.snapshot_eviction == SnapshotEviction::kCostAware;
   root_ = new_node(nullptr, {});
 }
 
@@ -129,6 +131,8 @@ void PrefixCache::set_gpu_pages(Node* n, std::vector<GpuPageId> pages) {
 
 void PrefixCache::set_host_pages(Node* n, std::vector<HostPageId> pages) {
   const bool had = n->has_host_kv();
+  host_kv_held_ += pages.size();
+  host_kv_held_ -= n->host_pages.size();
   n->host_pages = std::move(pages);
   if (had != n->has_host_kv() && n->parent) {
     n->has_host_kv() ? ++n->parent->host_kv_children : --n->parent->host_kv_children;
@@ -147,6 +151,8 @@ void PrefixCache::set_gpu_snapshot(Node* n, GpuSlotId slot) {
 
 void PrefixCache::set_host_snapshot(Node* n, std::vector<HostPageId> pages) {
   const bool had = n->has_snapshot();
+  host_snap_held_ += pages.size();
+  host_snap_held_ -= n->host_snapshot.size();
   n->host_snapshot = std::move(pages);
   note_snapshot_change(n, had);
   refresh(n);
@@ -184,15 +190,19 @@ void sync(Set& set, Node& n, const OrderHook& hook, OrderKey& stored, bool want,
 }
 }  // namespace
 
+// kLru: time of last use alone (class 1, priority 0 for every node).
 OrderKey PrefixCache::gpu_kv_key(const Node& n) const {
+  if (!cost_aware_) return {1, 0, n.last_access};
   return {std::uint8_t(n.kv_live() ? 1 : 0), n.kv_age_gpu + n.kv_uses * kv_value_, n.last_access};
 }
 
 OrderKey PrefixCache::host_kv_key(const Node& n) const {
+  if (!cost_aware_) return {1, 0, n.last_access};
   return {std::uint8_t(n.kv_live() ? 1 : 0), n.kv_age_host + n.kv_uses * kv_value_, n.last_access};
 }
 
 OrderKey PrefixCache::gpu_snap_key(const Node& n) const {
+  if (!cost_aware_) return {1, 0, n.snap_access};
   // A snapshot whose KV left the GPU cannot be resumed from the GPU: it leaves first.
   return {std::uint8_t(n.has_gpu_kv() ? 1 : 0),
           n.snap_age_gpu + double(n.snap_uses) * double(n.snap_gap) * gpu_snap_value_,
@@ -200,6 +210,7 @@ OrderKey PrefixCache::gpu_snap_key(const Node& n) const {
 }
 
 OrderKey PrefixCache::host_snap_key(const Node& n) const {
+  if (!cost_aware_) return {1, 0, n.snap_access};
   return {std::uint8_t(n.has_kv() ? 1 : 0),
           n.snap_age_host + double(n.snap_uses) * double(n.snap_gap) * host_snap_value_,
           n.snap_access};

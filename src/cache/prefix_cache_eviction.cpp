@@ -91,11 +91,28 @@ Status PrefixCache::make_gpu_slot_room() {
   return Status::ok();
 }
 
-bool PrefixCache::make_host_page_room(std::size_t n) {
+bool PrefixCache::make_host_page_room(std::size_t n, bool for_snapshot) {
   if (n > host_pages_.capacity()) return false;
-  while (host_pages_.free_count() < n) {
+  // Split pool: each kind within its share, making room among its own kind only.
+  const std::size_t share =
+      for_snapshot ? std::size_t{config_.host_snapshot_slots} * config_.snapshot_pages()
+                   : config_.host_pages;
+  if (!shared_host_ && n > share) return false;
+  auto short_of_room = [&] {
+    if (host_pages_.free_count() < n) return true;
+    return !shared_host_ && (for_snapshot ? host_snap_held_ : host_kv_held_) + n > share;
+  };
+  while (short_of_room()) {
     bool snapshot = false;
-    Node* victim = host_victim(snapshot);
+    Node* victim = nullptr;
+    if (shared_host_) {
+      victim = host_victim(snapshot);
+    } else if (for_snapshot) {
+      snapshot = true;
+      victim = host_snap_order_.empty() ? nullptr : &*host_snap_order_.begin();
+    } else {
+      victim = host_kv_order_.empty() ? nullptr : &*host_kv_order_.begin();
+    }
     if (victim == nullptr) return false;
     const OrderKey& key = snapshot ? victim->host_snap_key : victim->host_kv_key;
     if (key.cls == 1) host_age_ = std::max(host_age_, key.priority);
@@ -114,7 +131,7 @@ std::vector<HostPageId> PrefixCache::take_host_snapshot_pages(Node* n) {
   if (need == 0 || need > host_pages_.capacity()) return {};
   ++n->snapshot_lock;  // pinned: making room must not take n itself out of the tree
   refresh(n);
-  const bool room = make_host_page_room(need);
+  const bool room = make_host_page_room(need, true);
   --n->snapshot_lock;
   refresh(n);
   if (!room) return {};
@@ -136,7 +153,7 @@ void PrefixCache::add_snapshot_pieces(TransferBatch& batch, const Node* n) const
 void PrefixCache::evict_gpu_kv(Node* n, PendingBatch& demote) {
   assert(n->gpu_kv_evictable());
   const std::size_t np = n->gpu_pages.size();
-  if (!n->kv_live()) {  // dead KV: nothing can resume from it, so no copy is worth making
+  if (cost_aware_ && !n->kv_live()) {  // dead KV: nothing resumes from it, no copy pays
     stats_.kv_pages_dropped_gpu += np;
     stats_.dead_kv_pages_dropped += np;
     drop_gpu_kv(n);
@@ -164,7 +181,7 @@ void PrefixCache::evict_gpu_kv(Node* n, PendingBatch& demote) {
     return;
   }
   // A snapshot whose KV leaves the GPU does not keep a GPU slot: it goes with the KV.
-  if (n->gpu_snapshot_evictable()) evict_gpu_snapshot(n, demote);
+  if (cost_aware_ && n->gpu_snapshot_evictable()) evict_gpu_snapshot(n, demote);
 }
 
 void PrefixCache::evict_gpu_snapshot(Node* n, PendingBatch& demote) {

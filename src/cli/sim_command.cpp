@@ -31,7 +31,8 @@ void help(std::FILE* out) {
       "  --policy P           snapshot placement: end-only | every-chunk | interval:N |\n"
       "                       budgeted[:BYTES], each optionally +tail and/or +branch\n"
       "                       (default: %s for node, end-only otherwise)\n"
-      "  --eviction E         node cache snapshot eviction: lru (default) | utility\n"
+      "  --eviction E         node cache eviction: cost-aware (default, one host pool) |\n"
+      "                       lru | utility (both with the host split of --snapshot-share)\n"
       "  --host-gib G         trace: whole host budget per instance in GiB (default 16)\n"
       "  --instances N        trace: modeled GPUs (default: the smallest N with modeled\n"
       "                       utilization <= 0.7)\n"
@@ -109,11 +110,14 @@ int run_sim(int argc, char** argv) {
         so.trace_path = v;
       } else if (a == "--policy") {
         policy_text = v;
+      } else if (std::string(v) == "cost-aware") {
+        opt.eviction = SnapshotEviction::kCostAware;
       } else if (std::string(v) == "lru" || std::string(v) == "utility") {
         opt.eviction =
             std::string(v) == "lru" ? SnapshotEviction::kLru : SnapshotEviction::kUtility;
       } else {
-        std::fprintf(stderr, "radixtier sim: --eviction: '%s' (expected lru or utility)\n", v);
+        std::fprintf(stderr,
+                     "radixtier sim: --eviction: '%s' (expected cost-aware, lru or utility)\n", v);
         return 2;
       }
     } else if (a == "--router") {

@@ -156,8 +156,13 @@ std::size_t SnapshotPolicy::branch_point(const SnapshotQuery& q) {
 
 std::size_t SnapshotPolicy::budget_for(const SnapshotQuery& q) const {
   if (budget_) return *budget_;
-  if (q.kv_bytes_per_token == 0) return 4 * q.snapshot_bytes;
-  return q.prompt_tokens * q.kv_bytes_per_token / 8;
+  // Adaptive: 1/8 of the KV bytes this request computes (a turn that extends a cached
+  // conversation pays only for its own new tokens); budgeted: 1/8 of the whole prompt's.
+  const std::size_t tokens = kind_ == Kind::kAdaptive && q.prompt_tokens > q.cached_tokens
+                                 ? q.prompt_tokens - q.cached_tokens
+                                 : q.prompt_tokens;
+  if (q.kv_bytes_per_token == 0) return kind_ == Kind::kAdaptive ? 0 : 4 * q.snapshot_bytes;
+  return tokens * q.kv_bytes_per_token / 8;
 }
 
 std::vector<std::size_t> SnapshotPolicy::plan(const SnapshotQuery& q) const {

@@ -78,7 +78,7 @@ struct SimOptions {
   /// Snapshot placement, what SnapshotPolicy::parse accepts ("BASE[+tail][+branch]"); empty:
   /// kDefaultPolicy for node, end-only for index and gpu-only.
   std::string policy;
-  SnapshotEviction eviction = SnapshotEviction::kLru;
+  SnapshotEviction eviction = SnapshotEviction::kCostAware;
   WritePolicy write_policy = WritePolicy::kWriteBack;
   double decode_step_s = 0.025;
   /// Modeled GPUs behind the router; 0: traces default_instances(), other scenarios 1.

@@ -182,8 +182,9 @@ class PrefixCache final : public CacheBackend {
   // eviction
   Status make_gpu_page_room(std::size_t n);
   Status make_gpu_slot_room();
-  /// Frees host pool pages (KV or snapshots, lowest key first) until n are free.
-  bool make_host_page_room(std::size_t n);
+  /// Frees host pool pages until n can be taken for KV (for_snapshot: for a snapshot): the
+  /// lowest key of either kind when the pool is shared, else of that kind within its share.
+  bool make_host_page_room(std::size_t n, bool for_snapshot = false);
   /// Host pages for a snapshot copy of n: made room for and taken (empty: no room). n is
   /// pinned while room is made, so it cannot leave the tree meanwhile.
   std::vector<HostPageId> take_host_snapshot_pages(Node* n);
@@ -237,6 +238,12 @@ class PrefixCache final : public CacheBackend {
   Order<&Node::host_kv_hook, &Node::host_kv_key> host_kv_order_;
   Order<&Node::gpu_snap_hook, &Node::gpu_snap_key> gpu_snap_order_;
   Order<&Node::host_snap_hook, &Node::host_snap_key> host_snap_order_;
+  /// kCostAware: GreedyDual keys, dead KV first, one shared host pool (config.hpp).
+  bool cost_aware_ = true;
+  bool shared_host_ = true;
+  /// Host pages held by KV and by snapshots (nodes and their in-flight copies): the shares
+  /// when the host pool is split.
+  std::size_t host_kv_held_ = 0, host_snap_held_ = 0;
   /// GreedyDual ages, one per pool: the priority of the pool's last live victim.
   double gpu_kv_age_ = 0, gpu_snap_age_ = 0, host_age_ = 0;
   /// Values per byte (tokens of recompute a byte saves): KV, GPU snapshot, host snapshot.
