@@ -12,6 +12,7 @@ class InstantEngine final : public TransferEngine {
   TransferState wait(TicketId) override { return TransferState::kDone; }
   void release(TicketId) override {}
   std::size_t slice_pages() const override { return 128; }
+  EngineCapacity capacity() const override { return {}; }  // moves no bytes: any pool
 
  private:
   std::uint32_t next_ = 0;

@@ -148,20 +148,21 @@ struct Hold : Cmd {
     RC_ASSERT(a.is_ok());
     if (lossless) RC_ASSERT(a->cached_tokens == m.usable(prompt));
     s.held.push_back(a->lock);
-    if (s.h.cache->wait(a->lock)) {
-      check_usable(m, s, prompt, a->cached_tokens);
-      if (a->cached_tokens > 0) {
-        auto pages = s.h.cache->path_pages(a->lock);
-        RC_ASSERT(pages.is_ok());
-        RC_ASSERT(pages->size() * kPage == a->cached_tokens);
-        for (std::size_t i = 0; i < pages->size(); ++i)
-          RC_ASSERT(s.h.page_ok((*pages)[i], prompt, i));
-        auto slot = s.h.cache->path_snapshot(a->lock);
-        RC_ASSERT(slot.is_ok());
-        RC_ASSERT(s.h.snapshot_ok(*slot, std::span(prompt).first(a->cached_tokens)));
-      }
-    } else {
-      RC_ASSERT(!s.lossless());  // only a failed promotion makes wait() fail
+    auto resumed = s.h.cache->wait(a->lock);
+    RC_ASSERT(resumed.is_ok());
+    const std::size_t cached = *resumed;
+    // Only a failed promotion makes the request resume below its match.
+    RC_ASSERT(cached == a->cached_tokens || (cached < a->cached_tokens && !s.lossless()));
+    check_usable(m, s, prompt, cached);
+    if (cached > 0) {
+      auto pages = s.h.cache->path_pages(a->lock);
+      RC_ASSERT(pages.is_ok());
+      RC_ASSERT(pages->size() * kPage == cached);
+      for (std::size_t i = 0; i < pages->size(); ++i)
+        RC_ASSERT(s.h.page_ok((*pages)[i], prompt, i));
+      auto slot = s.h.cache->path_snapshot(a->lock);
+      RC_ASSERT(slot.is_ok());
+      RC_ASSERT(s.h.snapshot_ok(*slot, std::span(prompt).first(cached)));
     }
     check_invariants(s);
   }

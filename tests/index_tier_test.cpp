@@ -353,8 +353,8 @@ TEST(IndexTier, BadInputsGiveClearErrorsAndChangeNothing) {
 
   EXPECT_EQ(rig.cache->admit({}).status().code(), ErrorCode::kInvalidArgument);
   EXPECT_EQ(rig.cache->release(LockId(999)).code(), ErrorCode::kNotFound);
-  EXPECT_EQ(rig.cache->wait(LockId(999)).code(), ErrorCode::kNotFound);
-  EXPECT_EQ(rig.cache->poll(LockId(999)), TransferState::kFailed);
+  EXPECT_EQ(rig.cache->wait(LockId(999)).status().code(), ErrorCode::kNotFound);
+  EXPECT_EQ(rig.cache->poll(LockId(999)).status().code(), ErrorCode::kNotFound);
   EXPECT_EQ(rig.cache->path_pages(LockId()).status().code(), ErrorCode::kNotFound);
   EXPECT_EQ(rig.cache->insert(LockId(999), toks, *mine, std::nullopt).status().code(),
             ErrorCode::kNotFound);

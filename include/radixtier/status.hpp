@@ -14,7 +14,7 @@ enum class ErrorCode {
   kInvalidArgument,     ///< bad input: the cache's state is unchanged
   kNotFound,            ///< unknown handle or id
   kOutOfMemory,         ///< a tier is full and nothing can be evicted
-  kTransferFailed,      ///< a copy failed; the affected prefix degraded to recompute
+  kTransferFailed,      ///< a copy failed or the engine refused it (its message says which)
   kPending,             ///< an async operation has not finished yet
   kFailedPrecondition,  ///< the call is valid but not in this state
   kDeviceLost,          ///< the GPU context is lost (sticky CUDA error): restart the process

@@ -219,12 +219,17 @@ Result<const IndexTierCache::LockRecord*> IndexTierCache::find_lock(LockId id) c
   return &it->second;
 }
 
-TransferState IndexTierCache::poll(LockId lock) {
-  return find_lock(lock) ? TransferState::kDone : TransferState::kFailed;
+Result<TransferState> IndexTierCache::poll(LockId lock) {
+  auto rec = find_lock(lock);
+  if (!rec) return rec.status();
+  return TransferState::kDone;
 }
 
-Status IndexTierCache::wait(LockId lock) {
-  return find_lock(lock).status();
+Result<std::size_t> IndexTierCache::wait(LockId lock) {
+  // Copies are synchronous: the request resumes where the locked node ends.
+  auto rec = find_lock(lock);
+  if (!rec) return rec.status();
+  return (*rec)->node->boundary;
 }
 
 Result<std::vector<GpuPageId>> IndexTierCache::path_pages(LockId lock) const {

@@ -69,8 +69,8 @@ class IndexTierCache final : public CacheBackend, private TreeHooks {
   // --- CacheBackend ----------------------------------------------------------------------
   std::uint32_t page_size() const override { return config_.page_size; }
   Result<Admission> admit(std::span<const Token> prompt) override;
-  TransferState poll(LockId lock) override;
-  Status wait(LockId lock) override;
+  Result<TransferState> poll(LockId lock) override;
+  Result<std::size_t> wait(LockId lock) override;
   Result<std::vector<GpuPageId>> path_pages(LockId lock) const override;
   Result<GpuSlotId> path_snapshot(LockId lock) const override;
   Result<std::vector<GpuPageId>> alloc_pages(LockId lock, std::size_t n) override;

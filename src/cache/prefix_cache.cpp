@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cassert>
 #include <cstring>
+#include <iterator>
 #include <new>
 #include <sstream>
 #include <unordered_set>
@@ -12,9 +13,46 @@ namespace radixtier {
 // ---------------------------------------------------------------------------------------
 // construction
 
+namespace {
+/// The config must fit in the engine's pools, or a copy would be refused (or, with an
+/// engine that does not check, run out of bounds) long after creation.
+Status check_against_engine(const CacheConfig& c, const EngineCapacity& e) {
+  auto too_big = [](const char* field, std::uint64_t mine, const char* what,
+                    std::uint64_t engines) {
+    return invalid_argument("CacheConfig." + std::string(field) + " is " + std::to_string(mine) +
+                            " but the transfer engine's " + what + " has only " +
+                            std::to_string(engines));
+  };
+  if (c.gpu_pages > e.gpu_pages)
+    return too_big("gpu_pages", c.gpu_pages, "GPU KV pool", e.gpu_pages);
+  if (c.host_pool_pages() > e.host_pages) {
+    return invalid_argument("CacheConfig.host_pages (" + std::to_string(c.host_pages) +
+                            ") + host_snapshot_slots (" + std::to_string(c.host_snapshot_slots) +
+                            ") x " + std::to_string(c.snapshot_pages()) +
+                            " pages = " + std::to_string(c.host_pool_pages()) +
+                            " pages of host pool, but the transfer engine's host pool has only " +
+                            std::to_string(e.host_pages));
+  }
+  if (c.gpu_snapshot_slots > e.gpu_snapshot_slots)
+    return too_big("gpu_snapshot_slots", c.gpu_snapshot_slots, "GPU snapshot pool",
+                   e.gpu_snapshot_slots);
+  auto differs = [](const char* field, std::size_t mine, std::size_t engines) {
+    return invalid_argument("CacheConfig." + std::string(field) + " is " + std::to_string(mine) +
+                            " but the transfer engine copies " + std::to_string(engines) +
+                            " bytes per item");
+  };
+  if (e.page_bytes != 0 && c.page_bytes != e.page_bytes)
+    return differs("page_bytes", c.page_bytes, e.page_bytes);
+  if (e.snapshot_bytes != 0 && c.snapshot_bytes != e.snapshot_bytes)
+    return differs("snapshot_bytes", c.snapshot_bytes, e.snapshot_bytes);
+  return Status::ok();
+}
+}  // namespace
+
 Result<std::unique_ptr<PrefixCache>> PrefixCache::create(const CacheConfig& config,
                                                          TransferEngine& engine) {
   if (Status s = config.validate(); !s) return s;
+  if (Status s = check_against_engine(config, engine.capacity()); !s) return s;
   return std::unique_ptr<PrefixCache>(new PrefixCache(config, engine));
 }
 
@@ -331,6 +369,73 @@ void PrefixCache::note_host_usage() {
   const std::uint64_t bytes =
       std::uint64_t{host_pages_.capacity() - host_pages_.free_count()} * config_.page_bytes;
   stats_.host_bytes_peak = std::max(stats_.host_bytes_peak, bytes);
+}
+
+const char* to_string(Residency residency) {
+  switch (residency) {
+    case Residency::kNone:
+      return "none";
+    case Residency::kGpu:
+      return "gpu";
+    case Residency::kHost:
+      return "host";
+    case Residency::kBoth:
+      return "both";
+  }
+  return "unknown";
+}
+
+const char* to_string(Xfer copy) {
+  switch (copy) {
+    case Xfer::kNone:
+      return "none";
+    case Xfer::kDemote:
+      return "demote";
+    case Xfer::kWriteThrough:
+      return "write-through";
+    case Xfer::kPromote:
+      return "promote";
+  }
+  return "unknown";
+}
+
+namespace {
+Residency residency(bool gpu, bool host) {
+  if (gpu && host) return Residency::kBoth;
+  if (gpu) return Residency::kGpu;
+  return host ? Residency::kHost : Residency::kNone;
+}
+}  // namespace
+
+std::vector<NodeInfo> PrefixCache::inspect(std::span<const Token> tokens) const {
+  std::vector<NodeInfo> out;
+  const Node* n = root_;
+  for (std::size_t pos = 0;;) {
+    const Node* c = find_child(n, tokens, pos);
+    if (c == nullptr) break;
+    const std::size_t k = common_pages(c, tokens, pos);
+    NodeInfo info;
+    info.boundary = c->boundary;
+    info.tokens = c->tokens.size();
+    info.matched = pos + k * config_.page_size;
+    // A copy's destination is not a usable copy yet: report the source side only.
+    const bool kv_to_host = c->kv_xfer == Xfer::kDemote || c->kv_xfer == Xfer::kWriteThrough;
+    const bool kv_to_gpu = c->kv_xfer == Xfer::kPromote;
+    info.kv = residency(c->has_gpu_kv() && !kv_to_gpu, c->has_host_kv() && !kv_to_host);
+    const bool snap_to_host = c->snap_xfer == Xfer::kDemote || c->snap_xfer == Xfer::kWriteThrough;
+    const bool snap_to_gpu = c->snap_xfer == Xfer::kPromote;
+    info.snapshot =
+        residency(c->gpu_snapshot.valid() && !snap_to_gpu, c->has_host_snapshot() && !snap_to_host);
+    info.kv_copy = c->kv_xfer;
+    info.snapshot_copy = c->snap_xfer;
+    info.locks = c->lock_count;
+    info.snapshot_locks = c->snapshot_lock;
+    out.push_back(info);
+    if (k < c->page_count(config_.page_size)) break;
+    pos += c->tokens.size();
+    n = c;
+  }
+  return out;
 }
 
 Occupancy PrefixCache::occupancy() const {

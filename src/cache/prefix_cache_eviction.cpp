@@ -17,7 +17,7 @@ std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) {
 // ---------------------------------------------------------------------------------------
 // making room
 
-Status PrefixCache::make_gpu_page_room(std::size_t n) {
+Status PrefixCache::check_gpu_page_room(std::size_t n) const {
   // Hopeless requests fail before evicting anything: a fallback admission or a stalled
   // request must not flush the GPU tier for nothing.
   const std::size_t reclaimable =
@@ -28,6 +28,11 @@ Status PrefixCache::make_gpu_page_room(std::size_t n) {
                          std::to_string(reclaimable) +
                          " reclaimable (the rest are locked or held by running requests)");
   }
+  return Status::ok();
+}
+
+Status PrefixCache::make_gpu_page_room(std::size_t n) {
+  if (Status s = check_gpu_page_room(n); !s) return s;
   while (gpu_pages_.free_count() < n) {
     if (!gpu_kv_order_.empty()) {
       // One round takes the current leaves; their parents become leaves once they leave.
@@ -42,7 +47,11 @@ Status PrefixCache::make_gpu_page_room(std::size_t n) {
         releasing += victim->gpu_pages.size();
         evict_gpu_kv(victim, demote);
       }
-      if (auto id = submit_batch(std::move(demote))) wait_transfer(*id);
+      std::optional<std::uint32_t> id;
+      if (Status s = submit_batch(std::move(demote), &id); !s) {
+        return Status(s.code(), "GPU KV pool: " + s.message());
+      }
+      if (id) wait_transfer(*id);
       continue;
     }
     if (!wait_any_transfer()) {
@@ -55,7 +64,7 @@ Status PrefixCache::make_gpu_page_room(std::size_t n) {
   return Status::ok();
 }
 
-Status PrefixCache::make_gpu_slot_room() {
+Status PrefixCache::check_gpu_slot_room() const {
   if (gpu_slots_.free_count() > 0) return Status::ok();
   // As for pages: when every slot is pinned or held by a request, fail before evicting.
   std::unordered_set<const Node*> pinned;
@@ -64,10 +73,17 @@ Status PrefixCache::make_gpu_slot_room() {
       pinned.insert(rec.snap_node);
   }
   if (gpu_slots_.count(Holder::kNode) + gpu_slots_.count(Holder::kTransfer) <= pinned.size()) {
-    ++stats_.snapshot_slot_misses;
     return out_of_memory(
         "GPU snapshot slots: none free and every slot is pinned by a running request or held "
         "by one");
+  }
+  return Status::ok();
+}
+
+Status PrefixCache::make_gpu_slot_room() {
+  if (Status s = check_gpu_slot_room(); !s) {
+    ++stats_.snapshot_slot_misses;
+    return s;
   }
   while (gpu_slots_.free_count() == 0) {
     if (!gpu_snap_order_.empty()) {
@@ -78,7 +94,11 @@ Status PrefixCache::make_gpu_slot_room() {
         gpu_snap_age_ = std::max(gpu_snap_age_, victim->gpu_snap_key.priority);
       }
       evict_gpu_snapshot(victim, demote);
-      if (auto id = submit_batch(std::move(demote))) wait_transfer(*id);
+      std::optional<std::uint32_t> id;
+      if (Status s = submit_batch(std::move(demote), &id); !s) {
+        return Status(s.code(), "GPU snapshot slots: " + s.message());
+      }
+      if (id) wait_transfer(*id);
       continue;
     }
     if (!wait_any_transfer()) {
@@ -234,6 +254,21 @@ void PrefixCache::drop_host() {
   while (!host_snap_order_.empty()) drop_host_snapshot(&*host_snap_order_.begin());
 }
 
+void PrefixCache::flush() {
+  // Copies in flight pin their nodes; let them land (or fail) first.
+  drain();
+  // Leaf-first: dropping a leaf's last copy removes it, which makes its parent a leaf.
+  while (!gpu_kv_order_.empty()) {
+    Node* n = &*gpu_kv_order_.begin();
+    stats_.kv_pages_dropped_gpu += n->gpu_pages.size();
+    drop_gpu_kv(n);
+    remove_if_empty(n);
+  }
+  while (!host_kv_order_.empty()) drop_host_kv(&*host_kv_order_.begin());
+  while (!gpu_snap_order_.empty()) drop_gpu_snapshot(&*gpu_snap_order_.begin());
+  while (!host_snap_order_.empty()) drop_host_snapshot(&*host_snap_order_.begin());
+}
+
 // Write-through: give freshly inserted GPU data a host copy in the background, so a later
 // eviction is free. Host room is made by dropping host LRU victims; no room, no copy.
 void PrefixCache::write_through(std::span<Node* const> nodes, Node* snapshot_node) {
@@ -262,14 +297,17 @@ void PrefixCache::write_through(std::span<Node* const> nodes, Node* snapshot_nod
       copy.ops.push_back({s, true, Xfer::kWriteThrough});
     }
   }
-  submit_batch(std::move(copy));
+  // Refused: the nodes stay GPU-only (cancel_ops), the insert that asked for the copy has
+  // already succeeded; the demotion that evicts them later reports a refusal then.
+  (void)submit_batch(std::move(copy));
 }
 
 // ---------------------------------------------------------------------------------------
 // transfers
 
-std::optional<std::uint32_t> PrefixCache::submit_batch(PendingBatch&& pending) {
-  if (pending.batch.empty()) return std::nullopt;
+Status PrefixCache::submit_batch(PendingBatch&& pending, std::optional<std::uint32_t>* id_out) {
+  if (id_out) id_out->reset();
+  if (pending.batch.empty()) return Status::ok();
   const TransferBatch& b = pending.batch;
   std::uint64_t bytes = b.pages.size() * config_.page_bytes;
   for (const SnapshotPieceCopy& p : b.pieces)
@@ -277,12 +315,17 @@ std::optional<std::uint32_t> PrefixCache::submit_batch(PendingBatch&& pending) {
   const std::uint64_t copies = ceil_div(b.pages.size(), config_.slice_pages) +
                                ceil_div(b.pieces.size(), config_.slice_pages);
   const bool d2h = b.direction == Direction::kDeviceToHost;
+  const std::size_t pages = b.pages.size(), snapshots = b.snapshots.size();
+  const Direction direction = b.direction;
   Result<Ticket> ticket = engine_.submit(std::move(pending.batch));
   if (!ticket) {
-    // The engine refused the batch: nothing moved, the copies failed as a whole.
+    // The engine refused the batch: nothing moved, so nothing is lost either.
     ++stats_.transfers_failed;
-    finish_ops(pending.ops, false);
-    return std::nullopt;
+    cancel_ops(pending.ops);
+    return Status(ErrorCode::kTransferFailed,
+                  std::string("the transfer engine refused a ") + to_string(direction) +
+                      " batch of " + std::to_string(pages) + " pages and " +
+                      std::to_string(snapshots) + " snapshots: " + ticket.status().message());
   }
   (d2h ? stats_.bytes_d2h : stats_.bytes_h2d) += bytes;
   (d2h ? stats_.copies_d2h : stats_.copies_h2d) += copies;
@@ -290,7 +333,36 @@ std::optional<std::uint32_t> PrefixCache::submit_batch(PendingBatch&& pending) {
   for (const CopyOp& op : pending.ops)
     (op.snapshot ? op.node->snap_xfer_id : op.node->kv_xfer_id) = id;
   transfers_.emplace(id, InFlight{std::move(*ticket), std::move(pending.ops)});
-  return id;
+  if (id_out) *id_out = id;
+  return Status::ok();
+}
+
+void PrefixCache::cancel_ops(std::span<const CopyOp> ops) {
+  // Every copy was planned from a node without a copy on its destination tier: give the
+  // destinations back and the node is where it was.
+  for (const CopyOp& op : ops) {
+    Node* n = op.node;
+    if (!op.snapshot) {
+      n->kv_xfer = Xfer::kNone;
+      if (op.kind == Xfer::kPromote) {
+        for (GpuPageId id : n->gpu_pages) gpu_pages_.give_back(id);
+        set_gpu_pages(n, {});
+      } else {
+        for (HostPageId id : n->host_pages) host_pages_.give_back(id);
+        set_host_pages(n, {});
+      }
+      continue;
+    }
+    n->snap_xfer = Xfer::kNone;
+    // Keys are made of the last use, so re-linking puts n back where it was.
+    if (op.kind == Xfer::kPromote) {
+      gpu_slots_.give_back(n->gpu_snapshot);
+      set_gpu_snapshot(n, GpuSlotId());
+    } else {
+      for (HostPageId id : n->host_snapshot) host_pages_.give_back(id);
+      set_host_snapshot(n, {});
+    }
+  }
 }
 
 void PrefixCache::wait_transfer(std::uint32_t id) {
@@ -334,6 +406,8 @@ void PrefixCache::finish_transfer(std::uint32_t id, bool ok) {
 }
 
 void PrefixCache::finish_ops(std::span<const CopyOp> ops, bool ok) {
+  // A finished copy is not a use: the keys (made of the last use) put each node back in
+  // its place.
   for (const CopyOp& op : ops) finish_op(op, ok);
   // Failed copies may leave empty leaves; prune them deepest first, skipping any node an
   // earlier prune already removed (a parent listed after its child).

@@ -59,29 +59,68 @@ Result<Admission> PrefixCache::admit(std::span<const Token> prompt) {
   stats_.requested_tokens += query.size();
   // Deepest first; a candidate whose promotion cannot get GPU room falls back to a
   // shallower one (less reuse, never a wrong one).
+  Node* target = nullptr;
+  std::optional<Admission> got;
+  Status refused;
+  bool fell_back = false;
   for (auto it = candidates.rbegin(); it != candidates.rend(); ++it) {
-    if (auto a = try_admit_at(*it)) {
-      a->kv_tokens = kv_tokens;
-      return *a;
+    Result<Admission> a = try_admit_at(*it);
+    if (a) {
+      target = *it;
+      got = std::move(a).value();
+      break;
+    }
+    fell_back = true;
+    if (a.status().code() == ErrorCode::kTransferFailed) {
+      refused = Status(ErrorCode::kTransferFailed, "admit: " + a.status().message());
+      break;
     }
   }
+  // A candidate that failed may have become an empty leaf (a copy that failed while making
+  // room for it left it without KV). Prune only now: inside the loop, freeing it could free
+  // a shallower candidate the loop still holds by pointer.
+  if (fell_back) prune_path(query);
+  if (!refused.is_ok()) return refused;
   const LockId id(next_free_id(next_lock_, locks_));
-  locks_.emplace(id.value(), LockRecord{root_, nullptr});
-  lock_path(root_);
-  Admission a;
+  if (target == nullptr) {
+    locks_.emplace(id.value(), LockRecord{root_, nullptr});
+    lock_path(root_);
+    Admission a;
+    a.lock = id;
+    a.kv_tokens = kv_tokens;
+    return a;
+  }
+  const LockRecord& rec = locks_.emplace(id.value(), LockRecord{target, target}).first->second;
+  Admission& a = *got;
   a.lock = id;
   a.kv_tokens = kv_tokens;
+  poll();
+  a.promoting = lock_state(rec) == TransferState::kPending;
+  stats_.hit_tokens_gpu += a.gpu_tokens;
+  stats_.hit_tokens_host += a.host_tokens;
   return a;
 }
 
-std::optional<Admission> PrefixCache::try_admit_at(Node* target) {
+void PrefixCache::prune_path(std::span<const Token> tokens) {
+  Node* n = root_;
+  for (std::size_t pos = 0;;) {
+    Node* c = find_child(n, tokens, pos);
+    if (c == nullptr || common_pages(c, tokens, pos) < c->page_count(config_.page_size)) break;
+    pos += c->tokens.size();
+    n = c;
+  }
+  remove_if_empty(n);
+}
+
+Result<Admission> PrefixCache::try_admit_at(Node* target) {
   lock_path(target);
   ++target->snapshot_lock;
   refresh(target);
-  auto undo = [&] {
+  auto undo = [&](Status why) -> Result<Admission> {
     --target->snapshot_lock;
     refresh(target);
     unlock_path(target);
+    return why;
   };
   const std::vector<Node*> path = path_of(target);
   std::size_t need_pages = 0;
@@ -89,21 +128,33 @@ std::optional<Admission> PrefixCache::try_admit_at(Node* target) {
     if (!n->has_gpu_kv()) need_pages += n->page_count(config_.page_size);
   }
   const bool need_slot = !target->gpu_snapshot.valid();
-  if ((need_pages > 0 && !make_gpu_page_room(need_pages)) || (need_slot && !make_gpu_slot_room())) {
-    undo();
-    return std::nullopt;
+  // A hopeless admission evicts nothing: decide for the pages and the slot together first.
+  if (need_pages > 0) {
+    if (Status s = check_gpu_page_room(need_pages); !s) return undo(s);
+  }
+  if (need_slot) {
+    if (Status s = check_gpu_slot_room(); !s) {
+      ++stats_.snapshot_slot_misses;  // a host snapshot not promoted for want of a GPU slot
+      return undo(s);
+    }
+  }
+  if (need_pages > 0) {
+    if (Status s = make_gpu_page_room(need_pages); !s) return undo(s);
+  }
+  if (need_slot) {
+    if (Status s = make_gpu_slot_room(); !s) return undo(s);
   }
   // Making room waits on transfers; a failed one may have turned part of this path into a
   // tombstone. Re-check before planning.
   for (Node* n : path) {
     if (!n->has_kv()) {
-      undo();
-      return std::nullopt;
+      return undo(Status(ErrorCode::kFailedPrecondition,
+                         "admit: a copy that failed while making room took part of the path"));
     }
   }
   if (!target->has_snapshot()) {
-    undo();
-    return std::nullopt;
+    return undo(Status(ErrorCode::kFailedPrecondition,
+                       "admit: a copy that failed while making room took the snapshot"));
   }
   PendingBatch promote;
   promote.batch.direction = Direction::kHostToDevice;
@@ -130,28 +181,19 @@ std::optional<Admission> PrefixCache::try_admit_at(Node* target) {
     promote.ops.push_back({target, true, Xfer::kPromote});
     a.snapshot_from_host = true;
   }
-  submit_batch(std::move(promote));
+  // Refused: cancel_ops() put the path back as it was; the refusal goes to the caller.
+  if (Status s = submit_batch(std::move(promote)); !s) return undo(s);
   // Recency and frequency: the KV of the whole path, but only the snapshot resumed from (the
   // intermediate ones on the path then leave first).
   for (Node* n : path) touch(n);
   touch_snapshot(target);
-  const LockId id(next_free_id(next_lock_, locks_));
-  locks_.emplace(id.value(), LockRecord{target, target});
-  a.lock = id;
   a.cached_tokens = target->boundary;
-  a.promoting = poll(id) == TransferState::kPending;
-  stats_.hit_tokens_gpu += a.gpu_tokens;
-  stats_.hit_tokens_host += a.host_tokens;
   return a;
 }
 
-TransferState PrefixCache::poll(LockId lock) {
-  auto rec = find_lock(lock);
-  if (!rec) return TransferState::kFailed;
-  poll();
-  const LockRecord& r = **rec;
+TransferState PrefixCache::lock_state(const LockRecord& r) const {
   bool pending = false, lost = false;
-  for (Node* n = r.node; n != nullptr && !n->is_root(); n = n->parent) {
+  for (const Node* n = r.node; n != nullptr && !n->is_root(); n = n->parent) {
     pending |= n->kv_xfer == Xfer::kPromote;
     lost |= !n->has_gpu_kv();
   }
@@ -163,21 +205,70 @@ TransferState PrefixCache::poll(LockId lock) {
   return pending ? TransferState::kPending : TransferState::kDone;
 }
 
-Status PrefixCache::wait(LockId lock) {
+Result<TransferState> PrefixCache::poll(LockId lock) {
   auto rec = find_lock(lock);
   if (!rec) return rec.status();
-  const LockRecord& r = **rec;
+  poll();
+  return lock_state(**rec);
+}
+
+void PrefixCache::wait_promotions(const LockRecord& r) {
+  // Locked nodes never leave the tree, so the walk survives what the copies change.
   for (Node* n = r.node; n != nullptr && !n->is_root(); n = n->parent) {
     if (n->kv_xfer == Xfer::kPromote) wait_transfer(n->kv_xfer_id);
   }
   if (r.snap_node && r.snap_node->snap_xfer == Xfer::kPromote) {
     wait_transfer(r.snap_node->snap_xfer_id);
   }
-  if (poll(lock) == TransferState::kFailed) {
-    return {ErrorCode::kTransferFailed,
-            "promotion of the matched prefix failed; it degraded to recompute: release this "
-            "lock and admit again"};
+}
+
+Result<std::size_t> PrefixCache::wait(LockId lock) {
+  auto found = find_lock(lock);
+  if (!found) return found.status();
+  LockRecord& rec = locks_.at(lock.value());
+  // Each resume moves the lock to a strictly shallower boundary, so this ends.
+  for (;;) {
+    wait_promotions(rec);
+    poll();
+    if (lock_state(rec) != TransferState::kFailed) {
+      return rec.snap_node ? rec.snap_node->boundary : std::size_t{0};
+    }
+    if (Status s = resume_earlier(rec); !s) return s;
   }
+}
+
+Status PrefixCache::resume_earlier(LockRecord& rec) {
+  Node* const old_node = rec.node;
+  Node* const old_snap = rec.snap_node;
+  // Rule 1 on the locked path: the boundaries above the failure whose KV all arrived (no
+  // promotion is pending on the path any more) and which still have a snapshot.
+  std::vector<Node*> candidates;
+  for (Node* n : path_of(old_snap ? old_snap : old_node)) {
+    if (!n->has_gpu_kv()) break;
+    if (n != old_snap && n->has_snapshot()) candidates.push_back(n);
+  }
+  Node* target = nullptr;
+  for (auto it = candidates.rbegin(); it != candidates.rend() && target == nullptr; ++it) {
+    Result<Admission> a = try_admit_at(*it);
+    if (a) {
+      target = *it;
+    } else if (a.status().code() == ErrorCode::kTransferFailed) {
+      // The engine refused the snapshot's promotion: the lock stays where it is.
+      return Status(ErrorCode::kTransferFailed, "wait: " + a.status().message());
+    }
+  }
+  // try_admit_at locked and pinned the new target; now leave the old position.
+  if (target == nullptr) lock_path(root_);
+  if (old_snap) {
+    --old_snap->snapshot_lock;
+    refresh(old_snap);
+  }
+  unlock_path(old_node);
+  rec.node = target ? target : root_;
+  rec.snap_node = target;
+  // The failed nodes below the new position leave the tree (it stops at the new lock);
+  // old_node and old_snap may be freed here.
+  remove_if_empty(old_node);
   return Status::ok();
 }
 
@@ -188,8 +279,7 @@ Result<std::vector<GpuPageId>> PrefixCache::path_pages(LockId lock) const {
   for (Node* n : path_of((*rec)->node)) {
     if (!n->has_gpu_kv() || n->kv_xfer == Xfer::kPromote) {
       return Status(ErrorCode::kFailedPrecondition,
-                    "path_pages: the prefix is not on GPU yet (wait() for the promotion; if it "
-                    "failed, release and admit again)");
+                    "path_pages: the prefix is not on GPU yet (wait() for the promotion)");
     }
     pages.insert(pages.end(), n->gpu_pages.begin(), n->gpu_pages.end());
   }

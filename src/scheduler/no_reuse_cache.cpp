@@ -34,12 +34,14 @@ Result<Admission> NoReuseCache::admit(std::span<const Token> prompt) {
   return a;
 }
 
-TransferState NoReuseCache::poll(LockId lock) {
-  return known(lock) ? TransferState::kDone : TransferState::kFailed;
+Result<TransferState> NoReuseCache::poll(LockId lock) {
+  if (Status s = known(lock); !s) return s;
+  return TransferState::kDone;
 }
 
-Status NoReuseCache::wait(LockId lock) {
-  return known(lock);
+Result<std::size_t> NoReuseCache::wait(LockId lock) {
+  if (Status s = known(lock); !s) return s;
+  return std::size_t{0};  // nothing is ever reused
 }
 
 Result<std::vector<GpuPageId>> NoReuseCache::path_pages(LockId lock) const {

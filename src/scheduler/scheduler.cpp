@@ -140,20 +140,31 @@ Status Scheduler::admit(Request request, RequestResult res) {
     ++res.admissions;
     ++stats_.admissions;
     // wait() also reports a promotion that already failed, so call it even when not promoting.
-    Status w = cache_.wait(a->lock);
-    if (w.code() == ErrorCode::kTransferFailed) {
-      // Rule 7: the failed prefix degraded to recompute; a new admission matches less.
+    auto w = cache_.wait(a->lock);
+    if (!w && w.status().code() == ErrorCode::kTransferFailed) {
+      // A backend that cannot resume: the failed prefix degraded to recompute; a new
+      // admission matches less.
       (void)cache_.release(a->lock);
       note_stats(res, before);
       ++res.transfer_failures;
       ++stats_.transfer_failures;
       continue;
     }
+    if (w && *w < a->cached_tokens) {
+      // Rule 7: part of the match failed to arrive and the cache resumed the request at the
+      // deepest boundary of its path still usable. GPU KV comes first along a path (eviction
+      // is leaf-first), so the GPU part of the shorter match is what was on GPU of it.
+      a->gpu_tokens = std::min(a->gpu_tokens, *w);
+      a->host_tokens = *w - a->gpu_tokens;
+      a->cached_tokens = *w;
+      ++res.transfer_failures;
+      ++stats_.transfer_failures;
+    }
     auto running = std::make_unique<Running>();
     Running& r = *running;
     r.lock = a->lock;
     std::optional<GpuSlotId> restore;
-    Status ok = w;
+    Status ok = w.status();
     if (ok && a->cached_tokens > 0) {
       auto pages = cache_.path_pages(a->lock);
       auto slot = cache_.path_snapshot(a->lock);

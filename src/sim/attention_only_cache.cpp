@@ -35,6 +35,14 @@ Result<Admission> AttentionOnlyCache::admit(std::span<const Token> prompt) {
   return a;
 }
 
+Result<std::size_t> AttentionOnlyCache::wait(LockId lock) {
+  auto resumed = inner_->wait(lock);  // after a failed copy the lock may move up
+  if (resumed) {
+    if (auto it = boundary_.find(lock.value()); it != boundary_.end()) it->second = *resumed;
+  }
+  return resumed;
+}
+
 Status AttentionOnlyCache::release(LockId lock) {
   Status s = inner_->release(lock);
   if (s) boundary_.erase(lock.value());

@@ -30,8 +30,8 @@ class AttentionOnlyCache final : public CacheBackend {
 
   std::uint32_t page_size() const override { return inner_->page_size(); }
   Result<Admission> admit(std::span<const Token> prompt) override;
-  TransferState poll(LockId lock) override { return inner_->poll(lock); }
-  Status wait(LockId lock) override { return inner_->wait(lock); }
+  Result<TransferState> poll(LockId lock) override { return inner_->poll(lock); }
+  Result<std::size_t> wait(LockId lock) override;
   Result<std::vector<GpuPageId>> path_pages(LockId lock) const override {
     return inner_->path_pages(lock);
   }

@@ -44,6 +44,9 @@ class CountingTransferEngine final : public TransferEngine {
   TransferState wait(TicketId id) override;
   void release(TicketId id) override;
   std::size_t slice_pages() const override { return slice_pages_; }
+  EngineCapacity capacity() const override {
+    return {gpu_pages_, host_pages_, gpu_slots_, host_slots_, page_bytes_, snapshot_bytes_};
+  }
 
   CountingStats stats() const;
   /// Tickets submitted and not yet released.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <sstream>
+#include <stdexcept>
 
 namespace radixtier {
 
@@ -18,21 +19,36 @@ HostArenas::HostArenas(const CacheConfig& c)
       gpu_snap_(std::size_t{c.gpu_snapshot_slots} * c.snapshot_bytes),
       host_snap_(std::size_t{c.host_snapshot_slots} * c.snapshot_bytes) {}
 
+namespace {
+/// Rule 9: every id is bounds-checked in every build, not by assert alone.
+template <class Id>
+std::size_t checked_offset(Id id, std::uint32_t count, std::size_t stride, const char* arena) {
+  if (id.value() >= count) {
+    std::ostringstream os;
+    os << "HostArenas: " << id << " is out of range (the arena has " << count << " " << arena
+       << ")";
+    throw std::out_of_range(os.str());
+  }
+  return std::size_t{id.value()} * stride;
+}
+}  // namespace
+
 std::span<std::byte> HostArenas::gpu_page(GpuPageId id) {
-  assert(id.value() < gpu_pages_);
-  return {gpu_kv_.data() + std::size_t{id.value()} * page_bytes_, page_bytes_};
+  return {gpu_kv_.data() + checked_offset(id, gpu_pages_, page_bytes_, "GPU KV pages"),
+          page_bytes_};
 }
 std::span<std::byte> HostArenas::host_page(HostPageId id) {
-  assert(id.value() < host_pages_);
-  return {host_kv_.data() + std::size_t{id.value()} * page_bytes_, page_bytes_};
+  return {host_kv_.data() + checked_offset(id, host_pages_, page_bytes_, "host KV pages"),
+          page_bytes_};
 }
 std::span<std::byte> HostArenas::gpu_snapshot(GpuSlotId id) {
-  assert(id.value() < gpu_slots_);
-  return {gpu_snap_.data() + std::size_t{id.value()} * snapshot_bytes_, snapshot_bytes_};
+  return {gpu_snap_.data() + checked_offset(id, gpu_slots_, snapshot_bytes_, "GPU snapshot slots"),
+          snapshot_bytes_};
 }
 std::span<std::byte> HostArenas::host_snapshot(HostSlotId id) {
-  assert(id.value() < host_slots_);
-  return {host_snap_.data() + std::size_t{id.value()} * snapshot_bytes_, snapshot_bytes_};
+  return {
+      host_snap_.data() + checked_offset(id, host_slots_, snapshot_bytes_, "host snapshot slots"),
+      snapshot_bytes_};
 }
 
 HostTransferEngine::HostTransferEngine(HostArenas& memory, std::size_t slice_pages, Mode mode)
@@ -51,6 +67,17 @@ HostTransferEngine::~HostTransferEngine() {
   }
   cv_.notify_all();
   if (worker_.joinable()) worker_.join();
+}
+
+EngineCapacity HostTransferEngine::capacity() const {
+  EngineCapacity c;
+  c.gpu_pages = memory_.gpu_pages();
+  c.host_pages = memory_.host_pages();
+  c.gpu_snapshot_slots = memory_.gpu_slots();
+  c.host_snapshot_slots = memory_.host_slots();
+  c.page_bytes = memory_.page_bytes();
+  c.snapshot_bytes = memory_.snapshot_bytes();
+  return c;
 }
 
 Status HostTransferEngine::validate(const TransferBatch& b) const {

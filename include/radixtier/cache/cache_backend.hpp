@@ -7,7 +7,12 @@
 //   admit(prompt)           match on all but the last prompt token, lock the usable match,
 //                           start promoting what of it is on host -> Admission (also how
 //                           deep the prompt follows cached KV: kv_tokens)
-//   wait(lock)              promotion finished? kTransferFailed: release and admit again
+//   wait(lock)              wait for the promotion -> the tokens the request resumes from:
+//                           Admission::cached_tokens, or less when part of the match failed
+//                           to arrive (the cache resumed it at the deepest boundary of its
+//                           path still usable); a backend that cannot resume fails with
+//                           kTransferFailed: release and admit again
+//   poll(lock)              the promotion's state without waiting (kNotFound: unknown lock)
 //   path_pages(lock)        GPU pages of the matched prefix (the request's page table head)
 //   path_snapshot(lock)     GPU snapshot slot at the match: copy it into the live state
 //   alloc_pages(lock, n)    pages for new tokens (may demote or drop LRU victims)
@@ -77,6 +82,8 @@ struct CacheStats {
   /// held by a request), or a host snapshot not promoted for want of one.
   std::uint64_t snapshot_slot_misses = 0;
   std::uint64_t dead_kv_pages_dropped = 0;  ///< KV pages dropped as dead (no snapshot below)
+
+  bool operator==(const CacheStats&) const = default;
 };
 
 class CacheBackend {
@@ -85,8 +92,13 @@ class CacheBackend {
 
   virtual std::uint32_t page_size() const = 0;
   virtual Result<Admission> admit(std::span<const Token> prompt) = 0;
-  virtual TransferState poll(LockId lock) = 0;
-  virtual Status wait(LockId lock) = 0;
+  /// kPending while the admission's copies run, kDone when its match is usable as admitted,
+  /// kFailed when part of it failed to arrive (wait() then resumes earlier); an unknown lock is
+  /// an error (kNotFound), never a state.
+  virtual Result<TransferState> poll(LockId lock) = 0;
+  /// Waits for the admission's copies; returns the tokens the request resumes from (a page
+  /// multiple, <= Admission::cached_tokens). Read path_pages()/path_snapshot() after it.
+  virtual Result<std::size_t> wait(LockId lock) = 0;
   virtual Result<std::vector<GpuPageId>> path_pages(LockId lock) const = 0;
   virtual Result<GpuSlotId> path_snapshot(LockId lock) const = 0;
   virtual Result<std::vector<GpuPageId>> alloc_pages(LockId lock, std::size_t n) = 0;

@@ -19,6 +19,7 @@
 //              Gpu -(insert, write-through)-> Gpu+kWriteThrough -(done)-> Both
 //              Host/Gone -(insert of the same tokens)-> Both/Gpu         (adopt fresh pages)
 //              any+copy -(copy failed)-> Gone (demote, promote) / Gpu (write-through)
+//              any+copy -(batch refused by the engine)-> the state before the copy
 // The snapshot at the boundary follows the same machine (gpu_snapshot, host_snapshot,
 // snap_xfer), with "None" for Gone. A host snapshot lives in snapshot_pages() pages of the
 // one host pool (host_snapshot[i] holds bytes [i * page_bytes, ...) of it), not contiguous.

@@ -34,7 +34,9 @@
 //  6. path_snapshot() hands out the cached slot read-only; the caller copies it into its
 //     own live state (the cache never gives a request a slot it still references).
 //  7. a failed demotion or promotion turns the node's resource into a tombstone; wait()
-//     reports kTransferFailed and a new admission matches less.
+//     resumes the request at the deepest boundary of its path that is still usable (KV that
+//     arrived is kept and used). A batch the engine refuses moved nothing: its nodes return
+//     to their state before it and the refusal's message is the error of the call.
 //  8. every entry point validates first and mutates after: bad input changes nothing.
 //  9. a GPU page or snapshot slot allocated with a lock is that request's alone until insert
 //     adopts it or the request frees it (RequestOwnership); release() frees what it still
@@ -75,11 +77,36 @@ struct Occupancy {
   std::uint32_t gpu_slots_free;
   std::uint32_t host_slots_free;  ///< snapshots the free host pages would hold
   std::size_t nodes;
+
+  bool operator==(const Occupancy&) const = default;
+};
+
+/// Where a resource of a node is (usable copies; a copy being written is `copy`, not here).
+enum class Residency : std::uint8_t { kNone, kGpu, kHost, kBoth };
+
+const char* to_string(Residency residency);
+const char* to_string(Xfer copy);
+
+/// One node on a path, as inspect() reports it.
+struct NodeInfo {
+  std::size_t boundary = 0;  ///< tokens from the root to the node's end
+  std::size_t tokens = 0;    ///< the node's own tokens
+  std::size_t matched = 0;   ///< tokens of the query matched through it (< boundary: partial)
+  Residency kv = Residency::kNone;
+  Residency snapshot = Residency::kNone;
+  Xfer kv_copy = Xfer::kNone;        ///< the copy of its KV in flight
+  Xfer snapshot_copy = Xfer::kNone;  ///< the copy of its snapshot in flight
+  std::uint32_t locks = 0;           ///< running requests whose path includes it
+  std::uint32_t snapshot_locks = 0;  ///< running requests resuming from its snapshot
+
+  bool operator==(const NodeInfo&) const = default;
 };
 
 class PrefixCache final : public CacheBackend {
  public:
-  /// Validates the config; the engine must outlive the cache.
+  /// Validates the config and checks that it fits in the engine's pools (EngineCapacity: every
+  /// pool at most the engine's, page and snapshot bytes equal); the error names both sizes.
+  /// The engine must outlive the cache.
   static Result<std::unique_ptr<PrefixCache>> create(const CacheConfig& config,
                                                      TransferEngine& engine);
   ~PrefixCache() override;
@@ -89,8 +116,8 @@ class PrefixCache final : public CacheBackend {
   // --- CacheBackend ----------------------------------------------------------------------
   std::uint32_t page_size() const override { return config_.page_size; }
   Result<Admission> admit(std::span<const Token> prompt) override;
-  TransferState poll(LockId lock) override;
-  Status wait(LockId lock) override;
+  Result<TransferState> poll(LockId lock) override;
+  Result<std::size_t> wait(LockId lock) override;
   Result<std::vector<GpuPageId>> path_pages(LockId lock) const override;
   Result<GpuSlotId> path_snapshot(LockId lock) const override;
   Result<std::vector<GpuPageId>> alloc_pages(LockId lock, std::size_t n) override;
@@ -113,6 +140,13 @@ class PrefixCache final : public CacheBackend {
   void drain();
   /// Drops every unpinned host copy (host memory reclaimed); GPU copies stay.
   void drop_host();
+  /// Drops every unpinned copy on every tier (SGLang's flush_cache): waits for the copies in
+  /// flight, then every KV page and snapshot no running request pins is freed and every node
+  /// left empty leaves the tree. With no request running, the cache is as created.
+  void flush();
+  /// Read-only: every node along `tokens` (all of them, tombstones included), root excluded,
+  /// down to the last one the tokens reach (a partial match included), shallow first.
+  std::vector<NodeInfo> inspect(std::span<const Token> tokens) const;
   Occupancy occupancy() const;
   const CacheConfig& config() const { return config_; }
   std::size_t in_flight() const { return transfers_.size(); }
@@ -147,6 +181,8 @@ class PrefixCache final : public CacheBackend {
   Node* split(Node* n, std::size_t pages);
   /// Removes n and then its ancestors while they are empty leaves; appends what it removed.
   void remove_if_empty(Node* n, std::vector<const Node*>* removed = nullptr);
+  /// remove_if_empty() on the deepest node that `tokens` match whole.
+  void prune_path(std::span<const Token> tokens);
   std::vector<Node*> path_of(Node* n) const;
   /// Calls on_node(node, end) for each node along `tokens` whose KV is present, where `end`
   /// is the token count matched from the root through that node (== node->boundary when the
@@ -179,7 +215,9 @@ class PrefixCache final : public CacheBackend {
   void lock_path(Node* n);
   void unlock_path(Node* n);
 
-  // eviction
+  // eviction; check_* decide, without evicting anything, whether make_* can succeed
+  Status check_gpu_page_room(std::size_t n) const;
+  Status check_gpu_slot_room() const;
   Status make_gpu_page_room(std::size_t n);
   Status make_gpu_slot_room();
   /// Frees host pool pages until n can be taken for KV (for_snapshot: for a snapshot): the
@@ -198,7 +236,11 @@ class PrefixCache final : public CacheBackend {
   void write_through(std::span<Node* const> nodes, Node* snapshot_node);
 
   // transfers
-  std::optional<std::uint32_t> submit_batch(PendingBatch&& pending);
+  /// Submits a batch (nothing when empty; `*id` is its transfer, nullopt if none). A batch
+  /// the engine refuses moved nothing: cancel_ops() returns its nodes to their state before
+  /// it and the refusal comes back, with the engine's message.
+  Status submit_batch(PendingBatch&& pending, std::optional<std::uint32_t>* id = nullptr);
+  void cancel_ops(std::span<const CopyOp> ops);
   void wait_transfer(std::uint32_t id);
   void finish_transfer(std::uint32_t id, bool ok);
   void finish_ops(std::span<const CopyOp> ops, bool ok);
@@ -206,7 +248,16 @@ class PrefixCache final : public CacheBackend {
   bool wait_any_transfer();
 
   // admission helpers
-  std::optional<Admission> try_admit_at(Node* target);
+  /// Locks and pins target's path, makes GPU room and starts its promotion. On an error the
+  /// path is unlocked again: kTransferFailed (the engine refused) is reported to the caller,
+  /// any other error means "fall back to a shallower candidate".
+  Result<Admission> try_admit_at(Node* target);
+  /// kPending / kDone / kFailed of a lock's path and snapshot, as poll(lock) without reaping.
+  TransferState lock_state(const LockRecord& rec) const;
+  void wait_promotions(const LockRecord& rec);
+  /// After a failed promotion: moves the lock to the deepest usable boundary above the
+  /// failure (promoting its snapshot if it is on host), or to the root.
+  Status resume_earlier(LockRecord& rec);
   Status validate_insert(LockId lock, const LockRecord& rec, std::span<const Token> tokens,
                          std::span<const GpuPageId> pages, std::optional<GpuSlotId> snapshot) const;
   Result<const LockRecord*> find_lock(LockId id) const;

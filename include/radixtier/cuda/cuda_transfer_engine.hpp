@@ -163,6 +163,11 @@ class CudaTransferEngine final : public TransferEngine {
   TransferState wait(TicketId id) override;
   void release(TicketId id) override;
   std::size_t slice_pages() const override { return options_.slice_pages; }
+  /// The four pools and the bytes of one page (all layers) and one snapshot.
+  EngineCapacity capacity() const override {
+    return {pools_.gpu_kv.items, pools_.host_pages, pools_.gpu_snapshots.items,
+            pools_.host_slots,   page_bytes_,       snapshot_bytes_};
+  }
 
   /// Makes `stream` (explicit, not a pseudo-handle) wait on the GPU until the ticket's copies
   /// finished (no host wait). kTransferFailed for a failed ticket, kDeviceLost when fatal.

@@ -20,8 +20,8 @@ class NoReuseCache final : public CacheBackend {
 
   std::uint32_t page_size() const override { return page_size_; }
   Result<Admission> admit(std::span<const Token> prompt) override;
-  TransferState poll(LockId lock) override;
-  Status wait(LockId lock) override;
+  Result<TransferState> poll(LockId lock) override;
+  Result<std::size_t> wait(LockId lock) override;
   Result<std::vector<GpuPageId>> path_pages(LockId lock) const override;
   Result<GpuSlotId> path_snapshot(LockId lock) const override;
   Result<std::vector<GpuPageId>> alloc_pages(LockId lock, std::size_t n) override;

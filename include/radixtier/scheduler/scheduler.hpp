@@ -4,9 +4,11 @@
 // A request's states and the calls that move it (all on the scheduler's one thread):
 //
 //   Queued   --admit()-------------> Running/prefill   cache.admit(prompt); cache.wait(lock)
-//                                                      (kTransferFailed: release, admit again:
-//                                                      the failed prefix degraded to
-//                                                      recompute); executor.begin(request,
+//                                                      gives where it resumes (less than the
+//                                                      match when part of it failed to
+//                                                      arrive; kTransferFailed from a backend
+//                                                      that cannot resume: release, admit
+//                                                      again); executor.begin(request,
 //                                                      path_snapshot) copies the matched
 //                                                      snapshot into the request's own state
 //   prefill  --one chunk per step--> prefill/decode   alloc_pages; forward; at a page
@@ -106,7 +108,7 @@ struct RequestResult {
   std::uint32_t snapshots_kept = 0;              ///< snapshots the cache adopted from this request
   std::vector<std::size_t> snapshot_boundaries;  ///< where (token counts)
   std::uint32_t admissions = 0;
-  std::uint32_t transfer_failures = 0;  ///< admissions whose promotion failed
+  std::uint32_t transfer_failures = 0;  ///< admissions whose promotion failed (in part)
   std::uint32_t preemptions = 0;
 
   // --- time (virtual clock) ---------------------------------------------------------------

@@ -39,6 +39,8 @@ class HostArenas {
  public:
   explicit HostArenas(const CacheConfig& config);
 
+  /// The bytes of one page or snapshot. Every id is bounds-checked in every build (one
+  /// compare): an id outside the arena throws std::out_of_range naming the id and the size.
   std::span<std::byte> gpu_page(GpuPageId id);
   std::span<std::byte> host_page(HostPageId id);
   std::span<std::byte> gpu_snapshot(GpuSlotId id);
@@ -81,6 +83,8 @@ class HostTransferEngine final : public TransferEngine {
   TransferState wait(TicketId id) override;
   void release(TicketId id) override;
   std::size_t slice_pages() const override { return slice_pages_; }
+  /// The sizes of the arenas.
+  EngineCapacity capacity() const override;
 
   // --- fault injection -------------------------------------------------------------------
   void fail_ticket(TicketId id);

@@ -17,6 +17,8 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -97,6 +99,18 @@ class Ticket {
   TicketId id_;
 };
 
+/// What an engine can address: ids below these counts, pages and snapshots of these sizes.
+/// PrefixCache::create() refuses a config that does not fit in it.
+struct EngineCapacity {
+  static constexpr std::uint32_t kUnbounded = std::numeric_limits<std::uint32_t>::max();
+  std::uint32_t gpu_pages = kUnbounded;
+  std::uint32_t host_pages = kUnbounded;
+  std::uint32_t gpu_snapshot_slots = kUnbounded;
+  std::uint32_t host_snapshot_slots = kUnbounded;
+  std::size_t page_bytes = 0;      ///< bytes of one page; 0: the engine moves no bytes (any size)
+  std::size_t snapshot_bytes = 0;  ///< bytes of one snapshot; 0: any size
+};
+
 class TransferEngine {
  public:
   virtual ~TransferEngine() = default;
@@ -109,6 +123,8 @@ class TransferEngine {
   /// Forgets a finished ticket (called by Ticket::reset after wait).
   virtual void release(TicketId id) = 0;
   virtual std::size_t slice_pages() const = 0;
+  /// The pools this engine copies between (an engine without memory reports kUnbounded).
+  virtual EngineCapacity capacity() const = 0;
 };
 
 }  // namespace radixtier
