@@ -28,7 +28,7 @@ void help(std::FILE* out) {
       "  --hardware PRESET    consumer-gen4 (default) | h200-gen5\n"
       "  --trace FILE         Mooncake JSONL (default ../shared/traces/"
       "mooncake_synthetic_trace.jsonl)\n"
-      "  --policy P           snapshot placement: end-only | every-chunk | interval:N |\n"
+      "  --policy P           snapshot placement: adaptive | end-only | every-chunk | interval:N |\n"
       "                       budgeted[:BYTES], each optionally +tail and/or +branch\n"
       "                       (default: %s for node, end-only otherwise)\n"
       "  --eviction E         node cache eviction: cost-aware (default, one host pool) |\n"
