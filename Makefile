@@ -2,11 +2,14 @@
 PRESET ?= default
 BIN := build/$(PRESET)/bin
 JOBS ?= 2
+# The fuzz smoke (CI) runs FUZZ_SECONDS; new inputs it finds go to FUZZ_CORPUS (not committed).
+FUZZ_SECONDS ?= 120
+FUZZ_CORPUS ?= build/fuzz/corpus
 
-.PHONY: setup build demo test asan-test bench format clean
+.PHONY: setup build demo test asan-test tsan-test fuzz fuzz-coverage soak bench format clean
 
 setup:
-	@scripts/setup.sh
+	@scripts/setup.sh $(PRESET)
 
 build: setup
 	cmake --preset $(PRESET) >/dev/null
@@ -16,12 +19,36 @@ build: setup
 demo: build
 	$(BIN)/radixtier demo
 
-# Every unit and property test.
+# Every unit and property test (PRESET=tsan: the threaded ones).
 test: build
 	ctest --preset $(PRESET) -j $(JOBS)
 
 asan-test:
 	$(MAKE) test PRESET=asan
+
+tsan-test:
+	$(MAKE) test PRESET=tsan
+
+# The cache fuzzer (clang, ASan + UBSan) for FUZZ_SECONDS, from the committed seeds; a
+# failing input is written to build/fuzz/crash-<sha1>.
+fuzz:
+	$(MAKE) build PRESET=fuzz
+	mkdir -p $(FUZZ_CORPUS)
+	build/fuzz/bin/radixtier_cache_fuzzer $(FUZZ_CORPUS) tests/fuzz/corpus \
+	  -max_total_time=$(FUZZ_SECONDS) -timeout=30 -print_final_stats=1 -artifact_prefix=build/fuzz/
+
+# Line coverage (llvm-cov) of the cache sources by the committed corpus and FUZZ_CORPUS.
+fuzz-coverage:
+	$(MAKE) build PRESET=fuzz-coverage
+	tests/fuzz/coverage.sh build/fuzz-coverage tests/fuzz/corpus $(wildcard $(FUZZ_CORPUS))
+
+# Long runs, not CI (~2.5 h on 2 cores): the property tests at 20,000 sequences of up to
+# 1,000 commands each, then the fuzzer for 30 minutes.
+soak:
+	$(MAKE) build
+	RC_PARAMS="max_success=20000 max_size=1000" \
+	  build/default/bin/radixtier_property_tests --gtest_filter='PrefixCacheProperty.*'
+	$(MAKE) fuzz FUZZ_SECONDS=1800
 
 bench: build
 	$(BIN)/radixtier_bench

@@ -53,6 +53,8 @@ struct Model {
 struct Sut {
   Harness h;
   std::vector<LockId> held;
+  /// A serve stopped at a kOutOfMemory refusal: it inserted less than the model placed.
+  bool refused = false;
   explicit Sut(const CacheConfig& c) : h(c) {}
 
   /// Nothing a request could resume from was lost. Dead KV (no snapshot at or below it) is
@@ -60,9 +62,9 @@ struct Sut {
   /// shortens a usable match, and the model checks exactly that.
   bool lossless() const {
     const CacheStats s = h.cache->stats();
-    return s.kv_pages_dropped_gpu + s.kv_pages_dropped_host - s.dead_kv_pages_dropped +
-               s.snapshots_dropped + s.transfers_failed ==
-           0;
+    const std::uint64_t lost = s.kv_pages_dropped_gpu + s.kv_pages_dropped_host -
+                               s.dead_kv_pages_dropped + s.snapshots_dropped + s.transfers_failed;
+    return !refused && lost == 0;
   }
 };
 
@@ -125,7 +127,16 @@ struct Serve : Cmd {
   void run(const Model& m, Sut& s) const override {
     const bool lossless = s.lossless();
     auto r = s.h.serve(prompt, snaps, chunk);
-    RC_ASSERT(r.error == "");
+    // The one refusal a valid serve may meet: the GPU pool is full of pages pinned by the held
+    // requests and this one. It must be a clear out-of-memory that changed nothing; the
+    // serve stops there, so from now on the model only knows which boundaries are possible.
+    if (r.refused) {
+      RC_ASSERT(r.error.find("GPU KV pool") != std::string::npos);
+      RC_ASSERT(r.refusal_changed == "");
+      s.refused = true;
+    } else {
+      RC_ASSERT(r.error == "");
+    }
     RC_ASSERT(r.bytes_ok);
     if (lossless && s.lossless()) {
       RC_ASSERT(r.cached == m.usable(prompt));
@@ -187,7 +198,10 @@ struct Release : Cmd {
 struct Pressure : Cmd {
   std::size_t pages = *rc::gen::inRange<std::size_t>(1, 33);
   void run(const Model&, Sut& s) const override {
-    auto got = s.h.cache->alloc_pages(s.h.side_lock(), pages);
+    const LockId side = s.h.side_lock();
+    s.h.cache->poll();
+    const testing::Fingerprint before = s.h.fingerprint({});
+    auto got = s.h.cache->alloc_pages(side, pages);
     check_invariants(s);
     if (got) {
       for (GpuPageId p : *got) {  // scribble: freed pages must never be read as cached
@@ -197,9 +211,17 @@ struct Pressure : Cmd {
       RC_ASSERT(s.h.cache->free_pages(s.h.side_lock(), *got).is_ok());
     } else {
       RC_ASSERT(got.status().code() == ErrorCode::kOutOfMemory);
+      RC_ASSERT(before.difference(s.h.fingerprint({})) == "");  // a refusal changes nothing
     }
-    auto slot = s.h.cache->alloc_snapshot_slot(s.h.side_lock());
-    if (slot) RC_ASSERT(s.h.cache->free_snapshot_slot(s.h.side_lock(), *slot).is_ok());
+    s.h.cache->poll();
+    const testing::Fingerprint before_slot = s.h.fingerprint({});
+    auto slot = s.h.cache->alloc_snapshot_slot(side);
+    if (slot) {
+      RC_ASSERT(s.h.cache->free_snapshot_slot(side, *slot).is_ok());
+    } else {
+      RC_ASSERT(slot.status().code() == ErrorCode::kOutOfMemory);
+      RC_ASSERT(before_slot.difference(s.h.fingerprint({})) == "");
+    }
     check_invariants(s);
   }
   void show(std::ostream& os) const override { os << "Pressure(" << pages << " pages)"; }

@@ -1,9 +1,19 @@
 #!/usr/bin/env bash
-# Installs the Debian packages radixtier needs, only those missing, when run as root.
+# Installs the Debian packages radixtier needs, only those missing, when run as root: the
+# C++ toolchain and test libraries, and for the Python module and its tests pybind11,
+# Python's headers, and Debian's torch, numpy and pytest for /usr/bin/python3.
+#   scripts/setup.sh [PRESET]   the fuzz presets also need clang and libFuzzer (and llvm-cov)
 set -euo pipefail
+preset=${1:-default}
+pkgs=(cmake g++ make libboost-dev libgtest-dev librapidcheck-dev libbenchmark-dev
+  pybind11-dev python3-dev python3-torch python3-pytest python3-numpy)
+case "$preset" in
+  fuzz) pkgs+=(clang libclang-rt-14-dev) ;;
+  fuzz-coverage) pkgs+=(clang libclang-rt-14-dev llvm-14) ;;
+esac
 need=()
 have() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
-for pkg in cmake g++ make libboost-dev libgtest-dev librapidcheck-dev libbenchmark-dev; do
+for pkg in "${pkgs[@]}"; do
   have "$pkg" || need+=("$pkg")
 done
 if [ ${#need[@]} -eq 0 ]; then exit 0; fi

@@ -4,10 +4,15 @@
 // pages, slots or positions shows as a byte mismatch.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <memory>
+#include <optional>
 #include <span>
+#include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "radixtier/cache/prefix_cache.hpp"
@@ -43,16 +48,66 @@ inline CacheConfig small_config(WritePolicy policy = WritePolicy::kWriteBack) {
   return c;
 }
 
+/// What a rejected call must leave unchanged (rule 8): occupancy, stats, the match of every
+/// known prompt, the copies in flight and check_invariants(). Take it after cache->poll(), so
+/// that a finished copy the call would reap anyway is not counted as a change.
+struct Fingerprint {
+  Occupancy occupancy{};
+  CacheStats stats{};
+  std::vector<MatchResult> matches;
+  std::size_t in_flight = 0;
+  std::vector<TicketId> pending;
+  std::string invariants;
+
+  static Fingerprint of(const PrefixCache& cache, const HostTransferEngine& engine,
+                        std::span<const std::vector<Token>> prompts) {
+    Fingerprint f;
+    f.occupancy = cache.occupancy();
+    f.stats = cache.stats();
+    // A refused snapshot slot is counted (CacheStats::snapshot_slot_misses): an observation of
+    // the refusal, not a change of the cache's state.
+    f.stats.snapshot_slot_misses = 0;
+    for (const auto& p : prompts) f.matches.push_back(cache.match(p));
+    f.in_flight = cache.in_flight();
+    f.pending = engine.pending();
+    f.invariants = cache.check_invariants();
+    return f;
+  }
+
+  /// Empty when equal, else the first part that differs.
+  std::string difference(const Fingerprint& o) const {
+    // Every field of both structs compares bytewise (no padding, checked here).
+    static_assert(std::has_unique_object_representations_v<Occupancy>);
+    static_assert(std::has_unique_object_representations_v<CacheStats>);
+    if (std::memcmp(&occupancy, &o.occupancy, sizeof occupancy) != 0) return "occupancy changed";
+    if (std::memcmp(&stats, &o.stats, sizeof stats) != 0) return "stats changed";
+    if (matches.size() != o.matches.size()) return "prompt count changed";
+    for (std::size_t i = 0; i < matches.size(); ++i) {
+      const MatchResult &a = matches[i], &b = o.matches[i];
+      if (a.usable_tokens != b.usable_tokens || a.kv_tokens != b.kv_tokens ||
+          a.host_tokens != b.host_tokens || a.snapshot_on_gpu != b.snapshot_on_gpu)
+        return "match of known prompt " + std::to_string(i) + " changed";
+    }
+    if (in_flight != o.in_flight || pending != o.pending) return "copies in flight changed";
+    if (invariants != o.invariants) return "check_invariants() changed: " + o.invariants;
+    return {};
+  }
+};
+
 struct Harness {
   CacheConfig config;
   HostArenas memory;
   HostTransferEngine engine;
   std::unique_ptr<PrefixCache> cache;
   LockId side_;
+  bool manual_;
 
   explicit Harness(const CacheConfig& c,
                    HostTransferEngine::Mode mode = HostTransferEngine::Mode::kManual)
-      : config(c), memory(c), engine(memory, c.slice_pages, mode) {
+      : config(c),
+        memory(c),
+        engine(memory, c.slice_pages, mode),
+        manual_(mode == HostTransferEngine::Mode::kManual) {
     auto r = PrefixCache::create(c, engine);
     if (!r) throw std::runtime_error(r.status().to_string());
     cache = std::move(r).value();
@@ -103,19 +158,38 @@ struct Harness {
     std::size_t cached = 0;
     bool bytes_ok = true;  ///< every reused page and the snapshot had the expected bytes
     std::string error;     ///< a failed call
+    /// alloc_pages refused with kOutOfMemory (then `error` holds its message): the request
+    /// stopped there, as a scheduler would abort or preempt it.
+    bool refused = false;
+    /// Manual engine only: what the refused call changed (empty: nothing, as rule 8 and "a
+    /// hopeless allocation fails before evicting anything" require).
+    std::string refusal_changed;
   };
+
+  static Served failed(bool bytes_ok, std::string error) {
+    Served s;
+    s.bytes_ok = bytes_ok;
+    s.error = std::move(error);
+    return s;
+  }
+
+  Fingerprint fingerprint(std::span<const std::vector<Token>> prompts) const {
+    return Fingerprint::of(*cache, engine, prompts);
+  }
 
   /// Serves one request end to end as a scheduler would: admit (re-admitting after a failed
   /// promotion), check the reused bytes, compute the rest in `chunk_pages` chunks, insert
   /// after each chunk with a snapshot at the boundaries in `snapshot_at` (token counts),
-  /// then release. Only whole pages are inserted.
+  /// then release. Only whole pages are inserted. Pages insert hands back (the tree already
+  /// had that KV) are freed at once and the tree's pages take their place in the table, so a
+  /// request holds only what it computed that the tree did not have.
   Served serve(std::span<const Token> prompt, std::span<const std::size_t> snapshot_at,
                std::size_t chunk_pages = 2) {
     Served out;
     Admission a;
     for (int attempt = 0;; ++attempt) {
       auto r = cache->admit(prompt);
-      if (!r) return {0, true, r.status().to_string()};
+      if (!r) return failed(true, r.status().to_string());
       a = *r;
       auto resumed = cache->wait(a.lock);  // less than the match when part of it failed
       if (resumed) {
@@ -123,17 +197,17 @@ struct Harness {
         break;
       }
       (void)cache->release(a.lock);
-      if (attempt > 8) return {0, true, "promotion kept failing"};
+      if (attempt > 8) return failed(true, "promotion kept failing");
     }
     out.cached = a.cached_tokens;
     std::vector<GpuPageId> table;
     if (a.cached_tokens > 0) {
       auto pages = cache->path_pages(a.lock);
-      if (!pages) return {0, false, pages.status().to_string()};
+      if (!pages) return failed(false, pages.status().to_string());
       table = *pages;
       for (std::size_t i = 0; i < table.size(); ++i) out.bytes_ok &= page_ok(table[i], prompt, i);
       auto slot = cache->path_snapshot(a.lock);
-      if (!slot) return {0, false, slot.status().to_string()};
+      if (!slot) return failed(false, slot.status().to_string());
       out.bytes_ok &= snapshot_ok(*slot, prompt.first(a.cached_tokens));
     }
     std::vector<GpuPageId> mine;  // pages this request holds (freed at the end)
@@ -141,9 +215,17 @@ struct Harness {
     std::size_t done = table.size();
     while (done < whole) {
       const std::size_t n = std::min(chunk_pages, whole - done);
+      std::optional<Fingerprint> before;
+      const std::vector<Token> known[] = {std::vector<Token>(prompt.begin(), prompt.end())};
+      if (manual_) {
+        cache->poll();
+        before = fingerprint(known);
+      }
       auto pages = cache->alloc_pages(a.lock, n);
       if (!pages) {
         out.error = pages.status().to_string();
+        out.refused = pages.status().code() == ErrorCode::kOutOfMemory;
+        if (before) out.refusal_changed = before->difference(fingerprint(known));
         break;
       }
       for (std::size_t i = 0; i < n; ++i) {
@@ -167,17 +249,45 @@ struct Harness {
         if (snap) (void)cache->free_snapshot_slot(a.lock, *snap);
         break;
       }
-      // Pages the tree adopted are no longer ours.
+      // Pages the tree adopted are no longer ours; the ones it handed back are duplicates.
       std::vector<GpuPageId> keep;
       for (GpuPageId p : mine)
         if (std::find(ins->not_taken.begin(), ins->not_taken.end(), p) != ins->not_taken.end())
           keep.push_back(p);
       mine = keep;
       if (snap && !ins->snapshot_taken) (void)cache->free_snapshot_slot(a.lock, *snap);
+      if (!mine.empty()) out.bytes_ok &= free_duplicates(a.lock, prompt, table, mine);
     }
     (void)cache->free_pages(a.lock, mine);
     (void)cache->release(a.lock);
     return out;
+  }
+
+  /// After an insert up to the lock's boundary: frees the request's pages in `mine` that
+  /// duplicate the tree's and points `table` at the tree's pages instead (whose bytes it
+  /// checks: false on a mismatch). The tree's pages may still be arriving (another request's
+  /// promotion): wait for them; if that copy failed, those nodes are tombstones that the next
+  /// insert revives with the request's own pages, so they stay.
+  bool free_duplicates(LockId lock, std::span<const Token> prompt, std::vector<GpuPageId>& table,
+                       std::vector<GpuPageId>& mine) {
+    auto tree = cache->path_pages(lock);
+    if (!tree && tree.status().code() == ErrorCode::kFailedPrecondition) {
+      (void)cache->wait(lock);
+      tree = cache->path_pages(lock);
+    }
+    if (!tree) return true;
+    bool ok = true;
+    std::vector<GpuPageId> dup;
+    for (std::size_t i = 0; i < tree->size(); ++i) {
+      ok &= page_ok((*tree)[i], prompt, i);
+      if (table[i] == (*tree)[i]) continue;
+      dup.push_back(table[i]);
+      table[i] = (*tree)[i];
+    }
+    std::erase_if(mine,
+                  [&](GpuPageId p) { return std::find(dup.begin(), dup.end(), p) != dup.end(); });
+    if (Status s = cache->free_pages(lock, dup); !s) throw std::runtime_error(s.to_string());
+    return ok;
   }
 
   /// Completes every pending copy (manual mode) and reaps it.

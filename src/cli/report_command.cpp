@@ -5,6 +5,7 @@
 #include <string>
 
 #include "commands.hpp"
+#include "sim/progress.hpp"
 #include "sim/report.hpp"
 
 namespace {
@@ -51,8 +52,19 @@ int run_report(int argc, char** argv) {
       return 2;
     }
   }
-  o.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
-  if (auto s = radixtier::sim::write_report(o); !s) {
+  radixtier::sim::ProgressMeter meter(stderr,
+                                      radixtier::sim::ProgressMeter::stream_is_terminal(stderr));
+  o.log = [&](const std::string& line) { meter.note(line); };
+  o.progress = [&](const std::string& phase, std::size_t done, std::size_t total) {
+    if (done == 0) {
+      meter.phase("report: " + phase, total, "runs");
+    } else {
+      meter.update(done);
+    }
+  };
+  const auto status = radixtier::sim::write_report(o);
+  meter.finish();
+  if (auto s = status; !s) {
     std::fprintf(stderr, "radixtier report: %s\n", s.message().c_str());
     return 1;
   }

@@ -1,13 +1,11 @@
 // `radixtier sim`: one scenario x one cache in the simulator (docs/simulator.md).
-#include <unistd.h>
-
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 
 #include "commands.hpp"
 #include "radixtier/scheduler/snapshot_policy.hpp"
+#include "sim/progress.hpp"
 #include "sim/simulator.hpp"
 
 namespace {
@@ -181,19 +179,13 @@ int run_sim(int argc, char** argv) {
     std::fprintf(stderr, "radixtier sim: %s\n", s.status().message().c_str());
     return 2;
   }
-  const bool tty = isatty(fileno(stderr)) != 0;
-  auto last = std::chrono::steady_clock::now();
-  opt.progress = [&](const sched::Progress& p) {
-    const auto now = std::chrono::steady_clock::now();
-    if (std::chrono::duration<double>(now - last).count() < (tty ? 0.5 : 10.0)) return;
-    last = now;
-    std::fprintf(stderr, "%s[sim %s/%s] %zu/%zu done, %zu running, %zu queued, clock %.0f s%s",
-                 tty ? "\r" : "", scenario.c_str(), sim::to_string(opt.cache),
-                 p.finished + p.failed, p.submitted, p.running, p.queued, p.now_s,
-                 tty ? "   " : "\n");
-  };
+  sim::ProgressMeter meter(stderr, sim::ProgressMeter::stream_is_terminal(stderr));
+  meter.phase(std::string("sim ") + scenario + "/" + sim::to_string(opt.cache), s->size(),
+              "requests");
+  opt.progress = [&](const sched::Progress& p) { meter.update(p.finished + p.failed); };
   auto r = sim::simulate(*s, opt);
-  if (tty) std::fprintf(stderr, "\r%90s\r", "");
+  if (r) meter.update(r->requests);
+  meter.finish();
   if (!r) {
     std::fprintf(stderr, "radixtier sim: %s\n", r.status().message().c_str());
     return 1;

@@ -5,8 +5,10 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <sstream>
+#include <utility>
 
 #include "sim/simulator.hpp"
 #include "sim/svg.hpp"
@@ -52,6 +54,14 @@ class Runner {
  public:
   explicit Runner(const ReportOptions& o) : o_(o) {}
 
+  /// The runs that follow belong to `name`, `total` of them (ReportOptions::progress).
+  void phase(std::string name, std::size_t total) {
+    phase_ = std::move(name);
+    done_ = 0;
+    total_ = total;
+    if (o_.progress) o_.progress(phase_, done_, total_);
+  }
+
   Result<SimResult> run(const Scenario& s, CacheKind cache, const std::string& hardware,
                         const std::string& policy = "",
                         SnapshotEviction eviction = SnapshotEviction::kCostAware) {
@@ -62,6 +72,7 @@ class Runner {
     opt.policy = policy;
     opt.eviction = eviction;
     auto r = simulate(s, opt);
+    if (o_.progress) o_.progress(phase_, ++done_, total_);
     if (r) {
       jsonl_ << to_json(*r) << "\n";
       if (o_.log) {
@@ -77,6 +88,8 @@ class Runner {
  private:
   const ReportOptions& o_;
   std::ostringstream jsonl_;
+  std::string phase_ = "runs";
+  std::size_t done_ = 0, total_ = 0;
 };
 
 }  // namespace
@@ -125,6 +138,7 @@ Status write_report(const ReportOptions& o) {
      << "| scenario | cache | policy | hit ratio | cached (last) | recomputed (last) | TTFT last s "
         "| floor last s | TTFT total s | H2D GB | D2H GB | host peak GB | snapshots kept | "
         "wall s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  runner.phase("scenarios x caches", variants.size() * std::size(kCaches));
   for (const Variant& v : variants) {
     ScenarioOptions so;
     so.compaction_host_snapshot_bytes = v.host_snapshot_bytes;
@@ -213,6 +227,9 @@ Status write_report(const ReportOptions& o) {
        << "| host budget | cache | policy | hit ratio | / attention-only | vs ideal | TTFT p50 s | "
           "p90 s | p99 s | utilization | H2D GB | D2H GB | host peak GB | snapshots kept | wall "
           "s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+    const std::size_t budgets = o.trace_host_gib.size();
+    const std::size_t per_budget = std::size(kTraceCaches);  // gpu-only runs once
+    runner.phase("trace", budgets == 0 ? 0 : per_budget * budgets - (budgets - 1));
     for (double g : o.trace_host_gib) {
       ScenarioOptions so;
       so.trace_host_bytes = static_cast<std::uint64_t>(g * static_cast<double>(kGiB));
@@ -343,6 +360,7 @@ Status write_report(const ReportOptions& o) {
     md << "\n|---|---|";
     for (std::size_t i = 0; i < scenarios.size(); ++i) md << "---|";
     md << "\n";
+    runner.phase("policies", policies.size() * 2 * scenarios.size());
     for (const auto& p : policies) {
       for (SnapshotEviction e : {SnapshotEviction::kCostAware, SnapshotEviction::kLru}) {
         md << "| " << p << " | " << radixtier::to_string(e) << " |";

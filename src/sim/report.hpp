@@ -21,6 +21,8 @@ struct ReportOptions {
   std::string trace_hardware = "h200-gen5";     ///< the trace (a server trace)
   bool policies = true;                         ///< run the policy comparison
   std::function<void(const std::string&)> log;  ///< one line per finished run
+  /// Called when a phase starts (done = 0) and after each of its runs.
+  std::function<void(const std::string& phase, std::size_t done, std::size_t total)> progress;
 };
 
 /// Runs everything and writes out_dir/results.md, out_dir/*.svg and out_dir/runs.jsonl.

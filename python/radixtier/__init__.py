@@ -1,0 +1,79 @@
+"""radixtier: a node-residency prefix cache for hybrid (attention + Gated DeltaNet) models.
+
+The C++ library through pybind11 (the extension radixtier._core):
+
+    CacheConfig            the validated, immutable config
+    PrefixCache            admit, poll, wait, path_pages, path_snapshot, alloc_pages,
+                           alloc_snapshot_slot, free_pages, free_snapshot_slot, insert,
+                           release; match, stats, occupancy, check_invariants, drain, drop_host
+    HostArenas             the host engine's byte arenas; each an ArenaView (buffer protocol):
+                           a model writes K/V straight into the cache's pages
+    HostTransferEngine     sliced copies between them, threaded or manual, fault injection
+    SnapshotPolicy         the snapshot placement policies of the C++ scheduler
+    cuda                   the CUDA engine over an engine's own device tensors (HAVE_CUDA)
+    Error                  base of the exceptions a Status that is not ok becomes
+
+Ids cross as ints and int64 numpy arrays (torch.from_numpy shares them); token and page
+arguments take numpy arrays, CPU torch tensors or sequences of ints.
+"""
+
+from radixtier._core import (  # noqa: F401
+    HAVE_CUDA,
+    Admission,
+    ArenaView,
+    CacheConfig,
+    CacheStats,
+    Copy,
+    DeviceLostError,
+    Direction,
+    Error,
+    ErrorCode,
+    FailedPreconditionError,
+    HostArenas,
+    HostEngineStats,
+    HostTransferEngine,
+    InsertResult,
+    InvalidArgumentError,
+    MatchResult,
+    NodeInfo,
+    NotFoundError,
+    Occupancy,
+    OutOfMemoryError,
+    PendingError,
+    PrefixCache,
+    Residency,
+    SnapshotEviction,
+    SnapshotPolicy,
+    SnapshotQuery,
+    Ticket,
+    TransferEngine,
+    TransferFailedError,
+    TransferState,
+    WritePolicy,
+    __version__,
+)
+
+if HAVE_CUDA:
+    from radixtier._core import cuda  # noqa: F401
+
+
+def as_tensor(view, dtype=None, shape=None):
+    """A torch tensor sharing an ArenaView's bytes (no copy).
+
+    `dtype` (default torch.uint8) reinterprets the bytes; `shape` (default
+    [items, item_bytes / dtype size]) views them, e.g. a KV pool as
+    [pages, layers, 2, page_size, kv_heads, head_dim]. The tensor keeps the arenas alive.
+    """
+    import torch
+
+    dtype = torch.uint8 if dtype is None else dtype
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    if view.item_bytes % itemsize != 0:
+        raise InvalidArgumentError(
+            f"{view.name}: items of {view.item_bytes} bytes are not a whole number of "
+            f"{dtype} elements")
+    default = (view.items, view.item_bytes // itemsize)
+    if view.nbytes == 0:
+        return torch.empty(shape if shape is not None else default, dtype=dtype)
+    t = torch.frombuffer(view, dtype=dtype)
+    return t.view(*(shape if shape is not None else default))

@@ -1,0 +1,342 @@
+"""The binding: config validation, Status -> exceptions, every CacheBackend call, ids as
+arrays, the GIL released during C++ calls, one cache shared by threads."""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import radixtier as rt
+from conftest import Stack, small_config
+
+
+# --- CacheConfig ---------------------------------------------------------------------------
+def test_config_is_validated_and_names_the_field():
+    with pytest.raises(rt.InvalidArgumentError, match="gpu_pages"):
+        rt.CacheConfig(gpu_pages=0, gpu_snapshot_slots=1, page_bytes=1, snapshot_bytes=1)
+    with pytest.raises(rt.InvalidArgumentError, match="page_size: -1"):
+        small_config(page_size=-1)
+    with pytest.raises(rt.InvalidArgumentError, match="write_policy"):
+        small_config(host_pages=0, write_policy=rt.WritePolicy.WRITE_THROUGH)
+
+
+def test_config_is_immutable_and_replace_validates():
+    c = small_config()
+    with pytest.raises(AttributeError):
+        c.gpu_pages = 3
+    d = c.replace(gpu_pages=99)
+    assert d.gpu_pages == 99 and c.gpu_pages == 16 and d.page_size == c.page_size
+    assert c == c.replace() and c != d
+    with pytest.raises(rt.InvalidArgumentError):
+        c.replace(slice_pages=0)
+    with pytest.raises(TypeError, match="unknown field"):
+        c.replace(pages=1)
+    assert c.to_dict()["page_bytes"] == 64 and c.slice_bytes == 2 * 64
+
+
+# --- errors --------------------------------------------------------------------------------
+def test_errors_carry_the_status_message_and_code(stack):
+    with pytest.raises(rt.NotFoundError, match=r"lock#7 is unknown") as e:
+        stack.cache.release(7)
+    assert e.value.code == rt.ErrorCode.NOT_FOUND
+    assert isinstance(e.value, rt.Error) and isinstance(e.value, LookupError)
+    assert issubclass(rt.InvalidArgumentError, ValueError)
+    assert issubclass(rt.Error, RuntimeError)
+    for cls, code in [(rt.OutOfMemoryError, rt.ErrorCode.OUT_OF_MEMORY),
+                      (rt.TransferFailedError, rt.ErrorCode.TRANSFER_FAILED),
+                      (rt.FailedPreconditionError, rt.ErrorCode.FAILED_PRECONDITION),
+                      (rt.PendingError, rt.ErrorCode.PENDING)]:
+        assert issubclass(cls, rt.Error) and cls.code == code
+
+
+def test_bad_input_leaves_the_cache_unchanged(stack):
+    a = stack.cache.admit([1, 2, 3, 4, 5])
+    pages = stack.cache.alloc_pages(a.lock, 1)
+    b = stack.cache.admit([9, 9, 9, 9, 9])
+    before = (stack.cache.occupancy().gpu_pages_free, stack.cache.stats().to_dict(),
+              stack.cache.check_invariants())
+    with pytest.raises(rt.InvalidArgumentError, match="not page-aligned|page"):
+        stack.cache.insert(a.lock, [1, 2, 3], pages)
+    with pytest.raises(rt.InvalidArgumentError, match=r"pages\[0\] = -1"):
+        stack.cache.free_pages(a.lock, [-1])
+    with pytest.raises(rt.InvalidArgumentError, match="lock = -2"):
+        stack.cache.release(-2)
+    with pytest.raises(rt.InvalidArgumentError, match="belongs to request"):
+        stack.cache.free_pages(b.lock, pages)  # rule 9: another request's page
+    assert (stack.cache.occupancy().gpu_pages_free, stack.cache.stats().to_dict(),
+            stack.cache.check_invariants()) == before
+    stack.cache.release(a.lock)
+    stack.cache.release(b.lock)
+
+
+def test_engine_must_match_the_config():
+    s = Stack()
+    with pytest.raises(rt.InvalidArgumentError, match="page_bytes = 128"):
+        rt.PrefixCache(s.config.replace(page_bytes=128), s.engine)
+    with pytest.raises(rt.InvalidArgumentError, match="gpu_pages = 17"):
+        rt.PrefixCache(s.config.replace(gpu_pages=17), s.engine)
+    with pytest.raises(TypeError, match="HostTransferEngine"):
+        rt.PrefixCache(s.config, object())
+
+
+# --- the CacheBackend interface ------------------------------------------------------------
+def test_request_lifecycle_through_every_call(stack):
+    c = stack.cache
+    prompt = np.arange(1, 14, dtype=np.int32)  # 13 tokens: 3 pages + 1
+    a = c.admit(prompt)
+    assert isinstance(a.lock, int) and a.cached_tokens == 0 and not a.promoting
+    assert c.poll(a.lock) == rt.TransferState.DONE
+    c.wait(a.lock)
+    assert len(c.path_pages(a.lock)) == 0
+    pages = c.alloc_pages(a.lock, 3)
+    assert pages.dtype == np.int64 and pages.shape == (3,)
+    slot = c.alloc_snapshot_slot(a.lock)
+    spare = c.alloc_snapshot_slot(a.lock)
+    c.free_snapshot_slot(a.lock, spare)
+    r = c.insert(a.lock, prompt[:12], pages, slot)
+    assert r.snapshot_taken and r.not_taken.dtype == np.int64 and len(r.not_taken) == 0
+    c.release(a.lock)
+
+    b = c.admit(prompt)
+    assert b.cached_tokens == 12 and b.gpu_tokens == 12 and b.kv_tokens == 12
+    assert np.array_equal(c.path_pages(b.lock), pages)
+    assert c.path_snapshot(b.lock) == slot
+    mine = c.alloc_pages(b.lock, 3)
+    r = c.insert(b.lock, prompt[:12], mine)  # the tree has these: all handed back
+    assert sorted(r.not_taken) == sorted(mine) and not r.snapshot_taken
+    c.free_pages(b.lock, r.not_taken)
+    c.release(b.lock)
+
+    m = c.match(prompt[:12])
+    assert m.usable_tokens == 12 and m.kv_tokens == 12 and m.snapshot_on_gpu
+    st = c.stats()
+    assert st.admissions == 2 and st.snapshots_inserted == 1 and st.to_dict()["admissions"] == 2
+    occ = c.occupancy()
+    assert occ.gpu_pages_free == 16 - 3 and occ.gpu_slots_free == 3 and occ.nodes >= 1
+    nodes = c.inspect(prompt[:12])
+    assert sum(n.tokens for n in nodes) == 12 and nodes[-1].boundary == 12
+    assert nodes[-1].snapshot == rt.Residency.GPU and all(n.locks == 0 for n in nodes)
+    assert all(n.kv_copy == rt.Copy.NONE for n in nodes)
+    c.poll()
+    c.drain()
+    c.drop_host()
+    c.flush()  # nothing is pinned: every copy goes
+    assert c.match(prompt[:12]).usable_tokens == 0 and c.inspect(prompt[:12]) == []
+    assert c.check_invariants() == ""
+    assert c.in_flight == 0 and c.page_size == 4 and c.config == stack.config
+    assert c.engine is stack.engine
+
+
+def test_demote_promote_and_failed_promotion_degrades(stack):
+    c = stack.cache
+    conv = np.arange(100, 132, dtype=np.int32)  # 8 pages
+    stack.serve(conv)
+    # Push it to host: fill the GPU with other requests' pages.
+    stack.serve(np.arange(500, 532, dtype=np.int32))
+    stack.serve(np.arange(700, 732, dtype=np.int32))
+    m = c.match(conv)
+    assert m.usable_tokens == 32 and m.host_tokens > 0
+    a = c.admit(np.append(conv, 1))
+    assert a.host_tokens > 0
+    c.wait(a.lock)
+    c.release(a.lock)
+    assert c.stats().kv_pages_promoted > 0
+
+    assert c.check_invariants() == ""
+
+
+def test_failed_promotion_degrades_to_recompute():
+    s = Stack(mode=rt.HostTransferEngine.Mode.MANUAL)  # copies run when waited for
+    c = s.cache
+    conv = np.arange(100, 132, dtype=np.int32)
+    s.serve(conv)
+    s.serve(np.arange(500, 532, dtype=np.int32))
+    s.serve(np.arange(700, 732, dtype=np.int32))
+    assert c.match(conv).host_tokens > 0
+    a = c.admit(np.append(conv, 1))
+    assert a.promoting and c.poll(a.lock) == rt.TransferState.PENDING
+    for t in s.engine.pending():  # the promotion (and anything else still queued) fails
+        s.engine.fail_ticket(t)
+    assert c.wait(a.lock) < 32  # rule 7: the request resumes below the failed copy
+    assert c.poll(a.lock) == rt.TransferState.DONE
+    c.release(a.lock)
+    b = c.admit(np.append(conv, 1))
+    assert b.cached_tokens < 32
+    c.release(b.lock)
+    assert c.stats().transfers_failed >= 1 and c.check_invariants() == ""
+
+
+def test_out_of_memory_is_an_exception(stack):
+    a = stack.cache.admit([1, 2])
+    b = stack.cache.admit([3, 4])
+    stack.cache.alloc_pages(a.lock, 10)  # held by a running request: not evictable
+    with pytest.raises(rt.OutOfMemoryError):
+        stack.cache.alloc_pages(b.lock, 10)
+    with pytest.raises(rt.InvalidArgumentError, match="17 pages asked"):
+        stack.cache.alloc_pages(b.lock, 17)
+    stack.cache.release(a.lock)
+    stack.cache.release(b.lock)
+
+
+# --- ids as arrays -------------------------------------------------------------------------
+@pytest.mark.parametrize("make", [
+    lambda x: np.asarray(x, dtype=np.int32),
+    lambda x: np.asarray(x, dtype=np.int64),
+    lambda x: np.asarray(x, dtype=np.uint16),
+    lambda x: torch.tensor(x, dtype=torch.int32),
+    lambda x: torch.tensor(x, dtype=torch.int64),
+    lambda x: list(x),
+    lambda x: np.repeat(np.asarray(x, dtype=np.int64), 2)[::2],  # strided view
+    lambda x: torch.tensor(x, dtype=torch.int64).repeat_interleave(2)[::2],
+])
+def test_tokens_and_ids_accept_arrays_tensors_and_lists(stack, make):
+    tokens = [5, 6, 7, 8, 9, 10, 11, 12]
+    a = stack.cache.admit(make(tokens + [1]))
+    pages = stack.cache.alloc_pages(a.lock, 2)
+    r = stack.cache.insert(a.lock, make(tokens), make(pages.tolist()))
+    assert len(r.not_taken) == 0
+    stack.cache.release(a.lock)
+    assert stack.cache.match(make(tokens)).kv_tokens == 8
+
+
+def test_bad_arrays_are_rejected(stack):
+    a = stack.cache.admit([1, 2])
+    with pytest.raises(rt.InvalidArgumentError, match="integer"):
+        stack.cache.free_pages(a.lock, np.zeros(2, dtype=np.float32))
+    with pytest.raises(rt.InvalidArgumentError, match="1-D"):
+        stack.cache.free_pages(a.lock, np.zeros((2, 2), dtype=np.int64))
+    with pytest.raises(rt.InvalidArgumentError, match="torch.int32 or torch.int64"):
+        stack.cache.admit(torch.zeros(3, dtype=torch.float32))
+    with pytest.raises(rt.InvalidArgumentError, match="does not fit a 32-bit token"):
+        stack.cache.admit(np.array([1, 2**40], dtype=np.int64))
+    with pytest.raises(rt.InvalidArgumentError, match=r"pages\[1\] = 4294967295"):
+        stack.cache.free_pages(a.lock, np.array([0, 2**32 - 1], dtype=np.uint32))
+    with pytest.raises(rt.InvalidArgumentError, match=r"pages\[0\] = -3"):
+        stack.cache.free_pages(a.lock, torch.tensor([-3]))
+    with pytest.raises(TypeError):
+        stack.cache.admit("abc")
+    stack.cache.release(a.lock)
+
+
+def test_ten_thousand_page_ids_cost_no_python_loop():
+    P = 4
+    s = Stack(small_config(page_size=P, gpu_pages=20000, host_pages=0, host_snapshot_slots=0,
+                           page_bytes=8))
+    c = s.cache
+    tokens = np.arange(10000 * P, dtype=np.int32)
+    a = c.admit(tokens[:1])
+    t0 = time.perf_counter()
+    pages = c.alloc_pages(a.lock, 10000)
+    r = c.insert(a.lock, tokens, torch.from_numpy(pages))
+    table = c.path_pages(a.lock)
+    spare = c.alloc_pages(a.lock, 10000)
+    c.free_pages(a.lock, spare)
+    elapsed = time.perf_counter() - t0
+    c.release(a.lock)
+    assert len(r.not_taken) == 0 and np.array_equal(table, pages)
+    # One C++ pass per call: far below what 4 x 10^4 Python objects would cost.
+    assert elapsed < 0.25, elapsed
+    assert c.check_invariants() == ""
+
+
+# --- GIL and threads -----------------------------------------------------------------------
+def test_the_gil_is_released_during_cache_calls():
+    s = Stack(small_config(page_size=4, gpu_pages=64, page_bytes=8))
+    s.serve(np.arange(64 * 4 - 4, dtype=np.int32))
+    prompt = np.arange(64 * 4 - 3, dtype=np.int32)
+    ticks = [0]
+    stop = threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            ticks[0] += 1
+
+    t = threading.Thread(target=spin)
+    t.start()
+    time.sleep(0.05)
+    during = 0
+    for _ in range(5):  # one C++ call of tens of milliseconds, a few times on a busy machine
+        before = ticks[0]
+        assert s.cache._admit_release_loop(prompt, 200000) > 0
+        during = ticks[0] - before
+        if during > 0:
+            break
+    stop.set()
+    t.join()
+    assert during > 0, "a Python thread made no progress while the cache ran"
+
+
+def test_ticket_wait_releases_the_gil():
+    s = Stack()
+    s.arenas  # noqa: B018
+    t = s.engine.submit(rt.Direction.DEVICE_TO_HOST, pages=np.array([[0, 0]]))
+    s.engine.delay_ticket(t.id)
+    done = threading.Event()
+
+    def waiter():
+        t.wait()
+        done.set()
+
+    w = threading.Thread(target=waiter)
+    w.start()
+    time.sleep(0.05)
+    assert not done.is_set() or t.poll() == rt.TransferState.DONE
+    s.engine.resume(t.id)  # runs only if the waiter let go of the GIL
+    w.join(timeout=10)
+    assert done.is_set() and t.poll() == rt.TransferState.DONE
+
+
+def test_one_cache_shared_by_threads():
+    s = Stack(small_config(page_size=4, gpu_pages=256, host_pages=256, page_bytes=16))
+    errors = []
+
+    def worker(seed):
+        rng = np.random.default_rng(seed)
+        try:
+            for _ in range(200):
+                base = int(rng.integers(0, 4)) * 1000
+                tokens = np.arange(base, base + 4 * int(rng.integers(1, 6)), dtype=np.int32)
+                a = s.cache.admit(np.append(tokens, 7))
+                s.cache.wait(a.lock)
+                have = len(s.cache.path_pages(a.lock))
+                need = len(tokens) // 4
+                if need > have:
+                    mine = s.cache.alloc_pages(a.lock, need - have)
+                    full = np.concatenate([s.cache.path_pages(a.lock), mine])
+                    r = s.cache.insert(a.lock, tokens, full)
+                    s.cache.free_pages(a.lock, r.not_taken)
+                s.cache.release(a.lock)
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert s.cache.check_invariants() == ""
+    assert s.cache.stats().admissions == 800
+
+
+# --- snapshot policies ---------------------------------------------------------------------
+def test_snapshot_policies_are_the_schedulers():
+    p = rt.SnapshotPolicy("interval:64+tail")
+    assert p.name == "interval:64+tail" and p.tail and not p.branch
+    assert p.next_cut(10) == 64 and rt.SnapshotPolicy("end-only").next_cut(10) is None
+    q = rt.SnapshotQuery(boundary=128, prompt_tokens=300, page_size=16, chunk_tokens=64)
+    assert p.keep(q)
+    q.boundary = 80
+    assert not p.keep(q)
+    q.boundary = 256  # the +tail boundary: last chunk multiple below 288
+    assert p.keep(q) and rt.SnapshotPolicy.tail_boundary(q) == 256
+    with pytest.raises(rt.InvalidArgumentError, match="multiple of the page size"):
+        rt.SnapshotPolicy("interval:10").validate(16)
+    with pytest.raises(rt.InvalidArgumentError, match="unknown snapshot policy"):
+        rt.SnapshotPolicy.parse("sometimes")
+    b = rt.SnapshotPolicy("budgeted")
+    plan = b.plan(rt.SnapshotQuery(prompt_tokens=4096, page_size=16, chunk_tokens=256,
+                                   snapshot_bytes=1000, kv_bytes_per_token=100))
+    assert plan and all(x % 256 == 0 for x in plan)

@@ -1,0 +1,328 @@
+#include "arrays.hpp"
+
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <type_traits>
+
+namespace radixtier::python {
+
+namespace {
+
+bool is_torch_tensor(py::handle obj) {
+  // torch.Tensor without importing torch: its C base class is torch._C._TensorBase
+  // (torch._C.TensorBase from torch 2.1 on).
+  for (PyTypeObject* t = Py_TYPE(obj.ptr()); t != nullptr; t = t->tp_base) {
+    if (std::strcmp(t->tp_name, "torch._C._TensorBase") == 0 ||
+        std::strcmp(t->tp_name, "torch._C.TensorBase") == 0)
+      return true;
+  }
+  return false;
+}
+
+// int64 sources (torch's and numpy's default integer type) are the common case: these two
+// narrowing passes get AVX2 / AVX-512 clones where the compiler can make them (GCC, x86-64),
+// picked at load time by the CPU, so a 32k-token int64 prompt converts in a few microseconds.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define RADIXTIER_VECTOR_CLONES \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define RADIXTIER_VECTOR_CLONES
+#endif
+
+/// out[i] = src[i] as int32; nonzero when some value did not fit.
+RADIXTIER_VECTOR_CLONES std::uint64_t narrow_to_i32(const std::int64_t* __restrict src,
+                                                    std::int32_t* __restrict out, std::size_t n) {
+  std::uint64_t lost = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto v = static_cast<std::int32_t>(src[i]);
+    out[i] = v;
+    lost |= static_cast<std::uint64_t>(static_cast<std::int64_t>(v) ^ src[i]);
+  }
+  return lost;
+}
+
+/// out[i] = src[i] as uint32; nonzero when some value did not fit.
+RADIXTIER_VECTOR_CLONES std::uint64_t narrow_to_u32(const std::int64_t* __restrict src,
+                                                    std::uint32_t* __restrict out, std::size_t n) {
+  std::uint64_t lost = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    out[i] = static_cast<std::uint32_t>(src[i]);
+    lost |= static_cast<std::uint64_t>(src[i]) >> 32;
+  }
+  return lost;
+}
+
+template <class X>
+constexpr bool negative(X x) {
+  if constexpr (std::is_signed_v<X>) {
+    return x < 0;
+  } else {
+    return false;
+  }
+}
+
+/// torch.int32 and torch.int64, looked up once torch is loaded (dtype objects live as long
+/// as torch, which is never unloaded).
+struct TorchDtypes {
+  PyObject* i32 = nullptr;
+  PyObject* i64 = nullptr;
+};
+const TorchDtypes& torch_dtypes() {
+  static const TorchDtypes d = [] {
+    py::module_ torch = py::module_::import("torch");
+    return TorchDtypes{py::object(torch.attr("int32")).release().ptr(),
+                       py::object(torch.attr("int64")).release().ptr()};
+  }();
+  return d;
+}
+
+}  // namespace
+
+IntArray::IntArray(py::handle obj, const char* what) {
+  if (PyObject_CheckBuffer(obj.ptr()) != 0 && !PyBytes_Check(obj.ptr())) {
+    from_buffer(obj, what);
+  } else if (is_torch_tensor(obj)) {
+    from_tensor(obj, what);
+  } else {
+    from_sequence(obj, what);
+  }
+}
+
+IntArray::~IntArray() {
+  if (has_view_) PyBuffer_Release(&view_);
+}
+
+void IntArray::from_buffer(py::handle obj, const char* what) {
+  if (PyObject_GetBuffer(obj.ptr(), &view_, PyBUF_RECORDS_RO) != 0) throw py::error_already_set();
+  has_view_ = true;
+  if (view_.ndim != 1) {
+    raise_invalid(std::string(what) + ": expected a 1-D array, got " + std::to_string(view_.ndim) +
+                  " dimensions");
+  }
+  const std::string fmt = view_.format != nullptr ? view_.format : "B";
+  // Native-order integer formats only ('=' / '@' prefixes allowed).
+  std::string f = fmt;
+  if (!f.empty() && (f[0] == '@' || f[0] == '=' || f[0] == '<')) f.erase(0, 1);
+  const auto size = view_.itemsize;
+  const bool is_signed = f == "b" || f == "h" || f == "i" || f == "l" || f == "q" || f == "n";
+  const bool is_unsigned = f == "B" || f == "H" || f == "I" || f == "L" || f == "Q" || f == "N";
+  if (f.size() != 1 || (!is_signed && !is_unsigned)) {
+    raise_invalid(std::string(what) + ": expected an integer array, got format '" + fmt + "'");
+  }
+  switch (size) {
+    case 1:
+      kind_ = is_signed ? Kind::kI8 : Kind::kU8;
+      break;
+    case 2:
+      kind_ = is_signed ? Kind::kI16 : Kind::kU16;
+      break;
+    case 4:
+      kind_ = is_signed ? Kind::kI32 : Kind::kU32;
+      break;
+    case 8:
+      kind_ = is_signed ? Kind::kI64 : Kind::kU64;
+      break;
+    default:
+      raise_invalid(std::string(what) + ": unsupported integer size " + std::to_string(size));
+  }
+  data_ = static_cast<const char*>(view_.buf);
+  size_ = static_cast<std::size_t>(view_.shape[0]);
+  stride_ = view_.strides != nullptr ? view_.strides[0] : size;
+}
+
+void IntArray::from_tensor(py::handle obj, const char* what) {
+  // Five attribute reads through the C API with interned names (no numpy() round trip, no
+  // temporary strings): this is the hot path of an engine that keeps token ids in tensors.
+  struct Names {
+    PyObject *is_cuda, *dtype, *shape, *stride, *data_ptr;
+  };
+  static const Names n{PyUnicode_InternFromString("is_cuda"), PyUnicode_InternFromString("dtype"),
+                       PyUnicode_InternFromString("shape"), PyUnicode_InternFromString("stride"),
+                       PyUnicode_InternFromString("data_ptr")};
+  auto steal = [](PyObject* r) {
+    if (r == nullptr) throw py::error_already_set();
+    return py::reinterpret_steal<py::object>(r);
+  };
+  PyObject* o = obj.ptr();
+  if (steal(PyObject_GetAttr(o, n.is_cuda)).ptr() == Py_True) {
+    raise_invalid(std::string(what) +
+                  ": a CUDA tensor; ids and tokens are read on the host (pass a CPU tensor)");
+  }
+  const py::object dtype = steal(PyObject_GetAttr(o, n.dtype));
+  const TorchDtypes& d = torch_dtypes();
+  if (dtype.ptr() == d.i32) {
+    kind_ = Kind::kI32;
+  } else if (dtype.ptr() == d.i64) {
+    kind_ = Kind::kI64;
+  } else {
+    raise_invalid(std::string(what) + ": expected a torch.int32 or torch.int64 tensor, got " +
+                  std::string(py::str(dtype)));
+  }
+  const py::object shape = steal(PyObject_GetAttr(o, n.shape));
+  if (!PyTuple_Check(shape.ptr()) || PyTuple_GET_SIZE(shape.ptr()) != 1) {
+    raise_invalid(std::string(what) + ": expected a 1-D tensor, got shape " +
+                  std::string(py::str(shape)));
+  }
+  const py::object stride = steal(PyObject_CallMethodNoArgs(o, n.stride));
+  const py::object ptr = steal(PyObject_CallMethodNoArgs(o, n.data_ptr));
+  const Py_ssize_t count = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape.ptr(), 0));
+  const Py_ssize_t step = PyLong_AsSsize_t(PyTuple_GET_ITEM(stride.ptr(), 0));
+  const unsigned long long address = PyLong_AsUnsignedLongLong(ptr.ptr());
+  if (PyErr_Occurred() != nullptr) throw py::error_already_set();
+  keep_ = py::reinterpret_borrow<py::object>(obj);
+  size_ = static_cast<std::size_t>(count);
+  stride_ = static_cast<std::ptrdiff_t>(step) * (kind_ == Kind::kI32 ? 4 : 8);
+  data_ = reinterpret_cast<const char*>(static_cast<std::uintptr_t>(address));
+}
+
+void IntArray::from_sequence(py::handle obj, const char* what) {
+  if (!py::isinstance<py::sequence>(obj) || py::isinstance<py::str>(obj)) {
+    throw py::type_error(std::string(what) +
+                         ": expected a 1-D integer array (numpy, torch) or a sequence of ints, "
+                         "got " +
+                         std::string(py::str(py::type::of(obj))));
+  }
+  owned_ = py::cast<std::vector<std::int64_t>>(obj);
+  kind_ = Kind::kI64;
+  data_ = reinterpret_cast<const char*>(owned_.data());
+  size_ = owned_.size();
+  stride_ = sizeof(std::int64_t);
+}
+
+std::int64_t IntArray::at(std::size_t i) const {
+  const char* p = data_ + static_cast<std::ptrdiff_t>(i) * stride_;
+  auto load = [p]<class T>(T) {
+    T v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+  };
+  switch (kind_) {
+    case Kind::kI8:
+      return load(std::int8_t{});
+    case Kind::kU8:
+      return load(std::uint8_t{});
+    case Kind::kI16:
+      return load(std::int16_t{});
+    case Kind::kU16:
+      return load(std::uint16_t{});
+    case Kind::kI32:
+      return load(std::int32_t{});
+    case Kind::kU32:
+      return load(std::uint32_t{});
+    case Kind::kI64:
+      return load(std::int64_t{});
+    case Kind::kU64: {
+      const std::uint64_t v = load(std::uint64_t{});
+      return v > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())
+                 ? -1
+                 : static_cast<std::int64_t>(v);
+    }
+  }
+  return -1;
+}
+
+template <class Out>
+std::size_t IntArray::convert_any(std::int64_t lo, std::int64_t hi, Out* out) const {
+  auto run = [&]<class T>(T) -> std::size_t {
+    auto fits = [&](T v) {
+      if constexpr (std::is_same_v<T, std::uint64_t>) {
+        if (v > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) return false;
+      }
+      const auto w = static_cast<std::int64_t>(v);
+      return w >= lo && w <= hi;
+    };
+    if (stride_ == static_cast<std::ptrdiff_t>(sizeof(T)) &&
+        reinterpret_cast<std::uintptr_t>(data_) % alignof(T) == 0) {
+      // Contiguous: one branch-free, vectorizable pass (narrow, then check that the value
+      // survives the round trip), a second over the narrowed values only when [lo, hi] is
+      // narrower than Out; the slow scan below only runs to name a bad element.
+      const T* src = reinterpret_cast<const T*>(data_);
+      std::make_unsigned_t<T> lost = 0;
+      if constexpr (std::is_same_v<T, std::int64_t> && std::is_same_v<Out, std::int32_t>) {
+        lost = narrow_to_i32(src, out, size_);
+      } else if constexpr (std::is_same_v<T, std::int64_t> && std::is_same_v<Out, std::uint32_t>) {
+        lost = narrow_to_u32(src, out, size_);
+      } else {
+        for (std::size_t i = 0; i < size_; ++i) {
+          const Out o = static_cast<Out>(src[i]);
+          out[i] = o;
+          lost |= static_cast<std::make_unsigned_t<T>>(static_cast<T>(o) ^ src[i]);
+          // A negative source that narrowed to an unsigned Out, or the reverse, flips sign.
+          if constexpr (std::is_signed_v<T> != std::is_signed_v<Out>)
+            lost |= negative(src[i]) != negative(o) ? 1u : 0u;
+        }
+      }
+      bool ok = lost == 0;
+      if (ok && (lo > static_cast<std::int64_t>(std::numeric_limits<Out>::min()) ||
+                 hi < static_cast<std::int64_t>(std::numeric_limits<Out>::max()))) {
+        bool outside = false;
+        for (std::size_t i = 0; i < size_; ++i)
+          outside |=
+              static_cast<std::int64_t>(out[i]) < lo || static_cast<std::int64_t>(out[i]) > hi;
+        ok = !outside;
+      }
+      if (ok) return size_;
+    }
+    for (std::size_t i = 0; i < size_; ++i) {
+      T v;
+      std::memcpy(&v, data_ + static_cast<std::ptrdiff_t>(i) * stride_, sizeof v);
+      if (!fits(v)) return i;
+      out[i] = static_cast<Out>(v);
+    }
+    return size_;
+  };
+  switch (kind_) {
+    case Kind::kI8:
+      return run(std::int8_t{});
+    case Kind::kU8:
+      return run(std::uint8_t{});
+    case Kind::kI16:
+      return run(std::int16_t{});
+    case Kind::kU16:
+      return run(std::uint16_t{});
+    case Kind::kI32:
+      return run(std::int32_t{});
+    case Kind::kU32:
+      return run(std::uint32_t{});
+    case Kind::kI64:
+      return run(std::int64_t{});
+    case Kind::kU64:
+      return run(std::uint64_t{});
+  }
+  return 0;
+}
+
+std::size_t IntArray::convert(std::int64_t lo, std::int64_t hi, std::int64_t* out) const {
+  return convert_any(lo, hi, out);
+}
+std::size_t IntArray::convert(std::int64_t lo, std::int64_t hi, std::int32_t* out) const {
+  return convert_any(lo, hi, out);
+}
+std::size_t IntArray::convert(std::int64_t lo, std::int64_t hi, std::uint32_t* out) const {
+  return convert_any(lo, hi, out);
+}
+
+std::span<const std::int32_t> IntArray::int32_span() const {
+  if (kind_ != Kind::kI32 || (stride_ != sizeof(std::int32_t) && size_ > 1) || size_ == 0 ||
+      reinterpret_cast<std::uintptr_t>(data_) % alignof(std::int32_t) != 0)
+    return {};
+  return {reinterpret_cast<const std::int32_t*>(data_), size_};
+}
+
+TokenArg::TokenArg(py::handle obj, const char* what) : array_(obj, what) {
+  if (auto s = array_.int32_span(); !s.empty()) {
+    span_ = s;
+    return;
+  }
+  owned_.resize(array_.size());
+  const std::size_t bad = array_.convert(std::numeric_limits<Token>::min(),
+                                         std::numeric_limits<Token>::max(), owned_.data());
+  if (bad < owned_.size()) {
+    raise_invalid(std::string(what) + "[" + std::to_string(bad) +
+                  "] = " + std::to_string(array_.at(bad)) + " does not fit a 32-bit token id");
+  }
+  span_ = owned_;
+}
+
+}  // namespace radixtier::python

@@ -1,0 +1,120 @@
+// Ids and tokens across the boundary, without a Python object per element.
+//
+// In: a 1-D integer buffer (numpy array, array.array, memoryview; int32 tokens are used in
+// place, other integer types are converted in one C++ loop), a CPU torch tensor of int32 or
+// int64 (read in place through data_ptr(), any stride), or, off the hot path, a sequence of
+// Python ints. Out: numpy int64 arrays (torch.from_numpy() shares them).
+#pragma once
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "errors.hpp"
+#include "radixtier/ids.hpp"
+
+namespace radixtier::python {
+
+namespace py = pybind11;
+
+/// A read-only view of a 1-D integer array held by a Python object.
+class IntArray {
+ public:
+  /// `what` names the argument in error messages ("tokens", "pages").
+  IntArray(py::handle obj, const char* what);
+  IntArray(const IntArray&) = delete;
+  IntArray& operator=(const IntArray&) = delete;
+  ~IntArray();
+
+  std::size_t size() const { return size_; }
+  /// Element i as int64 (the source may be any integer type and stride).
+  std::int64_t at(std::size_t i) const;
+  /// Converts every element into out[0, size()) (one type dispatch, then one tight loop);
+  /// returns the index of the first element outside [lo, hi] (nothing after it is written),
+  /// or size() when all fit.
+  std::size_t convert(std::int64_t lo, std::int64_t hi, std::int64_t* out) const;
+  std::size_t convert(std::int64_t lo, std::int64_t hi, std::int32_t* out) const;
+  std::size_t convert(std::int64_t lo, std::int64_t hi, std::uint32_t* out) const;
+  /// The elements when the source is contiguous int32 (tokens used in place), else empty.
+  std::span<const std::int32_t> int32_span() const;
+
+ private:
+  enum class Kind : std::uint8_t { kI8, kU8, kI16, kU16, kI32, kU32, kI64, kU64 };
+  template <class Out>
+  std::size_t convert_any(std::int64_t lo, std::int64_t hi, Out* out) const;
+  void from_buffer(py::handle obj, const char* what);
+  void from_tensor(py::handle obj, const char* what);
+  void from_sequence(py::handle obj, const char* what);
+
+  Py_buffer view_{};
+  bool has_view_ = false;
+  py::object keep_;                  // the torch tensor read in place
+  std::vector<std::int64_t> owned_;  // a converted sequence
+  const char* data_ = nullptr;
+  std::size_t size_ = 0;
+  std::ptrdiff_t stride_ = 0;  // bytes
+  Kind kind_ = Kind::kI64;
+};
+
+/// Tokens (int32) from any integer array: in place when the source is contiguous int32.
+class TokenArg {
+ public:
+  TokenArg(py::handle obj, const char* what = "tokens");
+  std::span<const Token> span() const { return span_; }
+
+ private:
+  IntArray array_;
+  std::vector<Token> owned_;
+  std::span<const Token> span_;
+};
+
+/// Strong ids of one space (u32 values, the invalid value excluded) from an integer array.
+template <class Id>
+std::vector<Id> ids_from(py::handle obj, const char* what) {
+  IntArray a(obj, what);
+  std::vector<std::uint32_t> values(a.size());
+  const std::size_t bad = a.convert(0, std::int64_t{Id::kInvalid} - 1, values.data());
+  if (bad < a.size()) {
+    raise_invalid(std::string(what) + "[" + std::to_string(bad) +
+                  "] = " + std::to_string(a.at(bad)) + " is not a valid id");
+  }
+  std::vector<Id> out;
+  out.reserve(values.size());
+  for (std::uint32_t v : values) out.emplace_back(v);
+  return out;
+}
+
+/// One id from a Python int.
+template <class Id>
+Id id_from(std::int64_t v, const char* what) {
+  if (v < 0 || v >= static_cast<std::int64_t>(Id::kInvalid))
+    raise_invalid(std::string(what) + " = " + std::to_string(v) + " is not a valid id");
+  return Id(static_cast<std::uint32_t>(v));
+}
+
+/// A numpy int64 array of the ids' values.
+template <class Id>
+py::array_t<std::int64_t> to_array(std::span<const Id> ids) {
+  py::array_t<std::int64_t> out(static_cast<py::ssize_t>(ids.size()));
+  std::int64_t* p = out.mutable_data();
+  for (std::size_t i = 0; i < ids.size(); ++i) p[i] = ids[i].value();
+  return out;
+}
+
+/// An unsigned count or size from a Python int, naming the field when it is out of range.
+template <class T>
+T count_from(std::int64_t v, const char* what) {
+  if (v < 0 || static_cast<std::uint64_t>(v) > std::numeric_limits<T>::max()) {
+    raise_invalid(std::string(what) + ": " + std::to_string(v) + " is not in [0, " +
+                  std::to_string(std::numeric_limits<T>::max()) + "]");
+  }
+  return static_cast<T>(v);
+}
+
+}  // namespace radixtier::python

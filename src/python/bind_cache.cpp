@@ -1,0 +1,433 @@
+// PrefixCache: every call of the CacheBackend interface plus match, stats, occupancy,
+// check_invariants, poll, drain and drop_host.
+//
+// Threading: the C++ cache is not thread-safe, and every call here releases the GIL (admit,
+// alloc_pages and insert may wait for copies; wait and drain do), so each cache carries a
+// mutex taken with the GIL released: Python threads may share one cache safely. Arguments
+// are converted before the GIL is released and results after it is taken back, so no Python
+// object is touched without it.
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include <chrono>
+#include <iterator>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <string>
+
+#include "arrays.hpp"
+#include "bindings.hpp"
+#include "errors.hpp"
+#include "radixtier/cache/prefix_cache.hpp"
+
+namespace radixtier::python {
+
+namespace {
+
+/// The engine behind a Python engine object, or a TypeError naming the accepted ones.
+EngineRef engine_ref(py::handle engine) {
+  if (auto r = host_engine_ref(engine)) return *r;
+#ifdef RADIXTIER_PYTHON_CUDA
+  if (auto r = cuda_engine_ref(engine)) return *r;
+#endif
+#ifdef RADIXTIER_PYTHON_CUDA
+  constexpr const char* kAccepted = "a HostTransferEngine or a cuda.CudaTransferEngine";
+#else
+  constexpr const char* kAccepted = "a HostTransferEngine";
+#endif
+  throw py::type_error(std::string("PrefixCache: engine must be ") + kAccepted + ", got " +
+                       std::string(py::str(py::type::of(engine))));
+}
+
+/// The cache config must describe the engine's pools: same item sizes, no more items.
+Status check_geometry(const CacheConfig& c, const EngineRef& e) {
+  std::ostringstream err;
+  auto field = [&](const char* name, std::uint64_t want, std::uint64_t have, bool exact) {
+    if (exact ? want != have : want > have) {
+      err << "CacheConfig." << name << " = " << want << " but the " << e.kind << "'s pools have "
+          << have << "; ";
+    }
+  };
+  field("page_bytes", c.page_bytes, e.page_bytes, true);
+  field("gpu_pages", c.gpu_pages, e.gpu_pages, false);
+  // The one host pool: host_pages + host_snapshot_slots x snapshot_pages() pages.
+  field("host_pages + host_snapshot_slots x snapshot_pages() (the host pool)", c.host_pool_pages(),
+        e.host_pages, false);
+  field("gpu_snapshot_slots", c.gpu_snapshot_slots, e.gpu_slots, false);
+  if (c.snapshot_bytes != e.snapshot_bytes && (c.gpu_snapshot_slots > 0 || e.gpu_slots > 0))
+    field("snapshot_bytes", c.snapshot_bytes, e.snapshot_bytes, true);
+  std::string s = err.str();
+  if (s.empty()) return Status::ok();
+  s.resize(s.size() - 2);
+  return invalid_argument("PrefixCache: " + s);
+}
+
+struct PyInsertResult {
+  py::array_t<std::int64_t> not_taken;
+  bool snapshot_taken = false;
+};
+
+class PyPrefixCache {
+ public:
+  PyPrefixCache(const CacheConfig& config, py::object engine) : engine_obj_(std::move(engine)) {
+    const EngineRef ref = engine_ref(engine_obj_);
+    check(config.validate());
+    check(check_geometry(config, ref));
+    cache_ = unwrap(PrefixCache::create(config, *ref.engine));
+  }
+  ~PyPrefixCache() {
+    // The cache's destructor waits for its copies: let the engine's threads run meanwhile.
+    py::gil_scoped_release nogil;
+    std::lock_guard lock(mu_);
+    cache_.reset();
+  }
+  PyPrefixCache(const PyPrefixCache&) = delete;
+  PyPrefixCache& operator=(const PyPrefixCache&) = delete;
+
+  /// Runs f(cache) with the GIL released and the cache's mutex held.
+  template <class F>
+  auto locked(F&& f) {
+    py::gil_scoped_release nogil;
+    std::lock_guard lock(mu_);
+    return f(*cache_);
+  }
+  /// Same, for cheap const queries that never wait: the GIL stays held (no other Python
+  /// thread can run), the mutex still excludes a thread inside a GIL-free call.
+  template <class F>
+  auto query(F&& f) const {
+    std::unique_lock lock(mu_, std::try_to_lock);
+    if (!lock.owns_lock()) {
+      py::gil_scoped_release nogil;
+      lock.lock();
+    }
+    return f(*cache_);
+  }
+
+  const py::object& engine() const { return engine_obj_; }
+
+ private:
+  py::object engine_obj_;  // keeps the engine (and through it the arenas) alive
+  std::unique_ptr<PrefixCache> cache_;
+  mutable std::mutex mu_;
+};
+
+LockId lock_from(std::int64_t v) {
+  return id_from<LockId>(v, "lock");
+}
+
+// Every CacheStats counter, once: the Python attributes and to_dict() come from this list.
+struct StatField {
+  const char* name;
+  std::uint64_t CacheStats::*member;
+};
+constexpr StatField kStatFields[] = {
+    {"admissions", &CacheStats::admissions},
+    {"requested_tokens", &CacheStats::requested_tokens},
+    {"hit_tokens_gpu", &CacheStats::hit_tokens_gpu},
+    {"hit_tokens_host", &CacheStats::hit_tokens_host},
+    {"bytes_d2h", &CacheStats::bytes_d2h},
+    {"bytes_h2d", &CacheStats::bytes_h2d},
+    {"copies_d2h", &CacheStats::copies_d2h},
+    {"copies_h2d", &CacheStats::copies_h2d},
+    {"kv_pages_demoted", &CacheStats::kv_pages_demoted},
+    {"kv_pages_promoted", &CacheStats::kv_pages_promoted},
+    {"kv_pages_dropped_gpu", &CacheStats::kv_pages_dropped_gpu},
+    {"kv_pages_dropped_host", &CacheStats::kv_pages_dropped_host},
+    {"snapshots_demoted", &CacheStats::snapshots_demoted},
+    {"snapshots_promoted", &CacheStats::snapshots_promoted},
+    {"snapshots_dropped", &CacheStats::snapshots_dropped},
+    {"snapshots_inserted", &CacheStats::snapshots_inserted},
+    {"transfers_failed", &CacheStats::transfers_failed},
+    {"host_bytes_peak", &CacheStats::host_bytes_peak},
+    {"snapshot_slot_misses", &CacheStats::snapshot_slot_misses},
+    {"dead_kv_pages_dropped", &CacheStats::dead_kv_pages_dropped},
+};
+static_assert(sizeof(CacheStats) == std::size(kStatFields) * sizeof(std::uint64_t),
+              "a CacheStats counter is missing from kStatFields");
+
+py::dict stats_dict(const CacheStats& s) {
+  py::dict d;
+  for (const StatField& f : kStatFields) d[f.name] = s.*f.member;
+  return d;
+}
+
+/// admit + release `iterations` times, timed in C++: the reference the binding's overhead is
+/// measured against (python/tests/test_binding_overhead.py, docs/performance.md).
+double admit_release_loop(PyPrefixCache& self, const py::object& tokens, std::int64_t iterations) {
+  TokenArg t(tokens);
+  const auto n = count_from<std::uint64_t>(iterations, "iterations");
+  return self.locked([&](PrefixCache& c) {
+    const auto t0 = std::chrono::steady_clock::now();
+    Status bad;
+    for (std::uint64_t i = 0; i < n && bad.is_ok(); ++i) {
+      auto a = c.admit(t.span());
+      if (!a) {
+        bad = a.status();
+        break;
+      }
+      bad = c.release(a->lock);
+    }
+    const auto t1 = std::chrono::steady_clock::now();
+    return bad.is_ok() ? std::chrono::duration<double>(t1 - t0).count() : -1.0;
+  });
+}
+
+}  // namespace
+
+void bind_cache(py::module_& m) {
+  py::class_<Admission>(m, "Admission", "What admit() matched and locked.")
+      .def_property_readonly(
+          "lock", [](const Admission& a) { return a.lock.value(); },
+          "the request's lock (an int); also the ticket of its promotion")
+      .def_readonly("cached_tokens", &Admission::cached_tokens, "usable match length")
+      .def_readonly("gpu_tokens", &Admission::gpu_tokens)
+      .def_readonly("host_tokens", &Admission::host_tokens)
+      .def_readonly("snapshot_from_host", &Admission::snapshot_from_host)
+      .def_readonly("promoting", &Admission::promoting, "wait(lock) before reading the pages")
+      .def_readonly("kv_tokens", &Admission::kv_tokens,
+                    "where the prompt leaves the cached KV path (>= cached_tokens)")
+      .def("__repr__", [](const Admission& a) {
+        std::ostringstream os;
+        os << "Admission(lock=" << a.lock.value() << ", cached_tokens=" << a.cached_tokens
+           << ", gpu_tokens=" << a.gpu_tokens << ", host_tokens=" << a.host_tokens
+           << ", promoting=" << (a.promoting ? "True" : "False") << ", kv_tokens=" << a.kv_tokens
+           << ")";
+        return os.str();
+      });
+
+  py::class_<PyInsertResult>(m, "InsertResult")
+      .def_readonly("not_taken", &PyInsertResult::not_taken,
+                    "the caller's pages the tree did not adopt (int64 array; still the "
+                    "caller's: free them when done)")
+      .def_readonly("snapshot_taken", &PyInsertResult::snapshot_taken,
+                    "False: the caller still owns its snapshot slot");
+
+  py::class_<MatchResult>(m, "MatchResult")
+      .def_readonly("usable_tokens", &MatchResult::usable_tokens)
+      .def_readonly("kv_tokens", &MatchResult::kv_tokens)
+      .def_readonly("host_tokens", &MatchResult::host_tokens)
+      .def_readonly("snapshot_on_gpu", &MatchResult::snapshot_on_gpu);
+
+  py::enum_<Residency>(m, "Residency", "Where a node's KV or snapshot is.")
+      .value("NONE", Residency::kNone)
+      .value("GPU", Residency::kGpu)
+      .value("HOST", Residency::kHost)
+      .value("BOTH", Residency::kBoth);
+  py::enum_<Xfer>(m, "Copy", "The copy of a node's resource in flight.")
+      .value("NONE", Xfer::kNone)
+      .value("DEMOTE", Xfer::kDemote)
+      .value("WRITE_THROUGH", Xfer::kWriteThrough)
+      .value("PROMOTE", Xfer::kPromote);
+  py::class_<NodeInfo>(m, "NodeInfo", "One node on a path, as inspect() reports it.")
+      .def_readonly("boundary", &NodeInfo::boundary)
+      .def_readonly("tokens", &NodeInfo::tokens)
+      .def_readonly("matched", &NodeInfo::matched)
+      .def_readonly("kv", &NodeInfo::kv)
+      .def_readonly("snapshot", &NodeInfo::snapshot)
+      .def_readonly("kv_copy", &NodeInfo::kv_copy)
+      .def_readonly("snapshot_copy", &NodeInfo::snapshot_copy)
+      .def_readonly("locks", &NodeInfo::locks)
+      .def_readonly("snapshot_locks", &NodeInfo::snapshot_locks)
+      .def("__eq__", [](const NodeInfo& a, const NodeInfo& b) { return a == b; });
+
+  py::class_<Occupancy>(m, "Occupancy")
+      .def_readonly("gpu_pages_free", &Occupancy::gpu_pages_free)
+      .def_readonly("host_pages_free", &Occupancy::host_pages_free)
+      .def_readonly("gpu_slots_free", &Occupancy::gpu_slots_free)
+      .def_readonly("host_slots_free", &Occupancy::host_slots_free)
+      .def_readonly("nodes", &Occupancy::nodes);
+
+  py::class_<CacheStats> stats(m, "CacheStats", "Counters since the cache was made.");
+  for (const StatField& f : kStatFields) stats.def_readonly(f.name, f.member);
+  stats.def("to_dict", &stats_dict);
+
+  py::class_<PyPrefixCache>(
+      m, "PrefixCache",
+      "The node-residency prefix cache. Ids cross as ints and int64 numpy arrays; token and "
+      "page arguments take numpy arrays, CPU torch tensors or sequences of ints. Errors raise "
+      "radixtier.Error subclasses carrying the library's message.")
+      .def(py::init<const CacheConfig&, py::object>(), py::arg("config"), py::arg("engine"))
+      .def_property_readonly("page_size",
+                             [](PyPrefixCache& s) {
+                               return s.query([](const PrefixCache& c) { return c.page_size(); });
+                             })
+      .def_property_readonly(
+          "config",
+          [](PyPrefixCache& s) { return s.query([](const PrefixCache& c) { return c.config(); }); })
+      .def_property_readonly("engine", &PyPrefixCache::engine)
+      .def_property_readonly(
+          "in_flight",
+          [](PyPrefixCache& s) {
+            return s.query([](const PrefixCache& c) { return c.in_flight(); });
+          },
+          "transfers in flight")
+      // --- the CacheBackend interface -------------------------------------------------------
+      .def(
+          "admit",
+          [](PyPrefixCache& s, const py::object& prompt) {
+            TokenArg t(prompt, "prompt");
+            return unwrap(s.locked([&](PrefixCache& c) { return c.admit(t.span()); }));
+          },
+          py::arg("prompt"),
+          "Matches on all but the last prompt token, locks the usable match, starts promoting "
+          "what of it is on host.")
+      .def(
+          "poll",
+          [](PyPrefixCache& s, std::optional<std::int64_t> lock) -> py::object {
+            if (!lock) {
+              s.locked([](PrefixCache& c) {
+                c.poll();
+                return 0;
+              });
+              return py::none();
+            }
+            const LockId l = lock_from(*lock);
+            return py::cast(unwrap(s.locked([&](PrefixCache& c) { return c.poll(l); })));
+          },
+          py::arg("lock") = py::none(),
+          "poll(lock): the lock's promotion state; poll(): reaps finished transfers.")
+      .def(
+          "wait",
+          [](PyPrefixCache& s, std::int64_t lock) {
+            const LockId l = lock_from(lock);
+            return unwrap(s.locked([&](PrefixCache& c) { return c.wait(l); }));
+          },
+          py::arg("lock"),
+          "Waits for the path's promotions (GIL released) and returns the tokens the request "
+          "resumes from: the admission's match, or less when a copy failed (the lock then sits "
+          "at the deepest boundary still usable). TransferFailedError: the engine refused a "
+          "copy; release and admit again.")
+      .def(
+          "path_pages",
+          [](PyPrefixCache& s, std::int64_t lock) {
+            const LockId l = lock_from(lock);
+            auto pages = unwrap(s.locked([&](PrefixCache& c) { return c.path_pages(l); }));
+            return to_array<GpuPageId>(pages);
+          },
+          py::arg("lock"), "GPU pages of the matched prefix (int64 array).")
+      .def(
+          "path_snapshot",
+          [](PyPrefixCache& s, std::int64_t lock) {
+            const LockId l = lock_from(lock);
+            return unwrap(s.locked([&](PrefixCache& c) { return c.path_snapshot(l); })).value();
+          },
+          py::arg("lock"), "GPU snapshot slot at the match: copy it into the live state.")
+      .def(
+          "alloc_pages",
+          [](PyPrefixCache& s, std::int64_t lock, std::int64_t n) {
+            const LockId l = lock_from(lock);
+            const auto count = count_from<std::uint32_t>(n, "n");
+            auto pages = unwrap(s.locked([&](PrefixCache& c) { return c.alloc_pages(l, count); }));
+            return to_array<GpuPageId>(pages);
+          },
+          py::arg("lock"), py::arg("n"),
+          "n GPU pages owned by the request (may demote or drop LRU victims).")
+      .def(
+          "alloc_snapshot_slot",
+          [](PyPrefixCache& s, std::int64_t lock) {
+            const LockId l = lock_from(lock);
+            return unwrap(s.locked([&](PrefixCache& c) { return c.alloc_snapshot_slot(l); }))
+                .value();
+          },
+          py::arg("lock"))
+      .def(
+          "free_pages",
+          [](PyPrefixCache& s, std::int64_t lock, const py::object& pages) {
+            const LockId l = lock_from(lock);
+            const auto ids = ids_from<GpuPageId>(pages, "pages");
+            check(s.locked([&](PrefixCache& c) { return c.free_pages(l, ids); }));
+          },
+          py::arg("lock"), py::arg("pages"))
+      .def(
+          "free_snapshot_slot",
+          [](PyPrefixCache& s, std::int64_t lock, std::int64_t slot) {
+            const LockId l = lock_from(lock);
+            const GpuSlotId id = id_from<GpuSlotId>(slot, "slot");
+            check(s.locked([&](PrefixCache& c) { return c.free_snapshot_slot(l, id); }));
+          },
+          py::arg("lock"), py::arg("slot"))
+      .def(
+          "insert",
+          [](PyPrefixCache& s, std::int64_t lock, const py::object& tokens, const py::object& pages,
+             std::optional<std::int64_t> snapshot) {
+            const LockId l = lock_from(lock);
+            TokenArg t(tokens);
+            const auto ids = ids_from<GpuPageId>(pages, "pages");
+            std::optional<GpuSlotId> slot;
+            if (snapshot) slot = id_from<GpuSlotId>(*snapshot, "snapshot");
+            auto r =
+                unwrap(s.locked([&](PrefixCache& c) { return c.insert(l, t.span(), ids, slot); }));
+            return PyInsertResult{to_array<GpuPageId>(r.not_taken), r.snapshot_taken};
+          },
+          py::arg("lock"), py::arg("tokens"), py::arg("pages"), py::arg("snapshot") = py::none(),
+          "Hands pages (and a snapshot slot) to the tree after a chunk; the lock moves down "
+          "to the inserted boundary.")
+      .def(
+          "release",
+          [](PyPrefixCache& s, std::int64_t lock) {
+            const LockId l = lock_from(lock);
+            check(s.locked([&](PrefixCache& c) { return c.release(l); }));
+          },
+          py::arg("lock"), "Unlocks; every page and slot the request still owns is freed.")
+      // --- queries and maintenance -------------------------------------------------------------
+      .def(
+          "match",
+          [](PyPrefixCache& s, const py::object& tokens) {
+            TokenArg t(tokens);
+            return s.locked([&](PrefixCache& c) { return c.match(t.span()); });
+          },
+          py::arg("tokens"), "Read-only lookup of all the tokens.")
+      .def(
+          "inspect",
+          [](PyPrefixCache& s, const py::object& tokens) {
+            TokenArg t(tokens);
+            return s.locked([&](PrefixCache& c) { return c.inspect(t.span()); });
+          },
+          py::arg("tokens"),
+          "Per node on the path of `tokens`: residency, locks, copies (read-only).")
+      .def(
+          "flush",
+          [](PyPrefixCache& s) {
+            s.locked([](PrefixCache& c) {
+              c.flush();
+              return 0;
+            });
+          },
+          "Drops every unpinned copy on every tier (waits for copies in flight first).")
+      .def("stats",
+           [](PyPrefixCache& s) { return s.query([](const PrefixCache& c) { return c.stats(); }); })
+      .def("occupancy",
+           [](PyPrefixCache& s) {
+             return s.query([](const PrefixCache& c) { return c.occupancy(); });
+           })
+      .def(
+          "check_invariants",
+          [](PyPrefixCache& s) {
+            return s.locked([](PrefixCache& c) { return c.check_invariants(); });
+          },
+          "Empty when every rule holds, else the first violation.")
+      .def(
+          "drain",
+          [](PyPrefixCache& s) {
+            s.locked([](PrefixCache& c) {
+              c.drain();
+              return 0;
+            });
+          },
+          "Waits for every in-flight transfer (GIL released).")
+      .def(
+          "drop_host",
+          [](PyPrefixCache& s) {
+            s.locked([](PrefixCache& c) {
+              c.drop_host();
+              return 0;
+            });
+          },
+          "Drops every unpinned host copy.")
+      .def("_admit_release_loop", &admit_release_loop, py::arg("prompt"), py::arg("iterations"),
+           "Benchmark reference: admit + release N times in C++; returns seconds.");
+}
+
+}  // namespace radixtier::python

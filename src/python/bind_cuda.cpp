@@ -1,0 +1,427 @@
+// The `cuda` submodule: the CUDA transfer engine over an engine's own device tensors.
+//
+// A PyTorch engine owns its KV pool and state pool as CUDA tensors. DeviceLayout.from_tensors
+// describes them to the engine without a copy: any object with the torch tensor attributes
+// (data_ptr, shape, stride, element_size, is_cuda, device) or a __cuda_array_interface__
+// (CuPy, Numba, torch) is read as (pointer, shape, strides, item size); the dimension
+// `item_dim` indexes pages (or snapshot slots), every dimension after it must be C-contiguous
+// (one item's segment is contiguous), the dimensions before it may have any strides (each of
+// their index combinations is one strided segment: a [2, layers, pages, page_size, kv_heads,
+// head_dim] pool is 2 * layers segments). Several tensors (per-layer K and V, conv and
+// recurrent state) add their segments in order. The layout keeps the tensors alive, the
+// engine keeps its layouts and host pools alive.
+//
+// The compute stream is an int (torch.cuda.current_stream().cuda_stream) or an object with
+// a cuda_stream attribute; the engine checks it is a live stream before it is used. The
+// module links the CUDA runtime statically; streams and device pointers are driver objects of
+// the process's primary context, shared with torch's own runtime.
+#include <cuda_runtime_api.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "arena_view.hpp"
+#include "arrays.hpp"
+#include "bindings.hpp"
+#include "errors.hpp"
+#include "radixtier/cuda/cuda_transfer_engine.hpp"
+#include "radixtier/cuda/pinned_host_pool.hpp"
+
+namespace radixtier::python {
+
+namespace {
+
+constexpr std::size_t kMaxSegments = 1u << 16;
+
+/// A device tensor as the engine needs it.
+struct TensorDesc {
+  std::uintptr_t ptr = 0;
+  std::vector<std::int64_t> shape;
+  std::vector<std::int64_t> strides;  ///< bytes
+  std::size_t itemsize = 0;
+  int device = -1;  ///< -1: not reported
+};
+
+std::string shape_str(const std::vector<std::int64_t>& v) {
+  std::ostringstream os;
+  os << "(";
+  for (std::size_t i = 0; i < v.size(); ++i) os << (i ? ", " : "") << v[i];
+  os << (v.size() == 1 ? ",)" : ")");
+  return os.str();
+}
+
+TensorDesc describe(py::handle t, const std::string& what) {
+  TensorDesc d;
+  if (py::hasattr(t, "data_ptr") && py::hasattr(t, "element_size") && py::hasattr(t, "is_cuda")) {
+    if (!t.attr("is_cuda").cast<bool>()) {
+      raise_invalid(what + ": a CPU tensor; the CUDA engine's pools must be CUDA tensors");
+    }
+    d.ptr = t.attr("data_ptr")().cast<std::uintptr_t>();
+    d.itemsize = t.attr("element_size")().cast<std::size_t>();
+    d.shape = py::cast<std::vector<std::int64_t>>(t.attr("shape"));
+    for (std::int64_t s : py::cast<std::vector<std::int64_t>>(t.attr("stride")()))
+      d.strides.push_back(s * static_cast<std::int64_t>(d.itemsize));
+    py::object dev = t.attr("device");
+    if (py::hasattr(dev, "index") && !dev.attr("index").is_none())
+      d.device = dev.attr("index").cast<int>();
+    return d;
+  }
+  if (py::hasattr(t, "__cuda_array_interface__")) {
+    py::dict cai = t.attr("__cuda_array_interface__");
+    d.shape = py::cast<std::vector<std::int64_t>>(cai["shape"]);
+    const std::string typestr = py::str(cai["typestr"]);
+    if (typestr.size() < 3) raise_invalid(what + ": bad typestr '" + typestr + "'");
+    d.itemsize = std::stoul(typestr.substr(2));
+    py::tuple data = cai["data"];
+    d.ptr = data[0].cast<std::uintptr_t>();
+    if (data[1].cast<bool>())
+      raise_invalid(what + ": read-only device memory; promotions write into the pools");
+    if (cai.contains("strides") && !cai["strides"].is_none()) {
+      d.strides = py::cast<std::vector<std::int64_t>>(cai["strides"]);
+    } else {
+      d.strides.assign(d.shape.size(), 0);
+      std::int64_t s = static_cast<std::int64_t>(d.itemsize);
+      for (std::size_t i = d.shape.size(); i > 0; --i) {
+        d.strides[i - 1] = s;
+        s *= d.shape[i - 1];
+      }
+    }
+    return d;
+  }
+  throw py::type_error(what +
+                       ": expected a CUDA tensor (torch) or an object with "
+                       "__cuda_array_interface__, got " +
+                       std::string(py::str(py::type::of(t))));
+}
+
+/// The strided segments of one tensor whose dimension `item_dim` indexes the items.
+void append_segments(const TensorDesc& d, std::size_t item_dim, const std::string& what,
+                     std::vector<cuda::StridedSegment>& out, std::int64_t& items) {
+  const std::size_t n = d.shape.size();
+  if (d.strides.size() != n) raise_invalid(what + ": strides and shape differ in length");
+  if (item_dim >= n) {
+    raise_invalid(what + ": item_dim " + std::to_string(item_dim) + " but the tensor has shape " +
+                  shape_str(d.shape));
+  }
+  if (d.ptr == 0) raise_invalid(what + ": null data pointer");
+  if (d.itemsize == 0) raise_invalid(what + ": zero item size");
+  for (std::int64_t s : d.shape)
+    if (s <= 0) raise_invalid(what + ": empty tensor of shape " + shape_str(d.shape));
+  if (items >= 0 && d.shape[item_dim] != items) {
+    raise_invalid(what + ": " + std::to_string(d.shape[item_dim]) + " items along dim " +
+                  std::to_string(item_dim) + ", the layout's other tensors have " +
+                  std::to_string(items));
+  }
+  items = d.shape[item_dim];
+  // One item's part must be contiguous: the dimensions after item_dim are C-ordered.
+  std::int64_t inner = static_cast<std::int64_t>(d.itemsize);
+  for (std::size_t j = n; j > item_dim + 1; --j) {
+    const std::size_t k = j - 1;
+    if (d.shape[k] != 1 && d.strides[k] != inner) {
+      raise_invalid(what + ": dimensions after item_dim must be contiguous (shape " +
+                    shape_str(d.shape) + ", byte strides " + shape_str(d.strides) + ")");
+    }
+    inner *= d.shape[k];
+  }
+  const std::int64_t item_stride = d.strides[item_dim];
+  if (items > 1 && item_stride < inner) {
+    raise_invalid(what + ": items overlap or run backwards (item stride " +
+                  std::to_string(item_stride) + " bytes, item part " + std::to_string(inner) +
+                  " bytes)");
+  }
+  std::size_t count = 1;
+  for (std::size_t k = 0; k < item_dim; ++k) count *= static_cast<std::size_t>(d.shape[k]);
+  if (out.size() + count > kMaxSegments)
+    raise_invalid(what + ": more than " + std::to_string(kMaxSegments) + " segments");
+  std::vector<std::int64_t> idx(item_dim, 0);
+  for (std::size_t c = 0; c < count; ++c) {
+    std::int64_t offset = 0;
+    for (std::size_t k = 0; k < item_dim; ++k) {
+      if (d.strides[k] < 0) raise_invalid(what + ": negative strides are not supported");
+      offset += idx[k] * d.strides[k];
+    }
+    out.push_back({d.ptr + static_cast<std::uintptr_t>(offset),
+                   static_cast<std::size_t>(item_stride), static_cast<std::size_t>(inner)});
+    for (std::size_t k = item_dim; k > 0; --k) {  // next index combination, last fastest
+      if (++idx[k - 1] < d.shape[k - 1]) break;
+      idx[k - 1] = 0;
+    }
+  }
+}
+
+struct PyDeviceLayout {
+  cuda::DeviceLayout layout;
+  py::list sources;  ///< the tensors, kept alive while the layout (and an engine) lives
+  int device = -1;   ///< the tensors' device when they reported one
+};
+
+PyDeviceLayout from_tensors(const py::object& tensors, std::int64_t item_dim) {
+  PyDeviceLayout out;
+  py::list list;
+  if (py::isinstance<py::list>(tensors) || py::isinstance<py::tuple>(tensors)) {
+    for (py::handle t : tensors) list.append(t);
+  } else {
+    list.append(tensors);
+  }
+  if (list.empty()) raise_invalid("DeviceLayout.from_tensors: no tensors");
+  const auto dim = count_from<std::size_t>(item_dim, "item_dim");
+  std::int64_t items = -1;
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const std::string what = "tensors[" + std::to_string(i) + "]";
+    const TensorDesc d = describe(list[i], what);
+    if (d.device >= 0) {
+      if (out.device >= 0 && out.device != d.device) {
+        raise_invalid(what + ": on device " + std::to_string(d.device) + ", the others on device " +
+                      std::to_string(out.device));
+      }
+      out.device = d.device;
+    }
+    append_segments(d, dim, what, out.layout.segments, items);
+  }
+  out.layout.items = static_cast<std::uint32_t>(count_from<std::uint32_t>(items, "items"));
+  check(out.layout.validate("DeviceLayout"));
+  out.sources = list;
+  return out;
+}
+
+PyDeviceLayout from_segments(
+    const std::vector<std::tuple<std::uint64_t, std::uint64_t, std::uint64_t>>& segments,
+    std::int64_t items) {
+  PyDeviceLayout out;
+  for (auto [base, stride, bytes] : segments)
+    out.layout.segments.push_back({static_cast<std::uintptr_t>(base),
+                                   static_cast<std::size_t>(stride),
+                                   static_cast<std::size_t>(bytes)});
+  out.layout.items = count_from<std::uint32_t>(items, "items");
+  check(out.layout.validate("DeviceLayout"));
+  return out;
+}
+
+struct PyPinnedPool {
+  cuda::PinnedHostPool pool;
+  std::size_t item_bytes = 0;
+};
+
+cudaStream_t stream_from(const py::object& s) {
+  if (s.is_none()) return nullptr;
+  py::object v = py::hasattr(s, "cuda_stream") ? py::object(s.attr("cuda_stream")) : s;
+  return reinterpret_cast<cudaStream_t>(v.cast<std::uintptr_t>());
+}
+
+/// A live stream of the current device, or an InvalidArgumentError naming the CUDA error.
+void check_stream(cudaStream_t s, const char* what) {
+  if (s == nullptr || s == cudaStreamLegacy || s == cudaStreamPerThread) return;
+  unsigned flags = 0;
+  if (cudaError_t err = cudaStreamGetFlags(s, &flags); err != cudaSuccess) {
+    (void)cudaGetLastError();
+    std::ostringstream os;
+    os << what << " " << static_cast<const void*>(s) << " is not a CUDA stream ("
+       << cudaGetErrorName(err) << ": " << cudaGetErrorString(err) << ")";
+    raise_invalid(os.str());
+  }
+}
+
+/// The CUDA engine plus the sizes of its pools (the PrefixCache checks its config against
+/// them). Forwards the TransferEngine interface.
+class PyCudaEngine final : public TransferEngine {
+ public:
+  PyCudaEngine(std::unique_ptr<cuda::CudaTransferEngine> e, EngineRef sizes)
+      : engine_(std::move(e)), sizes_(sizes) {
+    sizes_.engine = this;
+  }
+  Result<Ticket> submit(TransferBatch batch) override { return engine_->submit(std::move(batch)); }
+  TransferState poll(TicketId id) override { return engine_->poll(id); }
+  TransferState wait(TicketId id) override { return engine_->wait(id); }
+  void release(TicketId id) override { engine_->release(id); }
+  std::size_t slice_pages() const override { return engine_->slice_pages(); }
+  EngineCapacity capacity() const override { return engine_->capacity(); }
+
+  cuda::CudaTransferEngine& engine() { return *engine_; }
+  const EngineRef& sizes() const { return sizes_; }
+
+ private:
+  std::unique_ptr<cuda::CudaTransferEngine> engine_;
+  EngineRef sizes_;
+};
+
+std::unique_ptr<PyCudaEngine> make_engine(
+    const PyDeviceLayout& gpu_kv, const PyDeviceLayout* gpu_snapshots, PyPinnedPool* host_kv,
+    PyPinnedPool* host_snapshots, std::int64_t slice_pages, int device, cuda::CopyMethod d2h,
+    cuda::CopyMethod h2d, const py::object& compute_stream, bool demote_after_compute,
+    bool promote_after_compute, int kernel_blocks) {
+  cuda::CudaPools pools;
+  pools.gpu_kv = gpu_kv.layout;
+  if (gpu_snapshots != nullptr) pools.gpu_snapshots = gpu_snapshots->layout;
+  for (const PyDeviceLayout* l : {&gpu_kv, gpu_snapshots}) {
+    if (l != nullptr && l->device >= 0 && l->device != device) {
+      raise_invalid("CudaTransferEngine: a pool's tensors are on device " +
+                    std::to_string(l->device) + ", the engine on device " + std::to_string(device));
+    }
+  }
+  const std::size_t page_bytes = pools.gpu_kv.item_bytes();
+  const std::size_t snapshot_bytes =
+      gpu_snapshots != nullptr ? pools.gpu_snapshots.item_bytes() : 0;
+  auto host = [](PyPinnedPool* p, std::size_t item, const char* what, std::byte*& base,
+                 std::uint32_t& count, std::size_t& chunk) {
+    if (p == nullptr) return;
+    if (item == 0) raise_invalid(std::string(what) + ": given but the device pool is empty");
+    if (p->item_bytes != item) {
+      raise_invalid(std::string(what) + ": items of " + std::to_string(p->item_bytes) +
+                    " bytes, the device pool's are " + std::to_string(item));
+    }
+    base = p->pool.data();
+    count = count_from<std::uint32_t>(static_cast<std::int64_t>(p->pool.bytes() / item), what);
+    chunk = p->pool.register_chunk_bytes();
+  };
+  host(host_kv, page_bytes, "host_kv", pools.host_kv, pools.host_pages, pools.host_kv_chunk_bytes);
+  host(host_snapshots, snapshot_bytes, "host_snapshots", pools.host_snapshots, pools.host_slots,
+       pools.host_snapshot_chunk_bytes);
+
+  cuda::CudaEngineOptions o;
+  o.device = device;
+  o.slice_pages = count_from<std::uint32_t>(slice_pages, "slice_pages");
+  o.d2h = d2h;
+  o.h2d = h2d;
+  o.compute_stream = stream_from(compute_stream);
+  o.demote_after_compute = demote_after_compute;
+  o.promote_after_compute = promote_after_compute;
+  o.kernel_blocks = kernel_blocks;
+
+  EngineRef sizes;
+  sizes.kind = "CudaTransferEngine";
+  sizes.gpu_pages = pools.gpu_kv.items;
+  sizes.gpu_slots = gpu_snapshots != nullptr ? pools.gpu_snapshots.items : 0;
+  sizes.host_pages = pools.host_pages;
+  sizes.host_slots = pools.host_slots;
+  sizes.page_bytes = page_bytes;
+  sizes.snapshot_bytes = snapshot_bytes;
+  Result<std::unique_ptr<cuda::CudaTransferEngine>> made = [&] {
+    py::gil_scoped_release nogil;
+    return cuda::CudaTransferEngine::create(std::move(pools), o);
+  }();
+  auto engine = std::make_unique<PyCudaEngine>(unwrap(std::move(made)), sizes);
+  check_stream(o.compute_stream, "compute_stream");
+  return engine;
+}
+
+}  // namespace
+
+std::optional<EngineRef> cuda_engine_ref(py::handle obj) {
+  if (!py::isinstance<PyCudaEngine>(obj)) return std::nullopt;
+  return obj.cast<PyCudaEngine&>().sizes();
+}
+
+void bind_cuda(py::module_& m) {
+  py::enum_<cuda::CopyMethod>(m, "CopyMethod")
+      .value("DMA_BATCH", cuda::CopyMethod::kDmaBatch)
+      .value("ZERO_COPY_KERNEL", cuda::CopyMethod::kZeroCopyKernel);
+
+  py::class_<PyDeviceLayout>(m, "DeviceLayout",
+                             "A device pool (KV pages or snapshot slots) as strided segments.")
+      .def_static("from_tensors", &from_tensors, py::arg("tensors"), py::arg("item_dim") = 0,
+                  "Describes one tensor or a list of tensors whose dimension item_dim indexes "
+                  "the items; validated (contiguous items, same item count, no overlap).")
+      .def_static("from_segments", &from_segments, py::arg("segments"), py::arg("items"),
+                  "Raw (base, item_stride, bytes) segments, for engines without tensors.")
+      .def_property_readonly("items", [](const PyDeviceLayout& l) { return l.layout.items; })
+      .def_property_readonly("item_bytes",
+                             [](const PyDeviceLayout& l) { return l.layout.item_bytes(); })
+      .def_property_readonly("device", [](const PyDeviceLayout& l) { return l.device; })
+      .def_property_readonly(
+          "segments",
+          [](const PyDeviceLayout& l) {
+            std::vector<std::tuple<std::uintptr_t, std::size_t, std::size_t>> out;
+            for (const auto& s : l.layout.segments)
+              out.emplace_back(s.base, s.item_stride, s.bytes);
+            return out;
+          })
+      .def_readonly("sources", &PyDeviceLayout::sources);
+
+  py::class_<PyPinnedPool>(m, "PinnedHostPool",
+                           "Pinned (page-locked, mapped) host memory for the host tier.")
+      .def(py::init([](std::int64_t bytes, std::int64_t item_bytes, bool mapped, bool huge_pages) {
+             cuda::PinnedHostPool::Options o;
+             o.mapped = mapped;
+             o.huge_pages = huge_pages;
+             const auto b = count_from<std::size_t>(bytes, "bytes");
+             const auto item = count_from<std::size_t>(item_bytes, "item_bytes");
+             Result<cuda::PinnedHostPool> made = [&] {
+               py::gil_scoped_release nogil;
+               return cuda::PinnedHostPool::create(b, item, o);
+             }();
+             return std::make_unique<PyPinnedPool>(PyPinnedPool{unwrap(std::move(made)), item});
+           }),
+           py::arg("bytes"), py::arg("item_bytes"), py::kw_only(), py::arg("mapped") = true,
+           py::arg("huge_pages") = true)
+      .def_property_readonly("bytes", [](const PyPinnedPool& p) { return p.pool.bytes(); })
+      .def_readonly("item_bytes", &PyPinnedPool::item_bytes)
+      .def_property_readonly("register_chunk_bytes",
+                             [](const PyPinnedPool& p) { return p.pool.register_chunk_bytes(); })
+      .def_property_readonly("view", [](py::object self) {
+        auto& p = self.cast<PyPinnedPool&>();
+        return ArenaView{p.pool.data(), p.pool.bytes() / p.item_bytes, p.item_bytes, "pinned",
+                         self};
+      });
+
+  py::class_<PyCudaEngine, TransferEngine>(
+      m, "CudaTransferEngine",
+      "TransferEngine on a GPU: copies between the engine's device pools and pinned host pools "
+      "on its own streams, ordered after the compute stream.")
+      .def(py::init([](const PyDeviceLayout& gpu_kv, const PyDeviceLayout* gpu_snapshots,
+                       PyPinnedPool* host_kv, PyPinnedPool* host_snapshots,
+                       std::int64_t slice_pages, int device, cuda::CopyMethod d2h,
+                       cuda::CopyMethod h2d, const py::object& compute_stream,
+                       bool demote_after_compute, bool promote_after_compute, int kernel_blocks) {
+             return make_engine(gpu_kv, gpu_snapshots, host_kv, host_snapshots, slice_pages, device,
+                                d2h, h2d, compute_stream, demote_after_compute,
+                                promote_after_compute, kernel_blocks);
+           }),
+           py::arg("gpu_kv"), py::arg("gpu_snapshots") = py::none(),
+           py::arg("host_kv") = py::none(), py::arg("host_snapshots") = py::none(), py::kw_only(),
+           py::arg("slice_pages") = 128, py::arg("device") = 0,
+           py::arg("d2h") = cuda::CopyMethod::kDmaBatch,
+           py::arg("h2d") = cuda::CopyMethod::kDmaBatch, py::arg("compute_stream") = py::none(),
+           py::arg("demote_after_compute") = true, py::arg("promote_after_compute") = true,
+           py::arg("kernel_blocks") = 0, py::keep_alive<1, 2>(), py::keep_alive<1, 3>(),
+           py::keep_alive<1, 4>(), py::keep_alive<1, 5>())
+      .def_property_readonly("page_bytes", [](PyCudaEngine& e) { return e.engine().page_bytes(); })
+      .def_property_readonly("snapshot_bytes",
+                             [](PyCudaEngine& e) { return e.engine().snapshot_bytes(); })
+      .def_property_readonly(
+          "streams",
+          [](PyCudaEngine& e) {
+            return py::make_tuple(
+                reinterpret_cast<std::uintptr_t>(e.engine().stream(Direction::kDeviceToHost)),
+                reinterpret_cast<std::uintptr_t>(e.engine().stream(Direction::kHostToDevice)));
+          },
+          "(device-to-host, host-to-device) copy streams as ints")
+      .def(
+          "stream_wait",
+          [](PyCudaEngine& e, std::int64_t ticket, const py::object& stream) {
+            cudaStream_t s = stream_from(stream);
+            check_stream(s, "stream");
+            check(e.engine().stream_wait(id_from<TicketId>(ticket, "ticket"), s));
+          },
+          py::arg("ticket"), py::arg("stream"),
+          "Makes `stream` wait on the GPU for a ticket's copies (no host wait).")
+      .def("inject_error_on_next_submit",
+           [](PyCudaEngine& e) { e.engine().inject_error_on_next_submit(); })
+      .def("stats", [](PyCudaEngine& e) {
+        const cuda::CudaEngineStats s = e.engine().stats();
+        py::dict d;
+        d["batches"] = s.batches;
+        d["slices"] = s.slices;
+        d["pieces"] = s.pieces;
+        d["kernel_launches"] = s.kernel_launches;
+        d["bytes_d2h"] = s.bytes_d2h;
+        d["bytes_h2d"] = s.bytes_h2d;
+        d["failed"] = s.failed;
+        d["last_error"] = s.last_error;
+        return d;
+      });
+}
+
+}  // namespace radixtier::python

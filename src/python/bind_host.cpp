@@ -1,0 +1,254 @@
+// HostArenas (the four byte arenas, zero-copy views), HostTransferEngine, Ticket.
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "arena_view.hpp"
+#include "arrays.hpp"
+#include "bindings.hpp"
+#include "errors.hpp"
+#include "radixtier/transfer/host_transfer_engine.hpp"
+
+namespace radixtier::python {
+
+namespace {
+
+ArenaView view_of(py::object owner, std::span<std::byte> first_item, std::size_t items,
+                  std::size_t item_bytes, const char* name) {
+  return ArenaView{first_item.data(), items, item_bytes, name, std::move(owner)};
+}
+
+template <class Id>
+ArenaView arena(py::object self, std::uint32_t items, std::size_t item_bytes,
+                std::span<std::byte> (HostArenas::*item)(Id), const char* name) {
+  HostArenas& a = self.cast<HostArenas&>();
+  std::span<std::byte> first = items > 0 ? (a.*item)(Id(0)) : std::span<std::byte>();
+  return view_of(std::move(self), first, items, item_bytes, name);
+}
+
+/// A batch from int64 arrays: pages [n, 2] (gpu, host) pairs, snapshots likewise.
+TransferBatch batch_from(Direction dir, const py::object& pages, const py::object& snapshots) {
+  TransferBatch b;
+  b.direction = dir;
+  auto pairs = [](const py::object& obj, const char* what) {
+    std::vector<std::pair<std::uint32_t, std::uint32_t>> out;
+    if (obj.is_none()) return out;
+    auto arr = py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>::ensure(obj);
+    if (!arr || arr.ndim() != 2 || arr.shape(1) != 2) {
+      raise_invalid(std::string(what) + ": expected an integer array of shape [n, 2]");
+    }
+    const std::int64_t* p = arr.data();
+    for (py::ssize_t i = 0; i < arr.shape(0); ++i) {
+      out.emplace_back(count_from<std::uint32_t>(p[2 * i], what),
+                       count_from<std::uint32_t>(p[2 * i + 1], what));
+    }
+    return out;
+  };
+  for (auto [g, h] : pairs(pages, "pages")) b.pages.push_back({GpuPageId(g), HostPageId(h)});
+  for (auto [g, h] : pairs(snapshots, "snapshots"))
+    b.snapshots.push_back({GpuSlotId(g), HostSlotId(h)});
+  return b;
+}
+
+}  // namespace
+
+void bind_arena_view(py::module_& m) {
+  py::class_<ArenaView>(m, "ArenaView", py::buffer_protocol(),
+                        "A pool of items (pages or snapshot slots) as a writable uint8 buffer "
+                        "[items, item_bytes]: np.asarray(view), torch.frombuffer(view, ...) or "
+                        "radixtier.as_tensor(view, dtype, shape) share the cache's bytes.")
+      .def_buffer([](ArenaView& v) {
+        return py::buffer_info(
+            v.data, 1, py::format_descriptor<std::uint8_t>::format(), 2,
+            {static_cast<py::ssize_t>(v.items), static_cast<py::ssize_t>(v.item_bytes)},
+            {static_cast<py::ssize_t>(v.item_bytes), py::ssize_t{1}},
+            /*readonly=*/false);
+      })
+      .def_readonly("items", &ArenaView::items)
+      .def_readonly("item_bytes", &ArenaView::item_bytes)
+      .def_property_readonly("nbytes", [](const ArenaView& v) { return v.items * v.item_bytes; })
+      .def_property_readonly("name", [](const ArenaView& v) { return std::string(v.name); })
+      .def_property_readonly(
+          "address", [](const ArenaView& v) { return reinterpret_cast<std::uintptr_t>(v.data); },
+          "address of item 0 (for engines that take raw pointers)")
+      .def_readonly("owner", &ArenaView::owner)
+      .def("__len__", [](const ArenaView& v) { return v.items; })
+      .def("__repr__", [](const ArenaView& v) {
+        return "<ArenaView " + std::string(v.name) + ": " + std::to_string(v.items) + " x " +
+               std::to_string(v.item_bytes) + " bytes>";
+      });
+}
+
+std::optional<EngineRef> host_engine_ref(py::handle obj) {
+  if (!py::isinstance<HostTransferEngine>(obj)) return std::nullopt;
+  auto& e = obj.cast<HostTransferEngine&>();
+  HostArenas& a = e.memory();
+  return EngineRef{&e,
+                   "HostTransferEngine",
+                   a.gpu_pages(),
+                   a.host_pages(),
+                   a.gpu_slots(),
+                   a.host_slots(),
+                   a.page_bytes(),
+                   a.snapshot_bytes()};
+}
+
+void bind_host(py::module_& m) {
+  bind_arena_view(m);
+
+  py::class_<HostArenas>(m, "HostArenas",
+                         "The four byte arenas of the host engine, sized by a CacheConfig: the "
+                         "\"GPU\" KV pool and snapshot slots a CPU model computes in, and the "
+                         "host tier the cache demotes to. Each is an ArenaView (zero-copy).")
+      .def(py::init([](const CacheConfig& c) {
+             check(c.validate());
+             return std::make_unique<HostArenas>(c);
+           }),
+           py::arg("config"))
+      .def_property_readonly(
+          "gpu_kv",
+          [](py::object self) {
+            auto& a = self.cast<HostArenas&>();
+            return arena<GpuPageId>(self, a.gpu_pages(), a.page_bytes(), &HostArenas::gpu_page,
+                                    "gpu_kv");
+          },
+          "GPU KV pages: [gpu_pages, page_bytes]")
+      .def_property_readonly(
+          "host_kv",
+          [](py::object self) {
+            auto& a = self.cast<HostArenas&>();
+            return arena<HostPageId>(self, a.host_pages(), a.page_bytes(), &HostArenas::host_page,
+                                     "host_kv");
+          },
+          "host KV pages: [host_pages, page_bytes]")
+      .def_property_readonly(
+          "gpu_snapshots",
+          [](py::object self) {
+            auto& a = self.cast<HostArenas&>();
+            return arena<GpuSlotId>(self, a.gpu_slots(), a.snapshot_bytes(),
+                                    &HostArenas::gpu_snapshot, "gpu_snapshots");
+          },
+          "GPU snapshot slots: [gpu_snapshot_slots, snapshot_bytes]")
+      .def_property_readonly(
+          "host_snapshots",
+          [](py::object self) {
+            auto& a = self.cast<HostArenas&>();
+            return arena<HostSlotId>(self, a.host_slots(), a.snapshot_bytes(),
+                                     &HostArenas::host_snapshot, "host_snapshots");
+          },
+          "host snapshot slots: [host_snapshot_slots, snapshot_bytes]")
+      .def_property_readonly("page_bytes", &HostArenas::page_bytes)
+      .def_property_readonly("snapshot_bytes", &HostArenas::snapshot_bytes)
+      .def_property_readonly("gpu_pages", &HostArenas::gpu_pages)
+      .def_property_readonly("host_pages", &HostArenas::host_pages)
+      .def_property_readonly("gpu_snapshot_slots", &HostArenas::gpu_slots)
+      .def_property_readonly("host_snapshot_slots", &HostArenas::host_slots);
+
+  py::class_<HostEngineStats>(m, "HostEngineStats")
+      .def_readonly("batches", &HostEngineStats::batches)
+      .def_readonly("slices", &HostEngineStats::slices)
+      .def_readonly("bytes_d2h", &HostEngineStats::bytes_d2h)
+      .def_readonly("bytes_h2d", &HostEngineStats::bytes_h2d)
+      .def_readonly("failed", &HostEngineStats::failed)
+      .def_readonly("staging_bytes", &HostEngineStats::staging_bytes);
+
+  py::class_<Ticket>(m, "Ticket",
+                     "Handle of one submitted batch. Dropping a pending ticket waits for it.")
+      .def_property_readonly("id", [](const Ticket& t) { return t.id().value(); })
+      .def_property_readonly("valid", &Ticket::valid)
+      .def("poll", &Ticket::poll)
+      .def("wait", &Ticket::wait, py::call_guard<py::gil_scoped_release>())
+      .def("reset", &Ticket::reset, py::call_guard<py::gil_scoped_release>());
+
+  py::class_<TransferEngine>(m, "TransferEngine", "The async copy interface of the engines.")
+      .def_property_readonly("slice_pages", &TransferEngine::slice_pages)
+      .def(
+          "submit",
+          [](TransferEngine& e, Direction dir, const py::object& pages,
+             const py::object& snapshots) {
+            TransferBatch b = batch_from(dir, pages, snapshots);
+            Result<Ticket> t = [&] {
+              py::gil_scoped_release nogil;
+              return e.submit(std::move(b));
+            }();
+            return std::make_unique<Ticket>(unwrap(std::move(t)));
+          },
+          py::arg("direction"), py::arg("pages") = py::none(), py::arg("snapshots") = py::none(),
+          py::keep_alive<0, 1>(),
+          "Copies (gpu, host) page pairs and snapshot-slot pairs in one direction, sliced; "
+          "returns a Ticket. Not for ids a PrefixCache manages (it submits its own).")
+      .def(
+          "poll",
+          [](TransferEngine& e, std::int64_t id) {
+            return e.poll(id_from<TicketId>(id, "ticket"));
+          },
+          py::arg("ticket"))
+      .def(
+          "wait",
+          [](TransferEngine& e, std::int64_t id) {
+            const TicketId t = id_from<TicketId>(id, "ticket");
+            py::gil_scoped_release nogil;
+            return e.wait(t);
+          },
+          py::arg("ticket"));
+
+  py::class_<HostTransferEngine, TransferEngine> engine(
+      m, "HostTransferEngine",
+      "Byte-exact copies between the HostArenas' tiers, sliced, on a worker thread (THREADED) "
+      "or when the caller says (MANUAL); with fault injection.");
+  py::enum_<HostTransferEngine::Mode>(engine, "Mode")
+      .value("THREADED", HostTransferEngine::Mode::kThreaded)
+      .value("MANUAL", HostTransferEngine::Mode::kManual);
+  engine
+      .def(py::init([](HostArenas& a, std::int64_t slice_pages, HostTransferEngine::Mode mode) {
+             return std::make_unique<HostTransferEngine>(
+                 a, count_from<std::uint32_t>(slice_pages, "slice_pages"), mode);
+           }),
+           py::arg("arenas"), py::arg("slice_pages") = 128,
+           py::arg("mode") = HostTransferEngine::Mode::kThreaded, py::keep_alive<1, 2>())
+      .def_property_readonly(
+          "arenas", [](HostTransferEngine& e) -> HostArenas& { return e.memory(); },
+          py::return_value_policy::reference_internal)
+      .def(
+          "fail_ticket",
+          [](HostTransferEngine& e, std::int64_t id) {
+            e.fail_ticket(id_from<TicketId>(id, "ticket"));
+          },
+          py::arg("ticket"))
+      .def(
+          "fail_nth_submission",
+          [](HostTransferEngine& e, std::int64_t n) {
+            e.fail_nth_submission(count_from<std::uint64_t>(n, "n"));
+          },
+          py::arg("n"), "The n-th submit() from now (0 = the next) fails when it runs.")
+      .def(
+          "delay_ticket",
+          [](HostTransferEngine& e, std::int64_t id) {
+            e.delay_ticket(id_from<TicketId>(id, "ticket"));
+          },
+          py::arg("ticket"))
+      .def(
+          "resume",
+          [](HostTransferEngine& e, std::int64_t id) { e.resume(id_from<TicketId>(id, "ticket")); },
+          py::arg("ticket"))
+      .def("pending",
+           [](const HostTransferEngine& e) {
+             std::vector<std::uint32_t> ids;
+             for (TicketId t : e.pending()) ids.push_back(t.value());
+             return ids;
+           })
+      .def(
+          "complete",
+          [](HostTransferEngine& e, std::int64_t id) {
+            const TicketId t = id_from<TicketId>(id, "ticket");
+            py::gil_scoped_release nogil;
+            return e.complete(t);
+          },
+          py::arg("ticket"), "MANUAL mode: runs a pending ticket now.")
+      .def("stats", &HostTransferEngine::stats);
+}
+
+}  // namespace radixtier::python

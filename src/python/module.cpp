@@ -1,0 +1,37 @@
+// The Python module radixtier._core (re-exported by the `radixtier` package).
+//
+//   CacheConfig, PrefixCache                    the cache (every CacheBackend call + queries)
+//   HostArenas, HostTransferEngine, ArenaView   the host engine; arenas as zero-copy buffers
+//   SnapshotPolicy, SnapshotQuery               the placement policies (radixtier::scheduler)
+//   cuda.*                                      the CUDA engine, when built with nvcc
+//   Error and its subclasses                    a Status that is not ok
+//
+// Later additions hook in here, beside the cache: KV events (a callback and a bounded queue
+// fed by the cache) and Prometheus metrics register from their own bind_*.cpp without
+// changing these.
+#include <pybind11/pybind11.h>
+
+#include "bindings.hpp"
+#include "errors.hpp"
+
+#ifndef RADIXTIER_VERSION
+#define RADIXTIER_VERSION "0"
+#endif
+
+PYBIND11_MODULE(_core, m) {
+  namespace rp = radixtier::python;
+  m.doc() = "radixtier: a node-residency prefix cache for hybrid attention + GDN models";
+  m.attr("__version__") = RADIXTIER_VERSION;
+  rp::bind_config(m);
+  rp::register_errors(m);
+  rp::bind_host(m);
+  rp::bind_cache(m);
+  rp::bind_policy(m);
+#ifdef RADIXTIER_PYTHON_CUDA
+  auto cuda = m.def_submodule("cuda", "The CUDA transfer engine (built with nvcc).");
+  rp::bind_cuda(cuda);
+  m.attr("HAVE_CUDA") = true;
+#else
+  m.attr("HAVE_CUDA") = false;
+#endif
+}
