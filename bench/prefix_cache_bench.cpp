@@ -9,26 +9,14 @@
 #include <memory>
 #include <random>
 
+#include "instant_engine.hpp"
 #include "radixtier/cache/prefix_cache.hpp"
 
 namespace radixtier {
 namespace {
 
 constexpr std::uint32_t kPage = 64;
-
-/// Completes every copy at submission; moves no bytes.
-class InstantEngine final : public TransferEngine {
- public:
-  Result<Ticket> submit(TransferBatch) override { return Ticket(this, TicketId(next_++)); }
-  TransferState poll(TicketId) override { return TransferState::kDone; }
-  TransferState wait(TicketId) override { return TransferState::kDone; }
-  void release(TicketId) override {}
-  std::size_t slice_pages() const override { return 128; }
-  EngineCapacity capacity() const override { return {}; }  // moves no bytes: any pool
-
- private:
-  std::uint32_t next_ = 0;
-};
+using bench::InstantEngine;
 
 /// A cache holding a 1M-token conversation (inserted in 2,048-token chunks, a snapshot at
 /// every chunk) plus side branches of one page each that fork off its first 64k tokens at

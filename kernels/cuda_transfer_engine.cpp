@@ -250,6 +250,13 @@ Status CudaTransferEngine::validate(const TransferBatch& b) const {
     if (s.gpu.value() >= pools_.gpu_snapshots.items) err << s.gpu << " out of range; ";
     if (s.host.value() >= pools_.host_slots) err << s.host << " out of range; ";
   }
+  for (const auto& p : b.pieces) {
+    if (p.gpu.value() >= pools_.gpu_snapshots.items) err << p.gpu << " out of range; ";
+    if (p.host.value() >= pools_.host_pages) err << p.host << " out of range; ";
+    if (p.offset >= snapshot_bytes_ || page_bytes_ == 0 || p.offset % page_bytes_ != 0)
+      err << "snapshot piece offset " << p.offset
+          << " is not a page multiple inside the snapshot; ";
+  }
   if (err.tellp() > 0) return invalid_argument("transfer batch rejected: " + err.str());
   return Status::ok();
 }
@@ -368,6 +375,31 @@ cudaError_t CudaTransferEngine::enqueue(const TransferBatch& batch, std::int64_t
     if (err != cudaSuccess) return err;
     ++counts.slices;
   }
+  // Snapshot pieces (a snapshot spread over pages of the host pool): the window
+  // [offset, offset + n) of the slot's bytes, cut along the slot's device segments, to one
+  // host page; by DMA, slice_pages pieces per slice.
+  for (std::size_t first = 0; first < batch.pieces.size(); first += options_.slice_pages) {
+    const std::size_t last = std::min(batch.pieces.size(), first + options_.slice_pages);
+    pieces.clear();
+    for (std::size_t i = first; i < last; ++i) {
+      const SnapshotPieceCopy& sp = batch.pieces[i];
+      const std::size_t end = sp.offset + piece_bytes(sp, page_bytes_, snapshot_bytes_);
+      std::size_t at = 0;  // logical byte offset of the segment inside the snapshot
+      for (const StridedSegment& seg : pools_.gpu_snapshots.segments) {
+        const std::size_t lo = std::max(at, sp.offset), hi = std::min(at + seg.bytes, end);
+        if (lo < hi) {
+          pieces.push_back({seg.base + std::size_t{sp.gpu.value()} * seg.item_stride + (lo - at),
+                            std::size_t{sp.host.value()} * page_bytes_ + (lo - sp.offset),
+                            hi - lo});
+        }
+        at += seg.bytes;
+      }
+    }
+    if (cudaError_t err = enqueue_dma(dir, pieces, pools_.host_kv, inject_here(), counts);
+        err != cudaSuccess)
+      return err;
+    ++counts.slices;
+  }
   // Snapshots: chunks of at most slice_pages * page_bytes bytes, always by DMA (they are
   // large contiguous ranges, where the copy engines are at their best).
   if (batch.snapshots.empty()) return cudaSuccess;
@@ -482,8 +514,8 @@ Result<Ticket> CudaTransferEngine::submit(TransferBatch batch) {
       return mark_fatal(e, e == err ? "enqueue" : "cudaEventRecord");
     }
   }
-  const std::uint64_t bytes =
-      batch.pages.size() * page_bytes_ + batch.snapshots.size() * snapshot_bytes_;
+  std::uint64_t bytes = batch.pages.size() * page_bytes_ + batch.snapshots.size() * snapshot_bytes_;
+  for (const auto& p : batch.pieces) bytes += piece_bytes(p, page_bytes_, snapshot_bytes_);
   (batch.direction == Direction::kDeviceToHost ? stats_.bytes_d2h : stats_.bytes_h2d) += bytes;
   Job job;
   if (err != cudaSuccess) {

@@ -53,7 +53,10 @@ CacheConfig two_slot_config() {
 // ---- bug 1 ----------------------------------------------------------------------------
 
 TEST(CacheHardeningBug1, FailedAdmissionLeavesNoEmptyLeaf) {
-  Harness h(two_slot_config());
+  // Written for recency order (which victim a slot comes from decides the path taken).
+  CacheConfig config = two_slot_config();
+  config.snapshot_eviction = SnapshotEviction::kLru;
+  Harness h(config);
   const auto p = seq({{1, 9}});
   const auto q = seq({{100, 9}});
   const std::size_t snaps[] = {8};
@@ -88,8 +91,8 @@ TEST(CacheHardeningBug1, FailedAdmissionLeavesNoEmptyLeaf) {
   h.cache->drop_host();
   ASSERT_INVARIANTS(h);
   give_slot(h, held);
-  // Nothing leaked: every host snapshot slot is free again once the host tier is dropped.
-  EXPECT_EQ(h.cache->occupancy().host_slots_free, h.config.host_snapshot_slots);
+  // Nothing leaked: every page of the host pool is free again once the host tier is dropped.
+  EXPECT_EQ(h.cache->occupancy().host_pages_free, h.config.host_pool_pages());
   auto again = h.serve(p, snaps);
   EXPECT_EQ(again.error, "");
   EXPECT_TRUE(again.bytes_ok);
@@ -138,7 +141,9 @@ TEST(CacheHardeningBug2, HopelessAdmissionEvictsNothing) {
 // ---- bug 3 ----------------------------------------------------------------------------
 
 TEST(CacheHardeningBug3, WriteThroughCompletionKeepsTheRecencyOfUse) {
-  Harness h(small_config(WritePolicy::kWriteThrough));
+  CacheConfig config = small_config(WritePolicy::kWriteThrough);
+  config.snapshot_eviction = SnapshotEviction::kLru;  // recency alone decides
+  Harness h(config);
   const auto a = seq({{1, 9}});
   const auto b = seq({{100, 9}});
   const std::size_t snaps[] = {8};
@@ -186,9 +191,10 @@ TEST(CacheHardeningItem5, CreateRefusesAConfigLargerThanTheEnginesArenas) {
   };
   const Case cases[] = {
       {"gpu_pages", [](CacheConfig& c) { c.gpu_pages = 33; }, "33", "32"},
-      {"host_pages", [](CacheConfig& c) { c.host_pages = 65; }, "65", "64"},
+      // The one host pool: 64 KV pages + 8 snapshots x 5 pages = 104 pages in the arena.
+      {"host_pages", [](CacheConfig& c) { c.host_pages = 65; }, "65", "104"},
       {"gpu_snapshot_slots", [](CacheConfig& c) { c.gpu_snapshot_slots = 5; }, "5", "4"},
-      {"host_snapshot_slots", [](CacheConfig& c) { c.host_snapshot_slots = 9; }, "9", "8"},
+      {"host_snapshot_slots", [](CacheConfig& c) { c.host_snapshot_slots = 9; }, "9", "104"},
       {"page_bytes", [](CacheConfig& c) { c.page_bytes = 64; }, "64", "48"},
       {"snapshot_bytes", [](CacheConfig& c) { c.snapshot_bytes = 100; }, "100", "200"},
   };
@@ -216,16 +222,16 @@ TEST(CacheHardeningItem5, ArenaAccessIsBoundsCheckedInEveryBuild) {
   EXPECT_EQ(mem.gpu_page(GpuPageId(31)).size(), 48u);
   EXPECT_THROW((void)mem.gpu_page(GpuPageId(32)), std::out_of_range);
   EXPECT_THROW((void)mem.gpu_page(GpuPageId()), std::out_of_range);
-  EXPECT_THROW((void)mem.host_page(HostPageId(64)), std::out_of_range);
+  EXPECT_THROW((void)mem.host_page(HostPageId(104)), std::out_of_range);  // 64 + 8 x 5
   EXPECT_THROW((void)mem.gpu_snapshot(GpuSlotId(4)), std::out_of_range);
   EXPECT_THROW((void)mem.host_snapshot(HostSlotId(8)), std::out_of_range);
   try {
-    (void)mem.host_page(HostPageId(70));
+    (void)mem.host_page(HostPageId(110));
     ADD_FAILURE() << "no throw";
   } catch (const std::out_of_range& e) {
     const std::string m = e.what();
-    EXPECT_NE(m.find("host_page#70"), std::string::npos) << m;
-    EXPECT_NE(m.find("64"), std::string::npos) << m;
+    EXPECT_NE(m.find("host_page#110"), std::string::npos) << m;
+    EXPECT_NE(m.find("104"), std::string::npos) << m;
   }
 }
 
@@ -459,8 +465,9 @@ TEST(CacheHardeningItem7, InspectReportsEveryNodeOnThePathAndChangesNothing) {
   EXPECT_EQ(leaf.boundary, 16u);
   EXPECT_EQ(leaf.kv, Residency::kHost);  // the GPU side is the copy's destination
   EXPECT_EQ(leaf.kv_copy, Xfer::kPromote);
-  EXPECT_EQ(leaf.snapshot, Residency::kGpu);
-  EXPECT_EQ(leaf.snapshot_copy, Xfer::kNone);
+  // Its snapshot left the GPU with its KV (issue 15 item 4) and comes back with it.
+  EXPECT_EQ(leaf.snapshot, Residency::kHost);
+  EXPECT_EQ(leaf.snapshot_copy, Xfer::kPromote);
   EXPECT_EQ(leaf.locks, 1u);
   EXPECT_EQ(leaf.snapshot_locks, 1u);
   EXPECT_STREQ(to_string(leaf.kv), "host");

@@ -64,6 +64,9 @@ struct Fingerprint {
     Fingerprint f;
     f.occupancy = cache.occupancy();
     f.stats = cache.stats();
+    // A refused snapshot slot is counted (CacheStats::snapshot_slot_misses): an observation of
+    // the refusal, not a change of the cache's state.
+    f.stats.snapshot_slot_misses = 0;
     for (const auto& p : prompts) f.matches.push_back(cache.match(p));
     f.in_flight = cache.in_flight();
     f.pending = engine.pending();

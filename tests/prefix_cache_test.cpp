@@ -292,6 +292,7 @@ TEST(PrefixCacheWriteThrough, SourcePagesStayHeldUntilTheCopyLands) {
 TEST(PrefixCacheHostFull, DropsWhenHostHasNoRoom) {
   CacheConfig c = small_config();
   c.host_pages = 4;
+  c.host_snapshot_slots = 0;  // the one host pool: 4 pages in all
   Harness h(c);
   auto prompt = seq({{1, 40}, {2, 1}});
   const std::size_t snaps[] = {40};

@@ -322,6 +322,45 @@ TEST(Simulator, TraceReplayHonoursArrivalsAndTheIdealIsAnUpperReference) {
   EXPECT_FALSE(simulate(*churn, o).is_ok());  // the ideal is for traces only
 }
 
+// Adaptive placement end to end: in a block-hashed trace a turn shares only the earlier
+// prompt's full blocks, so the learner finds G = 512 from the branch points and the later
+// conversations resume at the last full block of their first turn; end-only never does.
+TEST(Simulator, AdaptivePlacementLearnsTheBlockAlignmentOfATrace) {
+  std::vector<TraceRequest> t;
+  for (std::uint64_t c = 0; c < 48; ++c) {
+    // Turn 1: 4 or 5 blocks, the last one partial; turn 2 shares its full blocks (3 or 4).
+    const std::uint64_t base = 1000 * (c + 1), full = 3 + c % 2;
+    std::vector<std::uint64_t> first, second;
+    for (std::uint64_t b = 0; b <= full; ++b) first.push_back(base + b);
+    for (std::uint64_t b = 0; b < full; ++b) second.push_back(base + b);
+    for (std::uint64_t b = 0; b < 3; ++b) second.push_back(base + 500 + b);
+    t.push_back(req(first.size() * 512 - 100, first, 2000 * c));
+    t.push_back(req(second.size() * 512 - 100, second, 2000 * c + 1000));
+  }
+  ScenarioOptions so;
+  so.trace_host_bytes = 8 * kGiB;
+  so.trace_max_running = 2;
+  const Scenario s = trace_scenario(t, qwen(), so);
+  SimOptions o;
+  o.hardware = "h200-gen5";
+  o.instances = 1;
+  o.check_invariants = true;
+  auto adaptive = simulate(s, o);
+  ASSERT_TRUE(adaptive.is_ok()) << adaptive.status().to_string();
+  EXPECT_TRUE(adaptive->status.empty()) << adaptive->status;
+  EXPECT_EQ(adaptive->placement_alignment, 512u);
+  EXPECT_FALSE(adaptive->keep_finish);  // no turn ever shares an output
+  o.policy = "end-only";
+  auto end_only = simulate(s, o);
+  ASSERT_TRUE(end_only.is_ok());
+  for (std::size_t i = 80; i < adaptive->rows.size(); i += 2) {
+    const std::size_t turn2 = i + 1, full = 3 + (i / 2) % 2;
+    EXPECT_EQ(adaptive->rows[turn2].cached_tokens, full * 512) << turn2;
+    EXPECT_EQ(end_only->rows[turn2].cached_tokens, 0u) << turn2;
+  }
+  EXPECT_GT(adaptive->hit_ratio, end_only->hit_ratio);
+}
+
 TEST(Svg, ChartsNameTheirSeries) {
   const std::string bars = svg::bar_chart({"t", "x", "y", true}, {"a", "b"},
                                           {{"node", {1, 10}, false}, {"index", {0, 100}, false}});

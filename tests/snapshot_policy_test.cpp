@@ -1,6 +1,10 @@
 // Snapshot placement policies: parsing, validation and the keep() decisions.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <vector>
+
+#include "radixtier/scheduler/placement_learner.hpp"
 #include "radixtier/scheduler/snapshot_policy.hpp"
 
 namespace radixtier::sched {
@@ -94,10 +98,10 @@ TEST(SnapshotPolicy, EndOnlyEveryChunkAndInterval) {
   const auto iv = SnapshotPolicy::interval(256);
   EXPECT_TRUE(iv.keep(query(512)));
   EXPECT_FALSE(iv.keep(query(576)));
-  EXPECT_EQ(iv.next_cut(0), 256u);
-  EXPECT_EQ(iv.next_cut(256), 512u);
-  EXPECT_EQ(iv.next_cut(300), 512u);
-  EXPECT_FALSE(SnapshotPolicy::every_chunk().next_cut(0));
+  EXPECT_EQ(iv.next_cut(query(0), 0), 256u);
+  EXPECT_EQ(iv.next_cut(query(0), 256), 512u);
+  EXPECT_EQ(iv.next_cut(query(0), 300), 512u);
+  EXPECT_FALSE(SnapshotPolicy::every_chunk().next_cut(query(0), 0));
 }
 
 TEST(SnapshotPolicy, TailKeepsTheLastChunkBoundaryBelowTheFinalPromptBoundary) {
@@ -120,7 +124,7 @@ TEST(SnapshotPolicy, TailKeepsTheLastChunkBoundaryBelowTheFinalPromptBoundary) {
   EXPECT_TRUE(iv.keep(query(512)));
   EXPECT_TRUE(iv.keep(query(960)));
   EXPECT_FALSE(iv.keep(query(576)));
-  EXPECT_EQ(iv.next_cut(300), 512u);
+  EXPECT_EQ(iv.next_cut(query(0), 300), 512u);
 }
 
 TEST(SnapshotPolicy, BranchKeepsTheChunkBoundaryWhereThePromptLeavesCachedKv) {
@@ -173,6 +177,97 @@ TEST(SnapshotPolicy, BudgetedSpendsItsBudgetWhereItSavesMost) {
   EXPECT_EQ(SnapshotPolicy::budgeted().plan(query(0)).size(), 3u);
   // Never more snapshots than candidates.
   EXPECT_EQ(SnapshotPolicy::budgeted(1u << 30).plan(query(0)).size(), 15u);
+}
+
+// ---------------------------------------------------------------------------------------
+// adaptive placement and its learner
+
+TEST(SnapshotPolicy, AdaptiveKeepsTheAlignedTailAndTheBranchPointAndCutsThere) {
+  const auto a = *SnapshotPolicy::parse("adaptive");
+  EXPECT_EQ(a, SnapshotPolicy::adaptive());
+  EXPECT_EQ(a.name(), "adaptive");
+  // 1000 tokens, pages of 16: final boundary 992. Learned alignment 128: tail 896.
+  SnapshotQuery q = query(0);
+  q.alignment = 128;
+  EXPECT_EQ(SnapshotPolicy::aligned_tail(q), 896u);
+  q.boundary = 896;
+  EXPECT_TRUE(a.keep(q));
+  q.boundary = 960;
+  EXPECT_FALSE(a.keep(q));  // a chunk end, but no reason to keep it
+  // One page of alignment (natural text): the tail is the prompt end, nothing extra.
+  q.alignment = 16;
+  EXPECT_EQ(SnapshotPolicy::aligned_tail(q), 0u);
+  // The branch point at page granularity (not floored to a chunk as +branch does).
+  q.cached_tokens = 128;
+  q.branch_tokens = 600;
+  EXPECT_EQ(SnapshotPolicy::branch_point(q), 592u);
+  q.boundary = 592;
+  EXPECT_TRUE(a.keep(q));
+  EXPECT_FALSE(SnapshotPolicy::end_only().with_branch().keep(q));
+  // The scheduler cuts a chunk at both, in order.
+  q.alignment = 128;
+  EXPECT_EQ(a.next_cut(q, 128), 592u);
+  EXPECT_EQ(a.next_cut(q, 592), 896u);
+  EXPECT_FALSE(a.next_cut(q, 896));
+  EXPECT_FALSE(SnapshotPolicy::end_only().next_cut(q, 128));
+  // The finish boundary only while finish snapshots are resumed from; the prompt end always.
+  SnapshotQuery fin = query(1008);
+  fin.at_finish = true;
+  EXPECT_TRUE(a.keep(fin));
+  fin.keep_finish = false;
+  EXPECT_FALSE(a.keep(fin));
+  EXPECT_TRUE(SnapshotPolicy::end_only().keep(fin));
+  EXPECT_TRUE(a.keep(query(992)));
+}
+
+std::vector<Token> tokens(std::uint64_t seed, std::size_t n) {
+  std::vector<Token> t(n);
+  for (std::size_t i = 0; i < n; ++i) t[i] = static_cast<Token>((seed * 7919 + i * 31) % 50021);
+  return t;
+}
+
+TEST(PlacementLearner, LearnsTheAlignmentOfBranchPoints) {
+  PlacementLearner blocks(16);
+  EXPECT_EQ(blocks.alignment(), 16u);  // nothing seen yet: one page
+  const auto prompt = tokens(1, 4000);
+  // 9 in 10 branch points on 512-token blocks, the rest anywhere: G = 512.
+  for (std::size_t i = 0; i < 100; ++i) {
+    const std::size_t branch = i % 10 == 9 ? 16 * (3 + i % 50) : 512 * (1 + i % 6);
+    blocks.observe_admission(prompt, 0, branch);
+  }
+  EXPECT_EQ(blocks.alignment(), 512u);
+  EXPECT_EQ(blocks.branch_samples(), 100u);
+  // Natural text: branch points at any page. G = one page.
+  PlacementLearner text(16);
+  for (std::size_t i = 0; i < 100; ++i) text.observe_admission(prompt, 0, 16 * (1 + i * 7 % 200));
+  EXPECT_EQ(text.alignment(), 16u);
+  // A prompt that ends inside the cached path (a replay) is no branch point.
+  PlacementLearner replay(16);
+  for (std::size_t i = 0; i < 100; ++i) replay.observe_admission(prompt, 0, 3984);
+  EXPECT_EQ(replay.branch_samples(), 0u);
+}
+
+TEST(PlacementLearner, KeepsFinishSnapshotsOnlyWhileContinuationsShareTheOutput) {
+  PlacementLearnerOptions o;
+  o.finish_window = 8;
+  PlacementLearner l(16, o);
+  const auto turn = tokens(2, 200);  // prompt + output of an earlier request
+  EXPECT_TRUE(l.keep_finish());
+  // Requests that share the prompt but never the output: finish snapshots stop paying.
+  l.observe_finish(std::span<const Token>(turn).first(192));
+  for (int i = 0; i < 8; ++i) {
+    auto p = tokens(3 + i, 300);
+    std::copy(turn.begin(), turn.begin() + 150, p.begin());
+    l.observe_admission(p, 128, 144);
+  }
+  EXPECT_FALSE(l.keep_finish());
+  EXPECT_EQ(l.finish_continuations(), 0u);
+  // A continuation of the whole prompt + output: keep them again.
+  auto next = turn;
+  next.insert(next.end(), 50, Token{7});
+  l.observe_admission(next, 128, 192);
+  EXPECT_TRUE(l.keep_finish());
+  EXPECT_EQ(l.finish_continuations(), 1u);
 }
 
 }  // namespace

@@ -16,28 +16,48 @@ enum class WritePolicy {
 
 const char* to_string(WritePolicy policy);
 
-/// Which snapshot leaves a tier first when a slot is needed.
+/// How the cache orders its eviction victims and splits the host tier.
 enum class SnapshotEviction {
-  kLru,      ///< least recently used
-  kUtility,  ///< lowest (recompute saved per byte) x recency among the LRU tail, as Marconi
+  /// The default: GreedyDual-Size-Frequency over KV and snapshots (recompute saved per byte,
+  /// frequency, recency), dead KV first, and one host pool shared by KV and snapshots.
+  kCostAware,
+  /// Baselines (sglang-like): every order by time of last use; the host tier split as the
+  /// config says (host_pages of KV, host_snapshot_slots snapshots' worth for snapshots).
+  kLru,
+  /// GreedyDual keys as kCostAware, but the host tier split as kLru (to measure the split).
+  kUtility,
 };
 
 const char* to_string(SnapshotEviction eviction);
 
 struct CacheConfig {
-  std::uint32_t page_size = 64;           ///< tokens per page
-  std::uint32_t gpu_pages = 0;            ///< GPU KV pool, in pages
-  std::uint32_t host_pages = 0;           ///< pinned host KV pool, in pages (0: no host tier)
-  std::uint32_t gpu_snapshot_slots = 0;   ///< GPU snapshot slots
-  std::uint32_t host_snapshot_slots = 0;  ///< host snapshot slots (0: no host snapshots)
-  std::size_t page_bytes = 0;             ///< bytes of one page, all attention layers, K and V
-  std::size_t snapshot_bytes = 0;         ///< bytes of one snapshot of the full recurrent state
-  std::uint32_t slice_pages = 128;        ///< at most this many pages per copy slice
+  std::uint32_t page_size = 64;  ///< tokens per page
+  std::uint32_t gpu_pages = 0;   ///< GPU KV pool, in pages
+  /// Host tier, in pages of page_bytes. PrefixCache keeps KV *and* snapshots in one pool of
+  /// host_pool_pages() pages (a snapshot spans snapshot_pages() of them, not contiguous);
+  /// with kCostAware eviction decides the split at every moment.
+  std::uint32_t host_pages = 0;
+  std::uint32_t gpu_snapshot_slots = 0;  ///< GPU snapshot slots (their own pool)
+  /// Host room for this many snapshots, added to the one host pool by PrefixCache; the
+  /// index-tier baseline keeps them as its separate snapshot bank (0: none).
+  std::uint32_t host_snapshot_slots = 0;
+  std::size_t page_bytes = 0;       ///< bytes of one page, all attention layers, K and V
+  std::size_t snapshot_bytes = 0;   ///< bytes of one snapshot of the full recurrent state
+  std::uint32_t slice_pages = 128;  ///< at most this many pages per copy slice
   WritePolicy write_policy = WritePolicy::kWriteBack;
-  SnapshotEviction snapshot_eviction = SnapshotEviction::kLru;
+  SnapshotEviction snapshot_eviction = SnapshotEviction::kCostAware;
 
   /// Rejects nonsense with a message naming the field.
   Status validate() const;
+
+  /// Host pages one snapshot spans: ceil(snapshot_bytes / page_bytes).
+  std::size_t snapshot_pages() const {
+    return page_bytes == 0 ? 0 : (snapshot_bytes + page_bytes - 1) / page_bytes;
+  }
+  /// The one host pool of PrefixCache: host_pages + host_snapshot_slots * snapshot_pages().
+  std::size_t host_pool_pages() const {
+    return std::size_t{host_pages} + std::size_t{host_snapshot_slots} * snapshot_pages();
+  }
 
   /// Staging bytes one slice may need in one direction (a page slice or a snapshot chunk).
   std::size_t slice_bytes() const { return static_cast<std::size_t>(slice_pages) * page_bytes; }

@@ -49,6 +49,7 @@ class EngineConfig:
     host_snapshot_slots: int = 32
     slice_pages: int = 32
     write_policy: rt.WritePolicy = rt.WritePolicy.WRITE_BACK
+    snapshot_eviction: rt.SnapshotEviction = rt.SnapshotEviction.COST_AWARE
     chunk_tokens: int = 128
     max_running: int = 1
     policy: str = "budgeted"
@@ -124,7 +125,7 @@ class Engine:
             gpu_snapshot_slots=config.gpu_snapshot_slots,
             host_snapshot_slots=config.host_snapshot_slots, page_bytes=model.page_bytes,
             snapshot_bytes=model.state_bytes, slice_pages=config.slice_pages,
-            write_policy=config.write_policy)
+            write_policy=config.write_policy, snapshot_eviction=config.snapshot_eviction)
         self.arenas = rt.HostArenas(cache_config)
         self.transfers = rt.HostTransferEngine(self.arenas, config.slice_pages, config.engine_mode)
         for n in failing_submissions:

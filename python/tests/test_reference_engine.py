@@ -80,6 +80,10 @@ def test_every_chunk_policy_and_write_through(model):
 
     s = scenarios.make("compaction", scale=0.25, policy="every-chunk", model=model)
     s.engine.write_policy = rt.WritePolicy.WRITE_THROUGH
+    # Dense snapshots in a host tier smaller than the prompt: with one shared host pool the
+    # cost-aware orders keep snapshots over the KV the replay needs (docs/results.md, "not
+    # met"); the fixed split of the baselines keeps the replay.
+    s.engine.snapshot_eviction = rt.SnapshotEviction.LRU
     s.engine.check_invariants = True
     rep = run_scenario(s, model)
     r = _check(rep)

@@ -11,7 +11,7 @@ from conftest import Stack, small_config
 
 def test_views_share_the_arenas_memory(stack):
     a = stack.arenas
-    for view, items, item in [(a.gpu_kv, 16, 64), (a.host_kv, 32, 64),
+    for view, items, item in [(a.gpu_kv, 16, 64), (a.host_kv, 40, 64),  # the one host pool: 32 + 8 x 1
                               (a.gpu_snapshots, 4, 32), (a.host_snapshots, 8, 32)]:
         arr = np.asarray(view)
         assert arr.shape == (items, item) and arr.dtype == np.uint8 and arr.flags.writeable

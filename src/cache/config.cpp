@@ -9,7 +9,15 @@ const char* to_string(WritePolicy policy) {
 }
 
 const char* to_string(SnapshotEviction eviction) {
-  return eviction == SnapshotEviction::kLru ? "lru" : "utility";
+  switch (eviction) {
+    case SnapshotEviction::kCostAware:
+      return "cost-aware";
+    case SnapshotEviction::kLru:
+      return "lru";
+    case SnapshotEviction::kUtility:
+      return "utility";
+  }
+  return "?";
 }
 
 Status CacheConfig::validate() const {
@@ -22,6 +30,8 @@ Status CacheConfig::validate() const {
   if (page_bytes == 0) return bad("page_bytes", "must be at least 1 byte");
   if (snapshot_bytes == 0) return bad("snapshot_bytes", "must be at least 1 byte");
   if (slice_pages == 0) return bad("slice_pages", "must be at least 1 page");
+  if (host_pool_pages() >= std::size_t{0xFFFFFFFFu})
+    return bad("host_pages", "with host_snapshot_slots, the host pool exceeds 2^32 - 1 pages");
   if (write_policy == WritePolicy::kWriteThrough && host_pages == 0)
     return bad("write_policy", "write-through needs a host tier (host_pages > 0)");
   return Status::ok();

@@ -25,14 +25,17 @@ Status check_against_engine(const CacheConfig& c, const EngineCapacity& e) {
   };
   if (c.gpu_pages > e.gpu_pages)
     return too_big("gpu_pages", c.gpu_pages, "GPU KV pool", e.gpu_pages);
-  if (c.host_pages > e.host_pages)
-    return too_big("host_pages", c.host_pages, "host KV pool", e.host_pages);
+  if (c.host_pool_pages() > e.host_pages) {
+    return invalid_argument("CacheConfig.host_pages (" + std::to_string(c.host_pages) +
+                            ") + host_snapshot_slots (" + std::to_string(c.host_snapshot_slots) +
+                            ") x " + std::to_string(c.snapshot_pages()) +
+                            " pages = " + std::to_string(c.host_pool_pages()) +
+                            " pages of host pool, but the transfer engine's host pool has only " +
+                            std::to_string(e.host_pages));
+  }
   if (c.gpu_snapshot_slots > e.gpu_snapshot_slots)
     return too_big("gpu_snapshot_slots", c.gpu_snapshot_slots, "GPU snapshot pool",
                    e.gpu_snapshot_slots);
-  if (c.host_snapshot_slots > e.host_snapshot_slots)
-    return too_big("host_snapshot_slots", c.host_snapshot_slots, "host snapshot pool",
-                   e.host_snapshot_slots);
   auto differs = [](const char* field, std::size_t mine, std::size_t engines) {
     return invalid_argument("CacheConfig." + std::string(field) + " is " + std::to_string(mine) +
                             " but the transfer engine copies " + std::to_string(engines) +
@@ -58,20 +61,27 @@ PrefixCache::PrefixCache(const CacheConfig& config, TransferEngine& engine)
       engine_(engine),
       node_pool_(sizeof(Node)),
       gpu_pages_(config.gpu_pages),
-      host_pages_(config.host_pages),
+      host_pages_(static_cast<std::uint32_t>(config.host_pool_pages())),
       gpu_slots_(config.gpu_snapshot_slots),
-      host_slots_(config.host_snapshot_slots),
       page_owner_(config.gpu_pages),
       slot_owner_(config.gpu_snapshot_slots) {
+  // Values per byte for the GreedyDual keys: a KV page saves page_size tokens of recompute
+  // per page_bytes; a snapshot saves its gap per the bytes it holds on that tier.
+  kv_value_ = config.page_bytes == 0 ? 0 : double(config.page_size) / double(config.page_bytes);
+  gpu_snap_value_ = config.snapshot_bytes == 0 ? 0 : 1.0 / double(config.snapshot_bytes);
+  const double host_snapshot_bytes = double(config.snapshot_pages() * config.page_bytes);
+  host_snap_value_ = host_snapshot_bytes == 0 ? 0 : 1.0 / host_snapshot_bytes;
+  cost_aware_ = config.snapshot_eviction != SnapshotEviction::kLru;
+  shared_host_ = config.snapshot_eviction == SnapshotEviction::kCostAware;
   root_ = new_node(nullptr, {});
 }
 
 PrefixCache::~PrefixCache() {
   drain();
-  gpu_kv_lru_.clear();
-  host_kv_lru_.clear();
-  gpu_snap_lru_.clear();
-  host_snap_lru_.clear();
+  gpu_kv_order_.clear();
+  host_kv_order_.clear();
+  gpu_snap_order_.clear();
+  host_snap_order_.clear();
   destroy_subtree(root_);
 }
 
@@ -159,6 +169,8 @@ void PrefixCache::set_gpu_pages(Node* n, std::vector<GpuPageId> pages) {
 
 void PrefixCache::set_host_pages(Node* n, std::vector<HostPageId> pages) {
   const bool had = n->has_host_kv();
+  host_kv_held_ += pages.size();
+  host_kv_held_ -= n->host_pages.size();
   n->host_pages = std::move(pages);
   if (had != n->has_host_kv() && n->parent) {
     n->has_host_kv() ? ++n->parent->host_kv_children : --n->parent->host_kv_children;
@@ -168,73 +180,119 @@ void PrefixCache::set_host_pages(Node* n, std::vector<HostPageId> pages) {
   note_host_usage();
 }
 
-namespace {
-/// Inserts n where its time of use (last_access) puts it among the nodes around it, oldest
-/// first. The search runs from both ends at once: a recently used node lands near the back,
-/// an old one near the front, each in few steps.
-template <class List>
-void insert_by_recency(List& list, Node& n) {
-  auto front = list.begin();
-  auto back = list.end();
-  // Invariant: [begin, front) used no later than n, [back, end) used after n.
-  while (front != back) {
-    if (front->last_access > n.last_access) break;
-    if (++front == back) break;
-    auto before = std::prev(back);
-    if (before->last_access <= n.last_access) {
-      front = back;
-      break;
-    }
-    back = before;
-  }
-  list.insert(front, n);
+void PrefixCache::set_gpu_snapshot(Node* n, GpuSlotId slot) {
+  const bool had = n->has_snapshot();
+  n->gpu_snapshot = slot;
+  note_snapshot_change(n, had);
+  refresh(n);
 }
 
-template <class List, class Hook>
-void sync(List& list, Node& n, Hook& hook, bool want) {
-  if (want && !hook.is_linked()) {
-    list.push_back(n);
-  } else if (!want && hook.is_linked()) {
-    list.erase(list.iterator_to(n));
+void PrefixCache::set_host_snapshot(Node* n, std::vector<HostPageId> pages) {
+  const bool had = n->has_snapshot();
+  host_snap_held_ += pages.size();
+  host_snap_held_ -= n->host_snapshot.size();
+  n->host_snapshot = std::move(pages);
+  note_snapshot_change(n, had);
+  refresh(n);
+  note_host_usage();
+}
+
+void PrefixCache::note_snapshot_change(Node* n, bool had) {
+  if (had == n->has_snapshot()) return;
+  for (Node* p = n; p != nullptr; p = p->parent) {
+    if (had) {
+      assert(p->snapshots_below > 0);
+      if (--p->snapshots_below == 0) refresh(p);  // its KV just died
+    } else if (p->snapshots_below++ == 0) {
+      refresh(p);  // its KV is resumable again
+    }
   }
 }
-template <class List, class Hook>
-void move_to_back(List& list, Node& n, Hook& hook) {
+
+// ---------------------------------------------------------------------------------------
+// eviction orders (node.hpp, "Eviction orders")
+
+namespace {
+/// Re-links n on one order: in it iff `want`, at `key`. A key changes only while unlinked.
+template <class Set>
+void sync(Set& set, Node& n, const OrderHook& hook, OrderKey& stored, bool want,
+          const OrderKey& key) {
   if (hook.is_linked()) {
-    list.erase(list.iterator_to(n));
-    list.push_back(n);
+    if (want && stored == key) return;
+    set.erase(set.iterator_to(n));
+  }
+  if (want) {
+    stored = key;
+    set.insert(n);
   }
 }
 }  // namespace
 
-void PrefixCache::refresh(Node* n) {
-  sync(gpu_kv_lru_, *n, n->gpu_kv_hook, n->gpu_kv_evictable());
-  sync(host_kv_lru_, *n, n->host_kv_hook, n->host_kv_evictable());
-  sync(gpu_snap_lru_, *n, n->gpu_snap_hook, n->gpu_snapshot_evictable());
-  sync(host_snap_lru_, *n, n->host_snap_hook, n->host_snapshot_evictable());
+// kLru: time of last use alone (class 1, priority 0 for every node).
+OrderKey PrefixCache::gpu_kv_key(const Node& n) const {
+  if (!cost_aware_) return {1, 0, n.last_access};
+  return {std::uint8_t(n.kv_live() ? 1 : 0), n.kv_age_gpu + n.kv_uses * kv_value_, n.last_access};
 }
 
-void PrefixCache::place_by_use(Node* n, bool snapshot) {
-  auto place = [n](auto& list, LruHook& hook) {
-    if (!hook.is_linked()) return;
-    list.erase(list.iterator_to(*n));
-    insert_by_recency(list, *n);
-  };
-  if (snapshot) {
-    place(gpu_snap_lru_, n->gpu_snap_hook);
-    place(host_snap_lru_, n->host_snap_hook);
-  } else {
-    place(gpu_kv_lru_, n->gpu_kv_hook);
-    place(host_kv_lru_, n->host_kv_hook);
-  }
+OrderKey PrefixCache::host_kv_key(const Node& n) const {
+  if (!cost_aware_) return {1, 0, n.last_access};
+  return {std::uint8_t(n.kv_live() ? 1 : 0), n.kv_age_host + n.kv_uses * kv_value_, n.last_access};
+}
+
+OrderKey PrefixCache::gpu_snap_key(const Node& n) const {
+  if (!cost_aware_) return {1, 0, n.snap_access};
+  // A snapshot whose KV left the GPU cannot be resumed from the GPU: it leaves first.
+  return {std::uint8_t(n.has_gpu_kv() ? 1 : 0),
+          n.snap_age_gpu + double(n.snap_uses) * double(n.snap_gap) * gpu_snap_value_,
+          n.snap_access};
+}
+
+OrderKey PrefixCache::host_snap_key(const Node& n) const {
+  if (!cost_aware_) return {1, 0, n.snap_access};
+  return {std::uint8_t(n.has_kv() ? 1 : 0),
+          n.snap_age_host + double(n.snap_uses) * double(n.snap_gap) * host_snap_value_,
+          n.snap_access};
+}
+
+void PrefixCache::refresh(Node* n) {
+  const bool gk = n->gpu_kv_evictable(), hk = n->host_kv_evictable();
+  const bool gs = n->gpu_snapshot_evictable(), hs = n->host_snapshot_evictable();
+  sync(gpu_kv_order_, *n, n->gpu_kv_hook, n->gpu_kv_key, gk, gk ? gpu_kv_key(*n) : OrderKey{});
+  sync(host_kv_order_, *n, n->host_kv_hook, n->host_kv_key, hk, hk ? host_kv_key(*n) : OrderKey{});
+  sync(gpu_snap_order_, *n, n->gpu_snap_hook, n->gpu_snap_key, gs,
+       gs ? gpu_snap_key(*n) : OrderKey{});
+  sync(host_snap_order_, *n, n->host_snap_hook, n->host_snap_key, hs,
+       hs ? host_snap_key(*n) : OrderKey{});
 }
 
 void PrefixCache::touch(Node* n) {
+  ++n->kv_uses;
+  n->kv_age_gpu = gpu_kv_age_;
+  n->kv_age_host = host_age_;
   n->last_access = ++clock_;
-  move_to_back(gpu_kv_lru_, *n, n->gpu_kv_hook);
-  move_to_back(host_kv_lru_, *n, n->host_kv_hook);
-  move_to_back(gpu_snap_lru_, *n, n->gpu_snap_hook);
-  move_to_back(host_snap_lru_, *n, n->host_snap_hook);
+  refresh(n);
+}
+
+void PrefixCache::touch_snapshot(Node* n) {
+  ++n->snap_uses;
+  n->snap_age_gpu = gpu_snap_age_;
+  n->snap_age_host = host_age_;
+  n->snap_access = ++clock_;
+  n->snap_gap = gap_above(*n);
+  refresh(n);
+}
+
+std::size_t PrefixCache::gap_above(const Node& n) const {
+  const Node* p = n.parent;
+  while (p != nullptr && !p->is_root() && !p->has_snapshot()) p = p->parent;
+  return n.boundary - (p ? p->boundary : 0);
+}
+
+Node* PrefixCache::host_victim(bool& snapshot) const {
+  const Node* kv = host_kv_order_.empty() ? nullptr : &*host_kv_order_.begin();
+  const Node* sn = host_snap_order_.empty() ? nullptr : &*host_snap_order_.begin();
+  snapshot = sn != nullptr && (kv == nullptr || sn->host_snap_key < kv->host_kv_key);
+  return const_cast<Node*>(snapshot ? sn : kv);
 }
 
 void PrefixCache::lock_path(Node* n) {
@@ -258,7 +316,7 @@ void PrefixCache::remove_if_empty(Node* n, std::vector<const Node*>* removed) {
          n->snap_xfer == Xfer::kNone) {
     // A snapshot without KV below it can never be used: it leaves with the node.
     if (n->gpu_snapshot.valid()) drop_gpu_snapshot(n);
-    if (n->host_snapshot.valid()) drop_host_snapshot(n);
+    if (n->has_host_snapshot()) drop_host_snapshot(n);
     Node* parent = n->parent;
     parent->children.erase(n->first_page(config_.page_size));
     refresh(n);  // unlinks every hook: nothing is evictable any more
@@ -295,6 +353,10 @@ Node* PrefixCache::split(Node* n, std::size_t pages) {
   }
   upper->lock_count = n->lock_count;
   upper->last_access = n->last_access;
+  upper->kv_uses = n->kv_uses;
+  upper->kv_age_gpu = n->kv_age_gpu;
+  upper->kv_age_host = n->kv_age_host;
+  upper->snapshots_below = n->snapshots_below;
   n->parent = upper;
   upper->children.emplace(n->first_page(config_.page_size), n);
   parent->children.emplace(upper->first_page(config_.page_size), upper);
@@ -305,8 +367,7 @@ Node* PrefixCache::split(Node* n, std::size_t pages) {
 
 void PrefixCache::note_host_usage() {
   const std::uint64_t bytes =
-      std::uint64_t{host_pages_.capacity() - host_pages_.free_count()} * config_.page_bytes +
-      std::uint64_t{host_slots_.capacity() - host_slots_.free_count()} * config_.snapshot_bytes;
+      std::uint64_t{host_pages_.capacity() - host_pages_.free_count()} * config_.page_bytes;
   stats_.host_bytes_peak = std::max(stats_.host_bytes_peak, bytes);
 }
 
@@ -363,8 +424,8 @@ std::vector<NodeInfo> PrefixCache::inspect(std::span<const Token> tokens) const 
     info.kv = residency(c->has_gpu_kv() && !kv_to_gpu, c->has_host_kv() && !kv_to_host);
     const bool snap_to_host = c->snap_xfer == Xfer::kDemote || c->snap_xfer == Xfer::kWriteThrough;
     const bool snap_to_gpu = c->snap_xfer == Xfer::kPromote;
-    info.snapshot = residency(c->gpu_snapshot.valid() && !snap_to_gpu,
-                              c->host_snapshot.valid() && !snap_to_host);
+    info.snapshot =
+        residency(c->gpu_snapshot.valid() && !snap_to_gpu, c->has_host_snapshot() && !snap_to_host);
     info.kv_copy = c->kv_xfer;
     info.snapshot_copy = c->snap_xfer;
     info.locks = c->lock_count;
@@ -378,8 +439,9 @@ std::vector<NodeInfo> PrefixCache::inspect(std::span<const Token> tokens) const 
 }
 
 Occupancy PrefixCache::occupancy() const {
+  const std::size_t per = config_.snapshot_pages();
   return {gpu_pages_.free_count(), host_pages_.free_count(), gpu_slots_.free_count(),
-          host_slots_.free_count(), node_count_};
+          static_cast<std::uint32_t>(per == 0 ? 0 : host_pages_.free_count() / per), node_count_};
 }
 
 }  // namespace radixtier

@@ -12,41 +12,6 @@ std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) {
   return b == 0 ? 0 : (a + b - 1) / b;
 }
 
-/// Tokens a request would recompute if this snapshot were gone: back to the nearest
-/// snapshot above it (or the root).
-std::size_t recompute_saved(const Node& n) {
-  const Node* p = n.parent;
-  while (p != nullptr && !p->is_root() && !p->has_snapshot()) p = p->parent;
-  return n.boundary - (p ? p->boundary : 0);
-}
-
-/// The snapshot to evict from an LRU list. kLru: its head. kUtility (after Marconi): among
-/// the kWindow least recent, the lowest recency rank + normalised recompute saved per byte
-/// (every snapshot has the same size, so per byte is per snapshot).
-template <class List>
-Node* snapshot_victim(List& list, SnapshotEviction policy) {
-  if (policy == SnapshotEviction::kLru) return &list.front();
-  constexpr std::size_t kWindow = 8;
-  Node* window[kWindow];
-  std::size_t saved[kWindow];
-  std::size_t n = 0, most = 1;
-  for (auto it = list.begin(); it != list.end() && n < kWindow; ++it, ++n) {
-    window[n] = &*it;
-    saved[n] = recompute_saved(*it);
-    most = std::max(most, saved[n]);
-  }
-  std::size_t best = 0;
-  double best_score = 1e300;
-  for (std::size_t i = 0; i < n; ++i) {
-    const double recency = n > 1 ? double(i) / double(n - 1) : 0.0;
-    const double score = recency + double(saved[i]) / double(most);
-    if (score < best_score) {
-      best_score = score;
-      best = i;
-    }
-  }
-  return window[best];
-}
 }  // namespace
 
 // ---------------------------------------------------------------------------------------
@@ -69,13 +34,16 @@ Status PrefixCache::check_gpu_page_room(std::size_t n) const {
 Status PrefixCache::make_gpu_page_room(std::size_t n) {
   if (Status s = check_gpu_page_room(n); !s) return s;
   while (gpu_pages_.free_count() < n) {
-    if (!gpu_kv_lru_.empty()) {
+    if (!gpu_kv_order_.empty()) {
       // One round takes the current leaves; their parents become leaves once they leave.
       PendingBatch demote;
       demote.batch.direction = Direction::kDeviceToHost;
       std::size_t releasing = 0;
-      while (!gpu_kv_lru_.empty() && gpu_pages_.free_count() + releasing < n) {
-        Node* victim = &gpu_kv_lru_.front();
+      while (!gpu_kv_order_.empty() && gpu_pages_.free_count() + releasing < n) {
+        Node* victim = &*gpu_kv_order_.begin();
+        if (victim->gpu_kv_key.cls == 1) {
+          gpu_kv_age_ = std::max(gpu_kv_age_, victim->gpu_kv_key.priority);
+        }
         releasing += victim->gpu_pages.size();
         evict_gpu_kv(victim, demote);
       }
@@ -113,12 +81,19 @@ Status PrefixCache::check_gpu_slot_room() const {
 }
 
 Status PrefixCache::make_gpu_slot_room() {
-  if (Status s = check_gpu_slot_room(); !s) return s;
+  if (Status s = check_gpu_slot_room(); !s) {
+    ++stats_.snapshot_slot_misses;
+    return s;
+  }
   while (gpu_slots_.free_count() == 0) {
-    if (!gpu_snap_lru_.empty()) {
+    if (!gpu_snap_order_.empty()) {
       PendingBatch demote;
       demote.batch.direction = Direction::kDeviceToHost;
-      evict_gpu_snapshot(snapshot_victim(gpu_snap_lru_, config_.snapshot_eviction), demote);
+      Node* victim = &*gpu_snap_order_.begin();
+      if (victim->gpu_snap_key.cls == 1) {
+        gpu_snap_age_ = std::max(gpu_snap_age_, victim->gpu_snap_key.priority);
+      }
+      evict_gpu_snapshot(victim, demote);
       std::optional<std::uint32_t> id;
       if (Status s = submit_batch(std::move(demote), &id); !s) {
         return Status(s.code(), "GPU snapshot slots: " + s.message());
@@ -127,6 +102,7 @@ Status PrefixCache::make_gpu_slot_room() {
       continue;
     }
     if (!wait_any_transfer()) {
+      ++stats_.snapshot_slot_misses;
       return out_of_memory(
           "GPU snapshot slots: none free and nothing evictable (every slot is pinned by a "
           "running request)");
@@ -135,22 +111,60 @@ Status PrefixCache::make_gpu_slot_room() {
   return Status::ok();
 }
 
-bool PrefixCache::make_host_page_room(std::size_t n) {
+bool PrefixCache::make_host_page_room(std::size_t n, bool for_snapshot) {
   if (n > host_pages_.capacity()) return false;
-  while (host_pages_.free_count() < n) {
-    if (host_kv_lru_.empty()) return false;
-    drop_host_kv(&host_kv_lru_.front());
+  // Split pool: each kind within its share, making room among its own kind only.
+  const std::size_t share =
+      for_snapshot ? std::size_t{config_.host_snapshot_slots} * config_.snapshot_pages()
+                   : config_.host_pages;
+  if (!shared_host_ && n > share) return false;
+  auto short_of_room = [&] {
+    if (host_pages_.free_count() < n) return true;
+    return !shared_host_ && (for_snapshot ? host_snap_held_ : host_kv_held_) + n > share;
+  };
+  while (short_of_room()) {
+    bool snapshot = false;
+    Node* victim = nullptr;
+    if (shared_host_) {
+      victim = host_victim(snapshot);
+    } else if (for_snapshot) {
+      snapshot = true;
+      victim = host_snap_order_.empty() ? nullptr : &*host_snap_order_.begin();
+    } else {
+      victim = host_kv_order_.empty() ? nullptr : &*host_kv_order_.begin();
+    }
+    if (victim == nullptr) return false;
+    const OrderKey& key = snapshot ? victim->host_snap_key : victim->host_kv_key;
+    if (key.cls == 1) host_age_ = std::max(host_age_, key.priority);
+    if (snapshot) {
+      drop_host_snapshot(victim);
+    } else {
+      if (!victim->kv_live()) stats_.dead_kv_pages_dropped += victim->host_pages.size();
+      drop_host_kv(victim);
+    }
   }
   return true;
 }
 
-bool PrefixCache::make_host_slot_room() {
-  if (host_slots_.capacity() == 0) return false;
-  while (host_slots_.free_count() == 0) {
-    if (host_snap_lru_.empty()) return false;
-    drop_host_snapshot(snapshot_victim(host_snap_lru_, config_.snapshot_eviction));
+std::vector<HostPageId> PrefixCache::take_host_snapshot_pages(Node* n) {
+  const std::size_t need = config_.snapshot_pages();
+  if (need == 0 || need > host_pages_.capacity()) return {};
+  ++n->snapshot_lock;  // pinned: making room must not take n itself out of the tree
+  refresh(n);
+  const bool room = make_host_page_room(need, true);
+  --n->snapshot_lock;
+  refresh(n);
+  if (!room) return {};
+  std::vector<HostPageId> pages;
+  pages.reserve(need);
+  for (std::size_t i = 0; i < need; ++i) pages.push_back(*host_pages_.take(Holder::kTransfer));
+  return pages;
+}
+
+void PrefixCache::add_snapshot_pieces(TransferBatch& batch, const Node* n) const {
+  for (std::size_t i = 0; i < n->host_snapshot.size(); ++i) {
+    batch.pieces.push_back({n->gpu_snapshot, i * config_.page_bytes, n->host_snapshot[i]});
   }
-  return true;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -159,12 +173,17 @@ bool PrefixCache::make_host_slot_room() {
 void PrefixCache::evict_gpu_kv(Node* n, PendingBatch& demote) {
   assert(n->gpu_kv_evictable());
   const std::size_t np = n->gpu_pages.size();
+  if (cost_aware_ && !n->kv_live()) {  // dead KV: nothing resumes from it, no copy pays
+    stats_.kv_pages_dropped_gpu += np;
+    stats_.dead_kv_pages_dropped += np;
+    drop_gpu_kv(n);
+    remove_if_empty(n);
+    return;
+  }
   if (n->has_host_kv()) {  // clean host copy: eviction is free
     stats_.kv_pages_demoted += np;
     drop_gpu_kv(n);
-    return;
-  }
-  if (make_host_page_room(np)) {
+  } else if (make_host_page_room(np)) {
     std::vector<HostPageId> dst;
     dst.reserve(np);
     for (std::size_t i = 0; i < np; ++i) {
@@ -174,26 +193,35 @@ void PrefixCache::evict_gpu_kv(Node* n, PendingBatch& demote) {
     n->kv_xfer = Xfer::kDemote;
     set_host_pages(n, std::move(dst));
     demote.ops.push_back({n, false, Xfer::kDemote});
+  } else {
+    stats_.kv_pages_dropped_gpu += np;
+    drop_gpu_kv(n);
+    if (!n->has_kv() && n->gpu_snapshot_evictable()) drop_gpu_snapshot(n);
+    remove_if_empty(n);
     return;
   }
-  stats_.kv_pages_dropped_gpu += np;
-  drop_gpu_kv(n);
-  remove_if_empty(n);
+  // A snapshot whose KV leaves the GPU does not keep a GPU slot: it goes with the KV.
+  if (cost_aware_ && n->gpu_snapshot_evictable()) evict_gpu_snapshot(n, demote);
 }
 
 void PrefixCache::evict_gpu_snapshot(Node* n, PendingBatch& demote) {
   assert(n->gpu_snapshot_evictable());
   // Keep a host copy only when it can be used again: a clean one exists, or KV is there.
-  if (n->host_snapshot.valid() || !n->has_kv() || !make_host_slot_room()) {
+  if (n->has_host_snapshot() || !n->has_kv()) {
     drop_gpu_snapshot(n);
     return;
   }
-  n->host_snapshot = *host_slots_.take(Holder::kTransfer);
+  std::vector<HostPageId> dst = take_host_snapshot_pages(n);
+  if (dst.empty() || !n->has_kv()) {  // no room, or making room took n's own KV
+    for (HostPageId id : dst) host_pages_.give_back(id);
+    drop_gpu_snapshot(n);
+    remove_if_empty(n);
+    return;
+  }
   n->snap_xfer = Xfer::kDemote;
-  demote.batch.snapshots.push_back({n->gpu_snapshot, n->host_snapshot});
+  set_host_snapshot(n, std::move(dst));
+  add_snapshot_pieces(demote.batch, n);
   demote.ops.push_back({n, true, Xfer::kDemote});
-  refresh(n);
-  note_host_usage();
 }
 
 void PrefixCache::drop_gpu_kv(Node* n) {
@@ -210,37 +238,35 @@ void PrefixCache::drop_host_kv(Node* n) {
 
 void PrefixCache::drop_gpu_snapshot(Node* n) {
   gpu_slots_.give_back(n->gpu_snapshot);
-  n->gpu_snapshot = GpuSlotId();
-  if (!n->host_snapshot.valid()) ++stats_.snapshots_dropped;
-  refresh(n);
+  if (!n->has_host_snapshot()) ++stats_.snapshots_dropped;
+  set_gpu_snapshot(n, GpuSlotId());
 }
 
 void PrefixCache::drop_host_snapshot(Node* n) {
-  host_slots_.give_back(n->host_snapshot);
-  n->host_snapshot = HostSlotId();
+  for (HostPageId id : n->host_snapshot) host_pages_.give_back(id);
   if (!n->gpu_snapshot.valid()) ++stats_.snapshots_dropped;
-  refresh(n);
+  set_host_snapshot(n, {});
 }
 
 void PrefixCache::drop_host() {
   poll();
-  while (!host_kv_lru_.empty()) drop_host_kv(&host_kv_lru_.front());
-  while (!host_snap_lru_.empty()) drop_host_snapshot(&host_snap_lru_.front());
+  while (!host_kv_order_.empty()) drop_host_kv(&*host_kv_order_.begin());
+  while (!host_snap_order_.empty()) drop_host_snapshot(&*host_snap_order_.begin());
 }
 
 void PrefixCache::flush() {
   // Copies in flight pin their nodes; let them land (or fail) first.
   drain();
   // Leaf-first: dropping a leaf's last copy removes it, which makes its parent a leaf.
-  while (!gpu_kv_lru_.empty()) {
-    Node* n = &gpu_kv_lru_.front();
+  while (!gpu_kv_order_.empty()) {
+    Node* n = &*gpu_kv_order_.begin();
     stats_.kv_pages_dropped_gpu += n->gpu_pages.size();
     drop_gpu_kv(n);
     remove_if_empty(n);
   }
-  while (!host_kv_lru_.empty()) drop_host_kv(&host_kv_lru_.front());
-  while (!gpu_snap_lru_.empty()) drop_gpu_snapshot(&gpu_snap_lru_.front());
-  while (!host_snap_lru_.empty()) drop_host_snapshot(&host_snap_lru_.front());
+  while (!host_kv_order_.empty()) drop_host_kv(&*host_kv_order_.begin());
+  while (!gpu_snap_order_.empty()) drop_gpu_snapshot(&*gpu_snap_order_.begin());
+  while (!host_snap_order_.empty()) drop_host_snapshot(&*host_snap_order_.begin());
 }
 
 // Write-through: give freshly inserted GPU data a host copy in the background, so a later
@@ -262,14 +288,14 @@ void PrefixCache::write_through(std::span<Node* const> nodes, Node* snapshot_nod
     copy.ops.push_back({n, false, Xfer::kWriteThrough});
   }
   Node* s = snapshot_node;
-  if (s && s->gpu_snapshot.valid() && !s->host_snapshot.valid() && s->snap_xfer == Xfer::kNone &&
-      make_host_slot_room()) {
-    s->host_snapshot = *host_slots_.take(Holder::kTransfer);
-    s->snap_xfer = Xfer::kWriteThrough;
-    copy.batch.snapshots.push_back({s->gpu_snapshot, s->host_snapshot});
-    copy.ops.push_back({s, true, Xfer::kWriteThrough});
-    refresh(s);
-    note_host_usage();
+  if (s && s->gpu_snapshot.valid() && !s->has_host_snapshot() && s->snap_xfer == Xfer::kNone) {
+    std::vector<HostPageId> dst = take_host_snapshot_pages(s);
+    if (!dst.empty()) {
+      s->snap_xfer = Xfer::kWriteThrough;
+      set_host_snapshot(s, std::move(dst));
+      add_snapshot_pieces(copy.batch, s);
+      copy.ops.push_back({s, true, Xfer::kWriteThrough});
+    }
   }
   // Refused: the nodes stay GPU-only (cancel_ops), the insert that asked for the copy has
   // already succeeded; the demotion that evicts them later reports a refusal then.
@@ -283,11 +309,11 @@ Status PrefixCache::submit_batch(PendingBatch&& pending, std::optional<std::uint
   if (id_out) id_out->reset();
   if (pending.batch.empty()) return Status::ok();
   const TransferBatch& b = pending.batch;
-  const std::uint64_t bytes =
-      b.pages.size() * config_.page_bytes + b.snapshots.size() * config_.snapshot_bytes;
-  const std::uint64_t copies =
-      ceil_div(b.pages.size(), config_.slice_pages) +
-      b.snapshots.size() * ceil_div(config_.snapshot_bytes, config_.slice_bytes());
+  std::uint64_t bytes = b.pages.size() * config_.page_bytes;
+  for (const SnapshotPieceCopy& p : b.pieces)
+    bytes += piece_bytes(p, config_.page_bytes, config_.snapshot_bytes);
+  const std::uint64_t copies = ceil_div(b.pages.size(), config_.slice_pages) +
+                               ceil_div(b.pieces.size(), config_.slice_pages);
   const bool d2h = b.direction == Direction::kDeviceToHost;
   const std::size_t pages = b.pages.size(), snapshots = b.snapshots.size();
   const Direction direction = b.direction;
@@ -325,19 +351,17 @@ void PrefixCache::cancel_ops(std::span<const CopyOp> ops) {
         for (HostPageId id : n->host_pages) host_pages_.give_back(id);
         set_host_pages(n, {});
       }
-      place_by_use(n, false);
       continue;
     }
     n->snap_xfer = Xfer::kNone;
+    // Keys are made of the last use, so re-linking puts n back where it was.
     if (op.kind == Xfer::kPromote) {
       gpu_slots_.give_back(n->gpu_snapshot);
-      n->gpu_snapshot = GpuSlotId();
+      set_gpu_snapshot(n, GpuSlotId());
     } else {
-      host_slots_.give_back(n->host_snapshot);
-      n->host_snapshot = HostSlotId();
+      for (HostPageId id : n->host_snapshot) host_pages_.give_back(id);
+      set_host_snapshot(n, {});
     }
-    refresh(n);
-    place_by_use(n, true);
   }
 }
 
@@ -382,10 +406,9 @@ void PrefixCache::finish_transfer(std::uint32_t id, bool ok) {
 }
 
 void PrefixCache::finish_ops(std::span<const CopyOp> ops, bool ok) {
-  for (const CopyOp& op : ops) {
-    finish_op(op, ok);
-    place_by_use(op.node, op.snapshot);
-  }
+  // A finished copy is not a use: the keys (made of the last use) put each node back in
+  // its place.
+  for (const CopyOp& op : ops) finish_op(op, ok);
   // Failed copies may leave empty leaves; prune them deepest first, skipping any node an
   // earlier prune already removed (a parent listed after its child).
   std::vector<Node*> nodes;
@@ -447,17 +470,17 @@ void PrefixCache::finish_op(const CopyOp& op, bool ok) {
       refresh(n);
     } else {
       gpu_slots_.give_back(n->gpu_snapshot);
-      n->gpu_snapshot = GpuSlotId();
+      set_gpu_snapshot(n, GpuSlotId());
       drop_host_snapshot(n);
     }
     return;
   }
   if (ok) {
-    host_slots_.reassign(n->host_snapshot, Holder::kNode);
+    for (HostPageId id : n->host_snapshot) host_pages_.reassign(id, Holder::kNode);
     if (op.kind == Xfer::kDemote) ++stats_.snapshots_demoted;
   } else {
-    host_slots_.give_back(n->host_snapshot);
-    n->host_snapshot = HostSlotId();
+    for (HostPageId id : n->host_snapshot) host_pages_.give_back(id);
+    set_host_snapshot(n, {});
   }
   if (op.kind == Xfer::kDemote && n->snapshot_lock == 0) drop_gpu_snapshot(n);
   refresh(n);

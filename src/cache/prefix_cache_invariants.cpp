@@ -77,7 +77,6 @@ std::string PrefixCache::check_invariants() const {
   RefCounter<GpuPageId> gpu(gpu_pages_, "gpu pages");
   RefCounter<HostPageId> host(host_pages_, "host pages");
   RefCounter<GpuSlotId> gslots(gpu_slots_, "gpu snapshot slots");
-  RefCounter<HostSlotId> hslots(host_slots_, "host snapshot slots");
 
   // Rule 3: lock counts rebuilt from the lock records.
   std::unordered_map<const Node*, std::uint32_t> locks, snap_locks;
@@ -88,9 +87,11 @@ std::string PrefixCache::check_invariants() const {
   std::size_t nodes = 0, locked_pages = 0;
   std::size_t listed[4] = {0, 0, 0, 0};
   std::vector<const Node*> stack{root_};
+  std::vector<const Node*> preorder;  // parents before children: counts are summed backwards
   while (!stack.empty()) {
     const Node* n = stack.back();
     stack.pop_back();
+    preorder.push_back(n);
     ++nodes;
     std::ostringstream where;
     where << "node at boundary " << n->boundary << ": ";
@@ -126,15 +127,16 @@ std::string PrefixCache::check_invariants() const {
         return fail(e);
     const bool snap_to_host = n->snap_xfer == Xfer::kDemote || n->snap_xfer == Xfer::kWriteThrough;
     const bool snap_to_gpu = n->snap_xfer == Xfer::kPromote;
-    if ((snap_to_host || snap_to_gpu) && !(n->gpu_snapshot.valid() && n->host_snapshot.valid()))
+    if ((snap_to_host || snap_to_gpu) && !(n->gpu_snapshot.valid() && n->has_host_snapshot()))
       return fail("a snapshot copy is in flight without both ends");
+    if (n->has_host_snapshot() && n->host_snapshot.size() != config_.snapshot_pages())
+      return fail("a host snapshot does not span snapshot_pages() host pages");
     if (n->gpu_snapshot.valid())
       if (auto e = gslots.add(n->gpu_snapshot, snap_to_gpu ? Holder::kTransfer : Holder::kNode);
           !e.empty())
         return fail(e);
-    if (n->host_snapshot.valid())
-      if (auto e = hslots.add(n->host_snapshot, snap_to_host ? Holder::kTransfer : Holder::kNode);
-          !e.empty())
+    for (HostPageId id : n->host_snapshot)  // the same host pool as the KV pages
+      if (auto e = host.add(id, snap_to_host ? Holder::kTransfer : Holder::kNode); !e.empty())
         return fail(e);
     if (n->kv_xfer != Xfer::kNone) {
       auto t = transfers_.find(n->kv_xfer_id);
@@ -170,16 +172,39 @@ std::string PrefixCache::check_invariants() const {
     static const char* kList[4] = {"GPU KV", "host KV", "GPU snapshot", "host snapshot"};
     for (int i = 0; i < 4; ++i) {
       if (on[i] != want[i])
-        return fail(std::string(kList[i]) + " LRU membership differs from evictability");
+        return fail(std::string(kList[i]) + " order membership differs from evictability");
       listed[i] += on[i];
     }
+    // Each linked key is the one the node's state gives now (a stale key misorders victims).
+    const bool keys_ok[4] = {!on[0] || n->gpu_kv_key == gpu_kv_key(*n),
+                             !on[1] || n->host_kv_key == host_kv_key(*n),
+                             !on[2] || n->gpu_snap_key == gpu_snap_key(*n),
+                             !on[3] || n->host_snap_key == host_snap_key(*n)};
+    for (int i = 0; i < 4; ++i) {
+      if (!keys_ok[i]) return fail(std::string(kList[i]) + " order key is stale");
+    }
   }
+  // Snapshot counts, rebuilt bottom-up: each node's count = its own snapshot + its children's.
+  std::unordered_map<const Node*, std::uint32_t> below;
+  for (auto it = preorder.rbegin(); it != preorder.rend(); ++it) {
+    const Node* n = *it;
+    std::uint32_t count = n->has_snapshot() ? 1 : 0;
+    for (const auto& [key, c] : n->children) count += below[c];
+    below[n] = count;
+    if (n->snapshots_below != count) {
+      std::ostringstream os;
+      os << "node at boundary " << n->boundary << ": snapshots_below is " << n->snapshots_below
+         << ", the subtree has " << count;
+      return os.str();
+    }
+  }
+
   if (nodes != node_count_) return "node count is off";
   if (locked_pages != locked_gpu_pages_) return "locked GPU page count is off";
-  if (listed[0] != gpu_kv_lru_.size() || listed[1] != host_kv_lru_.size() ||
-      listed[2] != gpu_snap_lru_.size() || listed[3] != host_snap_lru_.size())
-    return "an LRU list holds a node that is not in the tree";
-  for (const std::string& e : {gpu.finish(), host.finish(), gslots.finish(), hslots.finish()})
+  if (listed[0] != gpu_kv_order_.size() || listed[1] != host_kv_order_.size() ||
+      listed[2] != gpu_snap_order_.size() || listed[3] != host_snap_order_.size())
+    return "an eviction order holds a node that is not in the tree";
+  for (const std::string& e : {gpu.finish(), host.finish(), gslots.finish()})
     if (!e.empty()) return e;
   // Rule 9: every request-held id has exactly one owner, a live request.
   if (std::string e = check_ownership(gpu_pages_, page_owner_, "GPU pages"); !e.empty()) return e;

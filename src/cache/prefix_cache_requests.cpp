@@ -133,7 +133,10 @@ Result<Admission> PrefixCache::try_admit_at(Node* target) {
     if (Status s = check_gpu_page_room(need_pages); !s) return undo(s);
   }
   if (need_slot) {
-    if (Status s = check_gpu_slot_room(); !s) return undo(s);
+    if (Status s = check_gpu_slot_room(); !s) {
+      ++stats_.snapshot_slot_misses;  // a host snapshot not promoted for want of a GPU slot
+      return undo(s);
+    }
   }
   if (need_pages > 0) {
     if (Status s = make_gpu_page_room(need_pages); !s) return undo(s);
@@ -172,16 +175,18 @@ Result<Admission> PrefixCache::try_admit_at(Node* target) {
     a.host_tokens += n->tokens.size();
   }
   if (!target->gpu_snapshot.valid()) {
-    target->gpu_snapshot = *gpu_slots_.take(Holder::kTransfer);
     target->snap_xfer = Xfer::kPromote;
-    promote.batch.snapshots.push_back({target->gpu_snapshot, target->host_snapshot});
+    set_gpu_snapshot(target, *gpu_slots_.take(Holder::kTransfer));
+    add_snapshot_pieces(promote.batch, target);
     promote.ops.push_back({target, true, Xfer::kPromote});
-    refresh(target);
     a.snapshot_from_host = true;
   }
   // Refused: cancel_ops() put the path back as it was; the refusal goes to the caller.
   if (Status s = submit_batch(std::move(promote)); !s) return undo(s);
+  // Recency and frequency: the KV of the whole path, but only the snapshot resumed from (the
+  // intermediate ones on the path then leave first).
   for (Node* n : path) touch(n);
+  touch_snapshot(target);
   a.cached_tokens = target->boundary;
   return a;
 }
@@ -489,7 +494,7 @@ Result<InsertResult> PrefixCache::insert(LockId lock, std::span<const Token> tok
     } else {
       slot_owner_.remove(*snapshot);
       gpu_slots_.reassign(*snapshot, Holder::kNode);
-      n->gpu_snapshot = *snapshot;
+      set_gpu_snapshot(n, *snapshot);
       out.snapshot_taken = true;
       ++stats_.snapshots_inserted;
     }
@@ -502,7 +507,7 @@ Result<InsertResult> PrefixCache::insert(LockId lock, std::span<const Token> tok
   }
   for (Node* a : adopted) touch(a);
   touch(n);
-  refresh(n);
+  if (out.snapshot_taken) touch_snapshot(n);
   if (config_.write_policy == WritePolicy::kWriteThrough) {
     write_through(adopted, out.snapshot_taken ? n : nullptr);
   }

@@ -14,7 +14,7 @@ namespace {
 using namespace radixtier;
 
 struct SimArgs {
-  std::string scenario, policy_text, cache = "node", router = "prefix", eviction = "lru";
+  std::string scenario, policy_text, cache = "node", router = "prefix", eviction = "cost-aware";
   sim::SimOptions opt;
   sim::ScenarioOptions so;
   bool json = false, rows = false, write_through = false;
@@ -58,13 +58,15 @@ radixtier::cli::CommandRun setup_sim(CLI::App& app) {
       ->check(radixtier::cli::parsed_by(sim::find_hardware, "PRESET"));
   app.add_option("--trace", a.so.trace_path, "trace: a Mooncake JSONL file")->capture_default_str();
   app.add_option("--policy", a.policy_text,
-                 std::string("snapshot placement: end-only | every-chunk | interval:N | "
+                 std::string("snapshot placement: adaptive | end-only | every-chunk | interval:N | "
                              "budgeted[:BYTES], each optionally +tail and/or +branch (default: ") +
                      sim::kDefaultPolicy + " for node, end-only otherwise)")
       ->check(radixtier::cli::parsed_by(sched::SnapshotPolicy::parse, "P"));
-  app.add_option("--eviction", a.eviction, "node cache snapshot eviction: lru | utility")
+  app.add_option("--eviction", a.eviction,
+                 "node cache eviction: cost-aware (one host pool) | lru | utility (both with "
+                 "the host split of --snapshot-share)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"lru", "utility"}));
+      ->check(CLI::IsMember({"cost-aware", "lru", "utility"}));
   app.add_option("--host-gib", a.host_gib,
                  "trace: whole host budget per instance in GiB (default 16)")
       ->check(radixtier::cli::non_negative());
@@ -111,7 +113,9 @@ int run_sim(SimArgs& args) {
   const bool json = args.json, rows = args.rows;
   opt.cache = *sim::parse_cache_kind(args.cache);
   opt.router = *sim::parse_router_kind(args.router);
-  opt.eviction = args.eviction == "utility" ? SnapshotEviction::kUtility : SnapshotEviction::kLru;
+  opt.eviction = args.eviction == "cost-aware" ? SnapshotEviction::kCostAware
+                 : args.eviction == "utility"  ? SnapshotEviction::kUtility
+                                               : SnapshotEviction::kLru;
   if (args.write_through) opt.write_policy = WritePolicy::kWriteThrough;
   if (args.host_gib >= 0) {
     so.trace_host_bytes =

@@ -52,9 +52,10 @@ Status check_geometry(const CacheConfig& c, const EngineRef& e) {
   };
   field("page_bytes", c.page_bytes, e.page_bytes, true);
   field("gpu_pages", c.gpu_pages, e.gpu_pages, false);
-  field("host_pages", c.host_pages, e.host_pages, false);
+  // The one host pool: host_pages + host_snapshot_slots x snapshot_pages() pages.
+  field("host_pages + host_snapshot_slots x snapshot_pages() (the host pool)", c.host_pool_pages(),
+        e.host_pages, false);
   field("gpu_snapshot_slots", c.gpu_snapshot_slots, e.gpu_slots, false);
-  field("host_snapshot_slots", c.host_snapshot_slots, e.host_slots, false);
   if (c.snapshot_bytes != e.snapshot_bytes && (c.gpu_snapshot_slots > 0 || e.gpu_slots > 0))
     field("snapshot_bytes", c.snapshot_bytes, e.snapshot_bytes, true);
   std::string s = err.str();
@@ -140,6 +141,8 @@ constexpr StatField kStatFields[] = {
     {"snapshots_inserted", &CacheStats::snapshots_inserted},
     {"transfers_failed", &CacheStats::transfers_failed},
     {"host_bytes_peak", &CacheStats::host_bytes_peak},
+    {"snapshot_slot_misses", &CacheStats::snapshot_slot_misses},
+    {"dead_kv_pages_dropped", &CacheStats::dead_kv_pages_dropped},
 };
 static_assert(sizeof(CacheStats) == std::size(kStatFields) * sizeof(std::uint64_t),
               "a CacheStats counter is missing from kStatFields");

@@ -65,7 +65,9 @@ void bind_config(py::module_& m) {
   py::enum_<WritePolicy>(m, "WritePolicy", "When a GPU copy reaches host memory.")
       .value("WRITE_BACK", WritePolicy::kWriteBack)
       .value("WRITE_THROUGH", WritePolicy::kWriteThrough);
-  py::enum_<SnapshotEviction>(m, "SnapshotEviction", "Which snapshot leaves a tier first.")
+  py::enum_<SnapshotEviction>(m, "SnapshotEviction",
+                              "How victims are ordered and the host tier is split.")
+      .value("COST_AWARE", SnapshotEviction::kCostAware)
       .value("LRU", SnapshotEviction::kLru)
       .value("UTILITY", SnapshotEviction::kUtility);
   py::enum_<TransferState>(m, "TransferState")

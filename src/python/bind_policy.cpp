@@ -2,6 +2,7 @@
 // scheduler: which page boundaries of a prefill keep a snapshot (docs/snapshot-policies.md).
 #include <pybind11/stl.h>
 
+#include <optional>
 #include <string>
 
 #include "arrays.hpp"
@@ -50,7 +51,9 @@ void bind_policy(py::module_& m) {
       .def_readwrite("snapshot_bytes", &SnapshotQuery::snapshot_bytes)
       .def_readwrite("kv_bytes_per_token", &SnapshotQuery::kv_bytes_per_token)
       .def_readwrite("page_size", &SnapshotQuery::page_size)
-      .def_readwrite("chunk_tokens", &SnapshotQuery::chunk_tokens);
+      .def_readwrite("chunk_tokens", &SnapshotQuery::chunk_tokens)
+      .def_readwrite("alignment", &SnapshotQuery::alignment)
+      .def_readwrite("keep_finish", &SnapshotQuery::keep_finish);
 
   py::class_<SnapshotPolicy>(m, "SnapshotPolicy",
                              "Snapshot placement: end-only | every-chunk | interval:N | "
@@ -71,10 +74,13 @@ void bind_policy(py::module_& m) {
       .def("keep", &SnapshotPolicy::keep, py::arg("query"))
       .def(
           "next_cut",
-          [](const SnapshotPolicy& p, std::int64_t done) {
-            return p.next_cut(count_from<std::size_t>(done, "done"));
+          [](const SnapshotPolicy& p, std::int64_t done, std::optional<SnapshotQuery> query) {
+            return p.next_cut(query.value_or(SnapshotQuery{}),
+                              count_from<std::size_t>(done, "done"));
           },
-          py::arg("done"), "The next boundary > done where a chunk must end (None: chunk ends).")
+          py::arg("done"), py::arg("query") = py::none(),
+          "The next boundary > done where a chunk must end for the query's prompt (None: chunk "
+          "ends).")
       .def("plan", &SnapshotPolicy::plan, py::arg("query"))
       .def_static("tail_boundary", &SnapshotPolicy::tail_boundary, py::arg("query"))
       .def_static("branch_boundary", &SnapshotPolicy::branch_boundary, py::arg("query"))

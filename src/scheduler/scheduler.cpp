@@ -45,7 +45,8 @@ Scheduler::Scheduler(CacheBackend& cache, Executor& executor, SchedulerConfig co
     : cache_(cache),
       executor_(executor),
       config_(std::move(config)),
-      page_size_(cache.page_size()) {
+      page_size_(cache.page_size()),
+      learner_(page_size_) {
   if (Status s = config_.validate(page_size_); !s) throw std::invalid_argument(s.message());
 }
 
@@ -189,6 +190,7 @@ Status Scheduler::admit(Request request, RequestResult res) {
     res.admit_bytes_d2h = after.bytes_d2h - before.bytes_d2h;
     res.cached_tokens = a->cached_tokens;
     res.kv_tokens = std::max(a->kv_tokens, a->cached_tokens);
+    learner_.observe_admission(request.prompt, res.cached_tokens, res.kv_tokens);
     res.gpu_cached_tokens = a->gpu_tokens;
     res.host_cached_tokens = a->host_tokens;
     res.snapshot_from_host = a->snapshot_from_host;
@@ -291,10 +293,11 @@ Scheduler::Outcome Scheduler::prefill_chunk(Running& r) {
   const std::size_t len = r.req.prompt.size();
   const std::size_t last_boundary = len / page_size_ * page_size_;
   const std::size_t start = r.done;
+  SnapshotQuery q = query(r);
   std::size_t end = len;
   if (start < last_boundary) {
     end = std::min((start / config_.chunk_tokens + 1) * config_.chunk_tokens, last_boundary);
-    if (auto cut = config_.policy.next_cut(start); cut && *cut < end) end = *cut;
+    if (auto cut = config_.policy.next_cut(q, start); cut && *cut < end) end = *cut;
   }
   const std::size_t need = (end + page_size_ - 1) / page_size_;
   if (need > r.table.size()) {
@@ -317,16 +320,8 @@ Scheduler::Outcome Scheduler::prefill_chunk(Running& r) {
   stats_.forwarded_tokens += end - start;
   r.done = end;
   if (end % page_size_ == 0 && end > r.inserted) {
-    SnapshotQuery q;
     q.boundary = end;
-    q.prompt_tokens = len;
-    q.cached_tokens = r.res.cached_tokens;
-    q.branch_tokens = r.res.kv_tokens;
     q.last_prompt_chunk = end == last_boundary;
-    q.snapshot_bytes = executor_.state_bytes();
-    q.kv_bytes_per_token = config_.kv_bytes_per_token;
-    q.page_size = page_size_;
-    q.chunk_tokens = config_.chunk_tokens;
     const bool keep = config_.policy.keep(q);
     if (Status s = insert_boundary(r, end, keep ? StateSource::kLive : StateSource::kNone); !s) {
       fail(r, s);
@@ -339,6 +334,20 @@ Scheduler::Outcome Scheduler::prefill_chunk(Running& r) {
   r.res.first_logits.assign(logits.begin(), logits.end());
   r.res.first_token_s = now_;
   return r.req.max_new_tokens > 0 ? emit_token(r) : Outcome::kProgress;
+}
+
+SnapshotQuery Scheduler::query(const Running& r) const {
+  SnapshotQuery q;
+  q.prompt_tokens = r.req.prompt.size();
+  q.cached_tokens = r.res.cached_tokens;
+  q.branch_tokens = r.res.kv_tokens;
+  q.snapshot_bytes = executor_.state_bytes();
+  q.kv_bytes_per_token = config_.kv_bytes_per_token;
+  q.page_size = page_size_;
+  q.chunk_tokens = config_.chunk_tokens;
+  q.alignment = learner_.alignment();
+  q.keep_finish = learner_.keep_finish();
+  return q;
 }
 
 Scheduler::Outcome Scheduler::emit_token(Running& r) {
@@ -394,17 +403,14 @@ Scheduler::Outcome Scheduler::finish(Running& r) {
   const std::size_t every =
       config_.decode_checkpoint_interval > 0 ? config_.decode_checkpoint_interval : page_size_;
   const std::size_t boundary = r.done / every * every;
+  // Only a finish boundary beyond the prompt's own pages is a finish snapshot's place.
+  if (config_.snapshot_at_finish && boundary > r.req.prompt.size() / page_size_ * page_size_) {
+    learner_.observe_finish(std::span<const Token>(r.seq).first(boundary));
+  }
   if (config_.snapshot_at_finish && boundary > r.inserted && r.checkpoint_at == boundary) {
-    SnapshotQuery q;
+    SnapshotQuery q = query(r);
     q.boundary = boundary;
-    q.prompt_tokens = r.req.prompt.size();
-    q.cached_tokens = r.res.cached_tokens;
-    q.branch_tokens = r.res.kv_tokens;
     q.at_finish = true;
-    q.snapshot_bytes = executor_.state_bytes();
-    q.kv_bytes_per_token = config_.kv_bytes_per_token;
-    q.page_size = page_size_;
-    q.chunk_tokens = config_.chunk_tokens;
     if (config_.policy.keep(q)) {
       if (Status s = insert_boundary(r, boundary, StateSource::kCheckpoint); !s) {
         fail(r, s);

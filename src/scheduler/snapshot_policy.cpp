@@ -11,7 +11,7 @@ namespace radixtier::sched {
 namespace {
 
 constexpr const char* kForms =
-    "expected end-only, every-chunk, interval:N (tokens), budgeted or budgeted:BYTES "
+    "expected adaptive, end-only, every-chunk, interval:N (tokens), budgeted or budgeted:BYTES "
     "(BYTES may end in K, M or G), optionally followed by +tail and/or +branch";
 
 std::optional<std::size_t> parse_size(std::string_view s, bool allow_suffix) {
@@ -67,6 +67,7 @@ Result<SnapshotPolicy> SnapshotPolicy::parse(std::string_view text) {
     }
     return base;
   }
+  if (text == "adaptive") return adaptive();
   if (text == "end-only") return end_only();
   if (text == "every-chunk") return every_chunk();
   if (text == "budgeted") return budgeted();
@@ -119,26 +120,54 @@ std::string SnapshotPolicy::name() const {
     case Kind::kBudgeted:
       base = budget_ ? "budgeted:" + std::to_string(*budget_) : "budgeted";
       break;
+    case Kind::kAdaptive:
+      base = "adaptive";
+      break;
   }
   if (tail_) base += "+tail";
   if (branch_) base += "+branch";
   return base;
 }
 
-std::optional<std::size_t> SnapshotPolicy::next_cut(std::size_t done) const {
-  if (kind_ != Kind::kInterval || interval_ == 0) return std::nullopt;
-  return (done / interval_ + 1) * interval_;
+std::optional<std::size_t> SnapshotPolicy::next_cut(const SnapshotQuery& q,
+                                                    std::size_t done) const {
+  if (kind_ == Kind::kInterval && interval_ > 0) return (done / interval_ + 1) * interval_;
+  if (kind_ != Kind::kAdaptive) return std::nullopt;
+  std::optional<std::size_t> cut;
+  for (std::size_t b : {aligned_tail(q), branch_point(q)}) {
+    if (b > done && (!cut || b < *cut)) cut = b;
+  }
+  return cut;
+}
+
+std::size_t SnapshotPolicy::aligned_tail(const SnapshotQuery& q) {
+  if (q.page_size == 0 || q.alignment <= q.page_size) return 0;
+  const std::size_t final_boundary = q.prompt_tokens / q.page_size * q.page_size;
+  const std::size_t tail = q.prompt_tokens / q.alignment * q.alignment;
+  return tail > q.cached_tokens && tail < final_boundary ? tail : 0;
+}
+
+std::size_t SnapshotPolicy::branch_point(const SnapshotQuery& q) {
+  if (q.page_size == 0 || q.branch_tokens <= q.cached_tokens) return 0;
+  const std::size_t final_boundary = q.prompt_tokens / q.page_size * q.page_size;
+  const std::size_t b = q.branch_tokens / q.page_size * q.page_size;
+  return b > q.cached_tokens && b < final_boundary ? b : 0;
 }
 
 std::size_t SnapshotPolicy::budget_for(const SnapshotQuery& q) const {
   if (budget_) return *budget_;
-  if (q.kv_bytes_per_token == 0) return 4 * q.snapshot_bytes;
-  return q.prompt_tokens * q.kv_bytes_per_token / 8;
+  // Adaptive: 1/8 of the KV bytes this request computes (a turn that extends a cached
+  // conversation pays only for its own new tokens); budgeted: 1/8 of the whole prompt's.
+  const std::size_t tokens = kind_ == Kind::kAdaptive && q.prompt_tokens > q.cached_tokens
+                                 ? q.prompt_tokens - q.cached_tokens
+                                 : q.prompt_tokens;
+  if (q.kv_bytes_per_token == 0) return kind_ == Kind::kAdaptive ? 0 : 4 * q.snapshot_bytes;
+  return tokens * q.kv_bytes_per_token / 8;
 }
 
 std::vector<std::size_t> SnapshotPolicy::plan(const SnapshotQuery& q) const {
-  if (kind_ != Kind::kBudgeted || q.page_size == 0 || q.chunk_tokens == 0 ||
-      q.snapshot_bytes == 0 || q.prompt_tokens == 0) {
+  if ((kind_ != Kind::kBudgeted && kind_ != Kind::kAdaptive) || q.page_size == 0 ||
+      q.chunk_tokens == 0 || q.snapshot_bytes == 0 || q.prompt_tokens == 0) {
     return {};
   }
   const std::size_t end = q.prompt_tokens / q.page_size * q.page_size;
@@ -185,7 +214,8 @@ std::size_t SnapshotPolicy::branch_boundary(const SnapshotQuery& q) {
 }
 
 bool SnapshotPolicy::keep(const SnapshotQuery& q) const {
-  if (q.last_prompt_chunk || q.at_finish) return true;
+  if (q.last_prompt_chunk) return true;
+  if (q.at_finish) return kind_ != Kind::kAdaptive || q.keep_finish;
   if (keep_base(q)) return true;
   if (tail_ && q.boundary > 0 && q.boundary == tail_boundary(q)) return true;
   if (branch_ && q.boundary > 0 && q.boundary == branch_boundary(q)) return true;
@@ -201,6 +231,12 @@ bool SnapshotPolicy::keep_base(const SnapshotQuery& q) const {
     case Kind::kInterval:
       return interval_ > 0 && q.boundary % interval_ == 0;
     case Kind::kBudgeted: {
+      const auto chosen = plan(q);
+      return std::binary_search(chosen.begin(), chosen.end(), q.boundary);
+    }
+    case Kind::kAdaptive: {
+      if (q.boundary > 0 && (q.boundary == aligned_tail(q) || q.boundary == branch_point(q)))
+        return true;
       const auto chosen = plan(q);
       return std::binary_search(chosen.begin(), chosen.end(), q.boundary);
     }

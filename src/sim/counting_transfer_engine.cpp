@@ -7,7 +7,7 @@ namespace radixtier::sim {
 
 CountingTransferEngine::CountingTransferEngine(const CacheConfig& c, Completion completion)
     : gpu_pages_(c.gpu_pages),
-      host_pages_(c.host_pages),
+      host_pages_(static_cast<std::uint32_t>(c.host_pool_pages())),
       gpu_slots_(c.gpu_snapshot_slots),
       host_slots_(c.host_snapshot_slots),
       page_bytes_(c.page_bytes),
@@ -25,6 +25,13 @@ Result<Ticket> CountingTransferEngine::submit(TransferBatch batch) {
     if (s.gpu.value() >= gpu_slots_) err << s.gpu << " out of range; ";
     if (s.host.value() >= host_slots_) err << s.host << " out of range; ";
   }
+  std::uint64_t piece_total = 0;
+  for (const auto& p : batch.pieces) {
+    if (p.gpu.value() >= gpu_slots_) err << p.gpu << " out of range; ";
+    if (p.host.value() >= host_pages_) err << p.host << " out of range; ";
+    if (p.offset >= snapshot_bytes_) err << "snapshot piece offset " << p.offset << " too large; ";
+    piece_total += piece_bytes(p, page_bytes_, snapshot_bytes_);
+  }
   std::lock_guard lock(mu_);
   if (err.tellp() > 0) {
     ++stats_.rejected;
@@ -32,10 +39,13 @@ Result<Ticket> CountingTransferEngine::submit(TransferBatch batch) {
   }
   DirectionCounts& d = batch.direction == Direction::kDeviceToHost ? stats_.d2h : stats_.h2d;
   ++d.batches;
-  d.slices += (batch.pages.size() + slice_pages_ - 1) / slice_pages_ + batch.snapshots.size();
+  d.slices += (batch.pages.size() + slice_pages_ - 1) / slice_pages_ + batch.snapshots.size() +
+              (batch.pieces.size() + slice_pages_ - 1) / slice_pages_;
   d.pages += batch.pages.size();
   d.snapshots += batch.snapshots.size();
-  d.bytes += batch.pages.size() * page_bytes_ + batch.snapshots.size() * snapshot_bytes_;
+  for (const auto& p : batch.pieces) d.snapshots += p.offset == 0;
+  d.bytes +=
+      batch.pages.size() * page_bytes_ + batch.snapshots.size() * snapshot_bytes_ + piece_total;
   const TicketId id(next_id_++);
   tickets_.emplace(
       id, completion_ == Completion::kImmediate ? TransferState::kDone : TransferState::kPending);

@@ -64,7 +64,7 @@ class Runner {
 
   Result<SimResult> run(const Scenario& s, CacheKind cache, const std::string& hardware,
                         const std::string& policy = "",
-                        SnapshotEviction eviction = SnapshotEviction::kLru) {
+                        SnapshotEviction eviction = SnapshotEviction::kCostAware) {
     SimOptions opt;
     opt.cache = cache;
     opt.model = o_.model;
@@ -334,8 +334,10 @@ Status write_report(const ReportOptions& o) {
   // ---- 4. policy comparison ------------------------------------------------------------------
   if (o.policies) {
     const std::vector<std::string> policies = {
-        "end-only",      "every-chunk",   "interval:8192",        "interval:30720",     "budgeted",
-        "end-only+tail", "budgeted+tail", "budgeted+tail+branch", "interval:30720+tail"};
+        "adaptive",           "end-only",       "every-chunk",
+        "interval:8192",      "interval:30720", "budgeted",
+        "end-only+tail",      "budgeted+tail",  "budgeted+tail+branch",
+        "interval:30720+tail"};
     std::vector<std::pair<std::string, Scenario>> scenarios;
     for (const char* name : {"churn", "flush", "compaction", "compaction-turns", "agent"}) {
       auto s = make_scenario(name, *model);
@@ -350,15 +352,17 @@ Status write_report(const ReportOptions& o) {
     md << "## Snapshot placement and eviction (node cache)\n\n"
        << "Cells: seed scenarios: tokens the last request resumes at / its TTFT (s); agent and "
           "trace: token hit ratio. `+tail`/`+branch` are SnapshotPolicy modifiers "
-          "(docs/snapshot-policies.md). Eviction `utility` = CacheConfig::snapshot_eviction "
-          "kUtility (Marconi-style).\n\n| policy | eviction |";
+          "(docs/snapshot-policies.md). Eviction (CacheConfig::snapshot_eviction): `cost-aware` "
+          "= the default (GreedyDual-Size-Frequency, dead KV first, one host pool); `lru` and "
+          "`utility` = recency alone / the same keys, both with the fixed 1/8 host split.\n\n"
+          "| policy | eviction |";
     for (const auto& [name, s] : scenarios) md << " " << name << " |";
     md << "\n|---|---|";
     for (std::size_t i = 0; i < scenarios.size(); ++i) md << "---|";
     md << "\n";
     runner.phase("policies", policies.size() * 2 * scenarios.size());
     for (const auto& p : policies) {
-      for (SnapshotEviction e : {SnapshotEviction::kLru, SnapshotEviction::kUtility}) {
+      for (SnapshotEviction e : {SnapshotEviction::kCostAware, SnapshotEviction::kLru}) {
         md << "| " << p << " | " << radixtier::to_string(e) << " |";
         for (const auto& [name, s] : scenarios) {
           auto r =

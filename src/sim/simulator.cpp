@@ -455,6 +455,8 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
   for (const auto& in : inst) {
     add_stats(out.stats, in->cache->stats());
     add_sched_stats(out.sched, in->sched->stats());
+    out.placement_alignment = std::max(out.placement_alignment, in->sched->learner().alignment());
+    out.keep_finish = in->sched->learner().keep_finish();
     out.sim_clock_s = std::max(out.sim_clock_s, in->sched->now());
     executor_s += in->executor->prefill_seconds_total() + in->executor->decode_seconds_total();
   }
@@ -524,6 +526,8 @@ std::string to_json(const SimResult& r, bool rows) {
   o["ttft_s_p50"] = num(r.ttft_s_p50);
   o["ttft_s_p90"] = num(r.ttft_s_p90);
   o["ttft_s_p99"] = num(r.ttft_s_p99);
+  o["placement_alignment"] = r.placement_alignment;
+  o["keep_finish"] = r.keep_finish;
   o["status"] = r.status;
   if (rows) {
     nlohmann::ordered_json& list = o["rows"] = nlohmann::ordered_json::array();

@@ -80,7 +80,7 @@ struct SimOptions {
   /// Snapshot placement, what SnapshotPolicy::parse accepts ("BASE[+tail][+branch]"); empty:
   /// kDefaultPolicy for node, end-only for index and gpu-only.
   std::string policy;
-  SnapshotEviction eviction = SnapshotEviction::kLru;
+  SnapshotEviction eviction = SnapshotEviction::kCostAware;
   WritePolicy write_policy = WritePolicy::kWriteBack;
   double decode_step_s = 0.025;
   /// Modeled GPUs behind the router; 0: traces default_instances(), other scenarios 1.
@@ -90,10 +90,9 @@ struct SimOptions {
   std::function<void(const sched::Progress&)> progress;
 };
 
-/// The node cache's default placement policy, chosen from docs/results.md's comparison: the
-/// only one without a full-recompute failure in any scenario. 30,720 tokens = 15 chunks of
-/// 2,048: 32 evenly spaced snapshots (the seed's host snapshot slots) over a 1M-token window.
-inline constexpr const char* kDefaultPolicy = "interval:30720";
+/// The node cache's default placement policy: learned placement (snapshot_policy.hpp,
+/// placement_learner.hpp, docs/snapshot-policies.md), one rule for every workload.
+inline constexpr const char* kDefaultPolicy = "adaptive";
 
 struct RequestRow {
   std::string label;
@@ -126,6 +125,8 @@ struct SimResult {
   CacheConfig config;
   CacheStats stats;
   sched::SchedulerStats sched;
+  std::size_t placement_alignment = 0;  ///< what the placement learner ended with (G, tokens)
+  bool keep_finish = true;              ///< ... and whether it still kept finish snapshots
   std::vector<RequestRow> rows;
   std::string status;  ///< empty: the run completed; else why the scheduler stopped
   // --- the cluster and TTFT percentiles (nearest rank, over the requests that finished) ---

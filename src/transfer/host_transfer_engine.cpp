@@ -11,11 +11,11 @@ HostArenas::HostArenas(const CacheConfig& c)
     : page_bytes_(c.page_bytes),
       snapshot_bytes_(c.snapshot_bytes),
       gpu_pages_(c.gpu_pages),
-      host_pages_(c.host_pages),
+      host_pages_(static_cast<std::uint32_t>(c.host_pool_pages())),
       gpu_slots_(c.gpu_snapshot_slots),
       host_slots_(c.host_snapshot_slots),
       gpu_kv_(std::size_t{c.gpu_pages} * c.page_bytes),
-      host_kv_(std::size_t{c.host_pages} * c.page_bytes),
+      host_kv_(c.host_pool_pages() * c.page_bytes),
       gpu_snap_(std::size_t{c.gpu_snapshot_slots} * c.snapshot_bytes),
       host_snap_(std::size_t{c.host_snapshot_slots} * c.snapshot_bytes) {}
 
@@ -89,6 +89,13 @@ Status HostTransferEngine::validate(const TransferBatch& b) const {
   for (const auto& s : b.snapshots) {
     if (s.gpu.value() >= memory_.gpu_slots()) err << s.gpu << " out of range; ";
     if (s.host.value() >= memory_.host_slots()) err << s.host << " out of range; ";
+  }
+  for (const auto& p : b.pieces) {
+    if (p.gpu.value() >= memory_.gpu_slots()) err << p.gpu << " out of range; ";
+    if (p.host.value() >= memory_.host_pages()) err << p.host << " out of range; ";
+    if (p.offset >= memory_.snapshot_bytes() || p.offset % memory_.page_bytes() != 0)
+      err << "snapshot piece offset " << p.offset
+          << " is not a page multiple inside the snapshot; ";
   }
   if (err.tellp() > 0) return invalid_argument("transfer batch rejected: " + err.str());
   return Status::ok();
@@ -199,8 +206,10 @@ void HostTransferEngine::run_job(std::unique_lock<std::mutex>& lock, TicketId id
   Job& done = jobs_.at(id);
   done.running = false;
   done.state = ok ? TransferState::kDone : TransferState::kFailed;
-  const std::size_t bytes = done.batch.pages.size() * memory_.page_bytes() +
-                            done.batch.snapshots.size() * memory_.snapshot_bytes();
+  std::size_t bytes = done.batch.pages.size() * memory_.page_bytes() +
+                      done.batch.snapshots.size() * memory_.snapshot_bytes();
+  for (const auto& p : done.batch.pieces)
+    bytes += piece_bytes(p, memory_.page_bytes(), memory_.snapshot_bytes());
   if (!ok) ++stats_.failed;
   (done.batch.direction == Direction::kDeviceToHost ? stats_.bytes_d2h : stats_.bytes_h2d) +=
       ok ? bytes : 0;
@@ -266,7 +275,29 @@ bool HostTransferEngine::run_copy(const TransferBatch& b, bool fail) {
     copy_sliced(src, dst, staging);
     slices += (src.size() + staging.size() - 1) / std::max<std::size_t>(1, staging.size());
   }
+  // Snapshot pieces: one host page's share each, staged like pages, slice_pages per slice.
+  auto piece_span = [&](const SnapshotPieceCopy& p, bool gpu_side) {
+    const std::size_t n = piece_bytes(p, pb, memory_.snapshot_bytes());
+    return gpu_side ? memory_.gpu_snapshot(p.gpu).subspan(p.offset, n)
+                    : memory_.host_page(p.host).first(n);
+  };
+  for (std::size_t first = 0; first < b.pieces.size() && !fail; first += slice_pages_) {
+    const std::size_t last = std::min(b.pieces.size(), first + slice_pages_);
+    for (std::size_t i = first; i < last; ++i) {
+      auto src = piece_span(b.pieces[i], d2h);
+      std::memcpy(staging.data() + (i - first) * pb, src.data(), src.size());
+    }
+    for (std::size_t i = first; i < last; ++i) {
+      auto dst = piece_span(b.pieces[i], !d2h);
+      std::memcpy(dst.data(), staging.data() + (i - first) * pb, dst.size());
+    }
+    ++slices;
+  }
   if (fail) {
+    for (const auto& p : b.pieces) {
+      auto dst = piece_span(p, !d2h);
+      std::fill(dst.begin(), dst.end(), kPoison);
+    }
     // A failed copy leaves garbage behind: poison every destination so that any use of
     // these bytes is caught by the byte checks.
     for (const auto& p : b.pages) {

@@ -78,6 +78,10 @@ struct CacheStats {
   std::uint64_t snapshots_inserted = 0;
   std::uint64_t transfers_failed = 0;
   std::uint64_t host_bytes_peak = 0;  ///< most host bytes in use at once
+  /// GPU snapshot slot misses: a snapshot slot asked for and refused (every slot pinned or
+  /// held by a request), or a host snapshot not promoted for want of one.
+  std::uint64_t snapshot_slot_misses = 0;
+  std::uint64_t dead_kv_pages_dropped = 0;  ///< KV pages dropped as dead (no snapshot below)
 
   bool operator==(const CacheStats&) const = default;
 };

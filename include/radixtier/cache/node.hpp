@@ -21,14 +21,27 @@
 //              any+copy -(copy failed)-> Gone (demote, promote) / Gpu (write-through)
 //              any+copy -(batch refused by the engine)-> the state before the copy
 // The snapshot at the boundary follows the same machine (gpu_snapshot, host_snapshot,
-// snap_xfer), with "None" for Gone.
+// snap_xfer), with "None" for Gone. A host snapshot lives in snapshot_pages() pages of the
+// one host pool (host_snapshot[i] holds bytes [i * page_bytes, ...) of it), not contiguous.
+//
+// Eviction orders (one per pool: GPU KV pages, GPU snapshot slots, host pages; the host pool
+// orders its KV and its snapshots in two sets whose heads are compared, so it is one order):
+// a node is in a set iff the matching *_evictable() predicate holds (rule 4), sorted by its
+// OrderKey, lowest first. Keys follow GreedyDual-Size-Frequency: priority = the pool's age
+// (the priority of its last victim) at the node's last use + uses x value per byte, where a
+// KV node's value is its tokens (one per kv_bytes_per_token bytes) and a snapshot's is the
+// recompute back to the snapshot above it (snap_gap tokens). A key is a function of what the
+// node stores about its last use, so a node that re-enters a set (a parent exposed by
+// evicting its child, a copy that finished) takes its old place, never the most recent one.
+// Class 0 goes before class 1 whatever the priority: dead KV (no snapshot at or below the
+// node: it cannot be resumed from) and snapshots whose own KV left that tier.
 //
 // A node with no children, no lock, nothing in flight and no KV leaves the tree (its
 // snapshot, unusable without KV, goes with it). A tombstone with children stays: an insert
 // that recomputes its tokens revives it and makes its subtree reachable again.
 #pragma once
 
-#include <boost/intrusive/list.hpp>
+#include <boost/intrusive/set.hpp>
 #include <cstdint>
 #include <cstring>
 #include <span>
@@ -65,8 +78,22 @@ struct PageKeyEq {
 
 enum class Xfer : std::uint8_t { kNone, kDemote, kWriteThrough, kPromote };
 
-using LruHook =
-    boost::intrusive::list_member_hook<boost::intrusive::link_mode<boost::intrusive::safe_link>>;
+using OrderHook =
+    boost::intrusive::set_member_hook<boost::intrusive::link_mode<boost::intrusive::safe_link>>;
+
+/// Position in an eviction order: class first (0 leaves first), then priority, then the
+/// time of last use (older first).
+struct OrderKey {
+  std::uint8_t cls = 1;
+  double priority = 0;
+  std::uint64_t stamp = 0;
+  friend bool operator<(const OrderKey& a, const OrderKey& b) {
+    if (a.cls != b.cls) return a.cls < b.cls;
+    if (a.priority != b.priority) return a.priority < b.priority;
+    return a.stamp < b.stamp;
+  }
+  friend bool operator==(const OrderKey&, const OrderKey&) = default;
+};
 
 struct Node {
   Node* parent = nullptr;
@@ -76,7 +103,7 @@ struct Node {
   std::vector<GpuPageId> gpu_pages;    ///< empty or one per page of `tokens`
   std::vector<HostPageId> host_pages;  ///< empty or one per page of `tokens`
   GpuSlotId gpu_snapshot;
-  HostSlotId host_snapshot;
+  std::vector<HostPageId> host_snapshot;  ///< empty, or the host pages of the snapshot
   Xfer kv_xfer = Xfer::kNone;
   Xfer snap_xfer = Xfer::kNone;
   std::uint32_t kv_xfer_id = 0;    ///< the in-flight transfer moving the KV
@@ -86,18 +113,30 @@ struct Node {
   std::uint32_t snapshot_lock = 0;     ///< running requests resuming from this snapshot
   std::uint32_t gpu_kv_children = 0;   ///< children with gpu_pages set
   std::uint32_t host_kv_children = 0;  ///< children with host_pages set
-  std::uint64_t last_access = 0;       ///< time of the last use (admission, insert): recency
+  std::uint64_t last_access = 0;       ///< clock of the last use of the KV
+  // What the eviction keys are made of (see "Eviction orders" above).
+  std::uint64_t snap_access = 0;               ///< clock of the last use of the snapshot
+  std::uint32_t kv_uses = 0;                   ///< admissions through this node + its insert
+  std::uint32_t snap_uses = 0;                 ///< resumes from this snapshot + its insert
+  double kv_age_gpu = 0, kv_age_host = 0;      ///< pool ages at the last use of the KV
+  double snap_age_gpu = 0, snap_age_host = 0;  ///< pool ages at the last use of the snapshot
+  std::size_t snap_gap = 0;           ///< tokens back to the snapshot above, at the last use
+  std::uint32_t snapshots_below = 0;  ///< nodes at or below this one that have a snapshot
 
   std::unordered_map<PageKey, Node*, PageKeyHash, PageKeyEq> children;
 
-  LruHook gpu_kv_hook, host_kv_hook, gpu_snap_hook, host_snap_hook;
+  OrderHook gpu_kv_hook, host_kv_hook, gpu_snap_hook, host_snap_hook;
+  OrderKey gpu_kv_key, host_kv_key, gpu_snap_key, host_snap_key;  ///< valid while linked
 
   std::size_t page_count(std::uint32_t page_size) const { return tokens.size() / page_size; }
   bool has_gpu_kv() const { return !gpu_pages.empty(); }
   bool has_host_kv() const { return !host_pages.empty(); }
   /// KV "not gone": some copy exists or is being made from a valid source.
   bool has_kv() const { return has_gpu_kv() || has_host_kv(); }
-  bool has_snapshot() const { return gpu_snapshot.valid() || host_snapshot.valid(); }
+  bool has_host_snapshot() const { return !host_snapshot.empty(); }
+  bool has_snapshot() const { return gpu_snapshot.valid() || has_host_snapshot(); }
+  /// Some snapshot at or below this node: its KV can be resumed from (else it is dead KV).
+  bool kv_live() const { return snapshots_below > 0; }
   bool is_root() const { return parent == nullptr; }
   PageKey first_page(std::uint32_t page_size) const { return {tokens.data(), page_size}; }
 
@@ -114,12 +153,19 @@ struct Node {
     return gpu_snapshot.valid() && snap_xfer == Xfer::kNone && snapshot_lock == 0;
   }
   bool host_snapshot_evictable() const {
-    return host_snapshot.valid() && snap_xfer == Xfer::kNone && snapshot_lock == 0;
+    return has_host_snapshot() && snap_xfer == Xfer::kNone && snapshot_lock == 0;
   }
 };
 
-template <LruHook Node::*Member>
-using LruList = boost::intrusive::list<Node, boost::intrusive::member_hook<Node, LruHook, Member>,
-                                       boost::intrusive::constant_time_size<true>>;
+template <OrderKey Node::*Key>
+struct OrderLess {
+  bool operator()(const Node& a, const Node& b) const { return a.*Key < b.*Key; }
+};
+
+/// One eviction order: the evictable nodes of one kind on one tier, lowest key first.
+template <OrderHook Node::*Hook, OrderKey Node::*Key>
+using Order = boost::intrusive::multiset<Node, boost::intrusive::member_hook<Node, OrderHook, Hook>,
+                                         boost::intrusive::compare<OrderLess<Key>>,
+                                         boost::intrusive::constant_time_size<true>>;
 
 }  // namespace radixtier

@@ -2,13 +2,19 @@
 //
 // One radix tree over token ids at page granularity. Every node carries the residency of
 // its own KV pages and of the snapshot at its boundary (see node.hpp for the state
-// machine). Four intrusive LRU lists hold exactly the nodes evictable on each tier now:
-//   gpu_kv_lru_    GPU KV leaves       (no child holds GPU KV: eviction goes leaf-first)
-//   host_kv_lru_   host KV leaves
-//   gpu_snap_lru_  GPU snapshots
-//   host_snap_lru_ host snapshots
-// Evicting from GPU demotes to host (write-back: a sliced async copy; write-through: the
-// clean host copy already exists, so it is free) or drops when host has no room.
+// machine). Three pools: GPU KV pages, GPU snapshot slots, and one host pool of pages that
+// holds KV and snapshots alike (a snapshot spans config.snapshot_pages() pages), so the split
+// between them is decided by eviction at every moment. Four intrusive sorted sets hold
+// exactly the nodes evictable on each tier now (one order per pool; node.hpp explains keys):
+//   gpu_kv_order_    GPU KV leaves      (no child holds GPU KV: eviction goes leaf-first)
+//   gpu_snap_order_  GPU snapshots
+//   host_kv_order_   host KV leaves     } the host pool's order: the lower of the two heads
+//   host_snap_order_ host snapshots     }
+// Victims cost O(log n). Evicting from GPU demotes to host (write-back: a sliced async copy;
+// write-through: the clean host copy already exists, so it is free) or drops when host has
+// no room or the KV is dead (no snapshot at or below it). What refreshes a key: an admission
+// refreshes the KV of its whole path and only the snapshot it resumes from; an insert
+// refreshes what it adopted and the snapshot it attached.
 //
 // Rules kept (numbers as in the brief), checked by check_invariants():
 //  1. usable match = deepest node on the path whose root path has KV everywhere and which
@@ -21,9 +27,8 @@
 //     (snapshot_lock); pinned resources are never demoted or dropped; release() restores
 //     the exact prior counts. Snapshots at other boundaries of a locked path stay evictable:
 //     a running request no longer needs them and GPU snapshot slots are few.
-//  4. LRU membership == the evictable predicates of node.hpp, refreshed at every change.
-//     Recency is the time of use (admission and insert move a node to the back); a node
-//     whose copy finished goes back where its last use puts it, never to the back for that.
+//  4. order membership == the evictable predicates of node.hpp, refreshed at every change;
+//     every linked key equals the key the node's state gives (check_invariants()).
 //  5. sources and destinations of a copy stay held until it completes, so recycling an id
 //     can never mix bytes.
 //  6. path_snapshot() hands out the cached slot read-only; the caller copies it into its
@@ -67,7 +72,10 @@ struct MatchResult {
 };
 
 struct Occupancy {
-  std::uint32_t gpu_pages_free, host_pages_free, gpu_slots_free, host_slots_free;
+  std::uint32_t gpu_pages_free;
+  std::uint32_t host_pages_free;  ///< of the one host pool (KV and snapshots)
+  std::uint32_t gpu_slots_free;
+  std::uint32_t host_slots_free;  ///< snapshots the free host pages would hold
   std::size_t nodes;
 
   bool operator==(const Occupancy&) const = default;
@@ -182,14 +190,28 @@ class PrefixCache final : public CacheBackend {
   template <class F>
   void walk_kv_path(std::span<const Token> tokens, F&& on_node) const;
 
-  // residency setters keep the parent's child counters and the LRU lists exact
+  // residency setters keep the parent's child counters, the snapshot counts of the
+  // ancestors and the eviction orders exact
   void set_gpu_pages(Node* n, std::vector<GpuPageId> pages);
   void set_host_pages(Node* n, std::vector<HostPageId> pages);
+  void set_gpu_snapshot(Node* n, GpuSlotId slot);
+  void set_host_snapshot(Node* n, std::vector<HostPageId> pages);
+  /// After n gained or lost its last snapshot: the counts of its ancestors (O(depth)).
+  void note_snapshot_change(Node* n, bool had);
   void refresh(Node* n);
-  /// A copy finishing (or refused) is not a use: re-places n on the lists of that resource
-  /// where its last use (admission, insert) puts it, not at the most recent end.
-  void place_by_use(Node* n, bool snapshot);
+  /// A use of n's KV (admission path, insert): uses + 1, ages and clock of now.
   void touch(Node* n);
+  /// A use of n's snapshot (resumed from, inserted).
+  void touch_snapshot(Node* n);
+  // the keys the orders sort by (node.hpp, "Eviction orders")
+  OrderKey gpu_kv_key(const Node& n) const;
+  OrderKey host_kv_key(const Node& n) const;
+  OrderKey gpu_snap_key(const Node& n) const;
+  OrderKey host_snap_key(const Node& n) const;
+  /// Tokens back to the nearest snapshot above n (or the root).
+  std::size_t gap_above(const Node& n) const;
+  /// The host pool's next victim (KV or snapshot, whichever key is lower); nullptr if none.
+  Node* host_victim(bool& snapshot) const;
   void lock_path(Node* n);
   void unlock_path(Node* n);
 
@@ -198,8 +220,13 @@ class PrefixCache final : public CacheBackend {
   Status check_gpu_slot_room() const;
   Status make_gpu_page_room(std::size_t n);
   Status make_gpu_slot_room();
-  bool make_host_page_room(std::size_t n);
-  bool make_host_slot_room();
+  /// Frees host pool pages until n can be taken for KV (for_snapshot: for a snapshot): the
+  /// lowest key of either kind when the pool is shared, else of that kind within its share.
+  bool make_host_page_room(std::size_t n, bool for_snapshot = false);
+  /// Host pages for a snapshot copy of n: made room for and taken (empty: no room). n is
+  /// pinned while room is made, so it cannot leave the tree meanwhile.
+  std::vector<HostPageId> take_host_snapshot_pages(Node* n);
+  void add_snapshot_pieces(TransferBatch& batch, const Node* n) const;
   void evict_gpu_kv(Node* n, PendingBatch& demote);
   void evict_gpu_snapshot(Node* n, PendingBatch& demote);
   void drop_host_kv(Node* n);
@@ -247,9 +274,8 @@ class PrefixCache final : public CacheBackend {
   std::uint64_t clock_ = 0;
 
   IdPool<GpuPageId> gpu_pages_;
-  IdPool<HostPageId> host_pages_;
+  IdPool<HostPageId> host_pages_;  ///< the one host pool: KV pages and snapshot pieces
   IdPool<GpuSlotId> gpu_slots_;
-  IdPool<HostSlotId> host_slots_;
   /// Which request owns each request-held GPU page and GPU snapshot slot (rule 9).
   RequestOwnership<GpuPageId> page_owner_;
   RequestOwnership<GpuSlotId> slot_owner_;
@@ -259,10 +285,20 @@ class PrefixCache final : public CacheBackend {
   /// node has no locked descendant.
   std::size_t locked_gpu_pages_ = 0;
 
-  LruList<&Node::gpu_kv_hook> gpu_kv_lru_;
-  LruList<&Node::host_kv_hook> host_kv_lru_;
-  LruList<&Node::gpu_snap_hook> gpu_snap_lru_;
-  LruList<&Node::host_snap_hook> host_snap_lru_;
+  Order<&Node::gpu_kv_hook, &Node::gpu_kv_key> gpu_kv_order_;
+  Order<&Node::host_kv_hook, &Node::host_kv_key> host_kv_order_;
+  Order<&Node::gpu_snap_hook, &Node::gpu_snap_key> gpu_snap_order_;
+  Order<&Node::host_snap_hook, &Node::host_snap_key> host_snap_order_;
+  /// kCostAware: GreedyDual keys, dead KV first, one shared host pool (config.hpp).
+  bool cost_aware_ = true;
+  bool shared_host_ = true;
+  /// Host pages held by KV and by snapshots (nodes and their in-flight copies): the shares
+  /// when the host pool is split.
+  std::size_t host_kv_held_ = 0, host_snap_held_ = 0;
+  /// GreedyDual ages, one per pool: the priority of the pool's last live victim.
+  double gpu_kv_age_ = 0, gpu_snap_age_ = 0, host_age_ = 0;
+  /// Values per byte (tokens of recompute a byte saves): KV, GPU snapshot, host snapshot.
+  double kv_value_ = 0, gpu_snap_value_ = 0, host_snap_value_ = 0;
 
   /// The next id after `counter` that is not a key of `in_use` (nor the invalid value), so
   /// ids stay unique when a long-running server wraps the 32-bit counter.

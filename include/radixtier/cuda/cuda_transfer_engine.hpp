@@ -95,10 +95,10 @@ enum class CopyMethod {
 const char* to_string(CopyMethod method);
 
 struct CudaPools {
-  DeviceLayout gpu_kv;           ///< GPU KV pages
-  DeviceLayout gpu_snapshots;    ///< GPU snapshot slots (items may be 0: no snapshots)
-  std::byte* host_kv = nullptr;  ///< pinned, host_pages * gpu_kv.item_bytes() bytes
-  std::uint32_t host_pages = 0;
+  DeviceLayout gpu_kv;                  ///< GPU KV pages
+  DeviceLayout gpu_snapshots;           ///< GPU snapshot slots (items may be 0: no snapshots)
+  std::byte* host_kv = nullptr;         ///< pinned, host_pages * gpu_kv.item_bytes() bytes
+  std::uint32_t host_pages = 0;         ///< CacheConfig::host_pool_pages(): KV and snapshot pieces
   std::byte* host_snapshots = nullptr;  ///< pinned, host_slots * snapshot bytes
   std::uint32_t host_slots = 0;
   /// The pools' PinnedHostPool, when they come from one: the engine then takes the memory

@@ -26,8 +26,9 @@
 //
 // Chunks: prefill resumes at the usable match and cuts at every multiple of chunk_tokens
 // (absolute positions, so boundaries line up across requests), at every boundary the policy
-// asks for (SnapshotPolicy::next_cut; the +tail and +branch boundaries are chunk multiples
-// already) and at the prompt length floored to a page; the tokens
+// asks for (SnapshotPolicy::next_cut: interval multiples, the adaptive policy's aligned tail and
+// branch point; the +tail and +branch boundaries are chunk multiples already) and at the prompt
+// length floored to a page; the tokens
 // after that last page boundary run as one short chunk. So every chunk but the last ends on a
 // page boundary.
 //
@@ -51,6 +52,7 @@
 
 #include "radixtier/cache/cache_backend.hpp"
 #include "radixtier/scheduler/executor.hpp"
+#include "radixtier/scheduler/placement_learner.hpp"
 #include "radixtier/scheduler/snapshot_policy.hpp"
 
 namespace radixtier::sched {
@@ -58,7 +60,7 @@ namespace radixtier::sched {
 struct SchedulerConfig {
   std::size_t chunk_tokens = 256;  ///< prefill chunk, a positive multiple of the page size
   std::size_t max_running = 4;     ///< requests in flight at once
-  SnapshotPolicy policy = SnapshotPolicy::end_only();
+  SnapshotPolicy policy = SnapshotPolicy::adaptive();
   bool snapshot_at_finish = true;  ///< keep a snapshot at the finish boundary
   /// Decode checkpoints the live state every this many tokens (0: every page boundary); the
   /// finish boundary is the last of them. A positive page multiple (SGLang tracks the state
@@ -172,6 +174,8 @@ class Scheduler {
   const RequestResult* result(RequestId id) const;
   const SchedulerStats& stats() const { return stats_; }
   const SchedulerConfig& config() const { return config_; }
+  /// What the adaptive placement has learned (alignment, finish continuations).
+  const PlacementLearner& learner() const { return learner_; }
 
  private:
   struct Running;
@@ -182,7 +186,8 @@ class Scheduler {
   Outcome advance(Running& r);
   Outcome prefill_chunk(Running& r);
   Outcome decode_token(Running& r);
-  Outcome emit_token(Running& r);  ///< next_token into the output and the sequence
+  Outcome emit_token(Running& r);               ///< next_token into the output and the sequence
+  SnapshotQuery query(const Running& r) const;  ///< the policy query of r's prompt (no boundary)
   Outcome finish(Running& r);
   /// Inserts table pages up to `boundary` (and a snapshot from live state or checkpoint).
   enum class StateSource { kNone, kLive, kCheckpoint };
@@ -198,6 +203,7 @@ class Scheduler {
   Executor& executor_;
   SchedulerConfig config_;
   std::uint32_t page_size_;
+  PlacementLearner learner_;  ///< observes every admission and finish (adaptive placement)
 
   std::deque<std::pair<Request, RequestResult>> queue_;  ///< by arrival, then submission
   std::vector<std::unique_ptr<Running>> running_;        ///< admission order

@@ -6,7 +6,7 @@
 // the KV of ~3,100), so where to keep them is a trade-off between memory and the recompute a
 // later request that ends inside this prompt would pay (docs/snapshot-policies.md).
 //
-// Every policy keeps the two boundaries a continuing conversation needs:
+// Every policy but adaptive keeps the two boundaries a continuing conversation needs:
 //   the final prompt boundary (the prompt length floored to a page) and
 //   the finish boundary (prompt + output, floored to a page).
 // Beyond those:
@@ -30,8 +30,18 @@
 //                 match): the second request to share a prefix keeps a snapshot there, so the
 //                 third one hits
 // Both are chunk multiples, so the scheduler's chunking already ends a chunk there.
+//   adaptive      the default: the prompt end; the finish boundary while continuations
+//                 resume there (SnapshotQuery::keep_finish); the aligned tail
+//                 floor(L / G) * G, G = the learned alignment of branch points
+//                 (SnapshotQuery::alignment); the branch point itself, at page granularity
+//                 (branch_tokens, when above the usable match); and the budgeted plan's
+//                 intermediate snapshots (1/8 of the prompt's KV bytes) for replays that end
+//                 inside a long prompt. The scheduler cuts a chunk at the tail and the branch
+//                 point (next_cut). PlacementLearner learns G and keep_finish from what
+//                 admissions do (placement_learner.hpp); the same rule for every workload.
 // Policies are values: cheap to copy, no per-request state (the budgeted plan is a pure
-// function of the prompt's geometry, so keep() answers the same at every chunk).
+// function of the prompt's geometry, so keep() answers the same at every chunk; the adaptive
+// policy's learned state reaches it through the query).
 #pragma once
 
 #include <cstddef>
@@ -58,11 +68,13 @@ struct SnapshotQuery {
   std::size_t kv_bytes_per_token = 0;
   std::uint32_t page_size = 0;
   std::size_t chunk_tokens = 0;
+  std::size_t alignment = 0;  ///< adaptive: learned alignment G of branch points (0: a page)
+  bool keep_finish = true;    ///< adaptive: finish snapshots are being resumed from
 };
 
 class SnapshotPolicy {
  public:
-  enum class Kind { kEndOnly, kEveryChunk, kInterval, kBudgeted };
+  enum class Kind { kEndOnly, kEveryChunk, kInterval, kBudgeted, kAdaptive };
 
   static SnapshotPolicy end_only() { return SnapshotPolicy(Kind::kEndOnly, 0, std::nullopt); }
   static SnapshotPolicy every_chunk() { return SnapshotPolicy(Kind::kEveryChunk, 0, std::nullopt); }
@@ -72,6 +84,8 @@ class SnapshotPolicy {
   static SnapshotPolicy budgeted(std::optional<std::size_t> bytes = std::nullopt) {
     return SnapshotPolicy(Kind::kBudgeted, 0, bytes);
   }
+  /// The default: learned placement (see above and placement_learner.hpp).
+  static SnapshotPolicy adaptive() { return SnapshotPolicy(Kind::kAdaptive, 0, std::nullopt); }
 
   /// This policy plus the `+tail` / `+branch` rule.
   SnapshotPolicy with_tail(bool on = true) const {
@@ -85,8 +99,8 @@ class SnapshotPolicy {
     return p;
   }
 
-  /// "BASE[+tail][+branch]", BASE one of "end-only" | "every-chunk" | "interval:N" |
-  /// "budgeted" | "budgeted:BYTES" (BYTES may end in K, M or G: powers of 1024); the
+  /// "BASE[+tail][+branch]", BASE one of "adaptive" | "end-only" | "every-chunk" |
+  /// "interval:N" | "budgeted" | "budgeted:BYTES" (BYTES may end in K, M or G: powers of 1024); the
   /// modifiers in any order, each at most once. kInvalidArgument naming the accepted forms
   /// otherwise.
   static Result<SnapshotPolicy> parse(std::string_view text);
@@ -103,16 +117,24 @@ class SnapshotPolicy {
   /// prompt follows cached KV beyond its usable match (0: none).
   static std::size_t branch_boundary(const SnapshotQuery& q);
 
-  /// The first boundary > `done` where this policy needs a chunk to end (interval: the next
-  /// multiple of N); std::nullopt when chunk ends suffice.
-  std::optional<std::size_t> next_cut(std::size_t done) const;
+  /// The first boundary > `done` where this policy needs a chunk to end for q's prompt
+  /// (interval: the next multiple of N; adaptive: the aligned tail or the branch point);
+  /// std::nullopt when chunk ends suffice. q.boundary is ignored.
+  std::optional<std::size_t> next_cut(const SnapshotQuery& q, std::size_t done) const;
+  /// The adaptive aligned tail of q's prompt: floor(L / G) * G when G (q.alignment) is
+  /// larger than a page and that is above the usable match and below the final prompt
+  /// boundary (0: none).
+  static std::size_t aligned_tail(const SnapshotQuery& q);
+  /// The adaptive branch point: q.branch_tokens when above the usable match and below the
+  /// final prompt boundary (0: none).
+  static std::size_t branch_point(const SnapshotQuery& q);
 
-  /// Budgeted: the intermediate boundaries (chunk multiples strictly between the cached
-  /// prefix and the final prompt boundary) chosen for q's prompt, ascending. Empty for the
+  /// Budgeted and adaptive: the intermediate boundaries (chunk multiples strictly between the
+  /// cached prefix and the final prompt boundary) chosen for q's prompt, ascending. Empty for the
   /// other kinds. q.boundary is ignored.
   std::vector<std::size_t> plan(const SnapshotQuery& q) const;
 
-  /// Budgeted: the byte budget for q's prompt (explicit, or 1/8 of its KV bytes).
+  /// Budgeted and adaptive: the byte budget for q's prompt (explicit, or 1/8 of its KV bytes).
   std::size_t budget_for(const SnapshotQuery& q) const;
 
   Kind kind() const { return kind_; }

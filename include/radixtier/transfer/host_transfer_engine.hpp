@@ -1,9 +1,10 @@
 // The host transfer engine: a byte-exact stand-in for GPU copies on machines without a GPU.
 //
-// HostArenas owns four real byte arenas: the "GPU" KV pool, the pinned host KV pool, the
-// "GPU" snapshot slots and the host snapshot slots. A model running on the CPU reads and
-// writes the GPU arenas exactly as a GPU model would read its pools, so every demoted and
-// promoted byte is a real byte.
+// HostArenas owns four real byte arenas: the "GPU" KV pool, the pinned host pool
+// (CacheConfig::host_pool_pages() pages: KV pages and the pages snapshot pieces land in), the
+// "GPU" snapshot slots and the host snapshot slots (the index-tier baseline's bank). A model
+// running on the CPU reads and writes the GPU arenas exactly as a GPU model would read its
+// pools, so every demoted and promoted byte is a real byte.
 //
 // HostTransferEngine copies between them. Every batch is cut into slices of at most
 // `slice_pages` pages (snapshots into chunks of slice_pages * page_bytes bytes); each slice

@@ -1,6 +1,7 @@
 // The transfer engine: moves KV pages and snapshots between the GPU and the host tier.
 //
-// A batch names page copies and snapshot copies in one direction. submit() hands back a
+// A batch names page copies and snapshot copies (whole, or in host-page pieces) in one
+// direction. submit() hands back a
 // move-only Ticket at once; the copy runs asynchronously, split by the engine into slices of
 // at most `slice_pages` pages (a snapshot is cut into chunks of the same byte size), so the
 // staging memory an engine needs is one slice per direction, never a whole prefix.
@@ -14,6 +15,7 @@
 // slice, poll() is cudaEventQuery, wait() is cudaEventSynchronize.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -42,13 +44,30 @@ struct SnapshotCopy {
   HostSlotId host;
 };
 
+/// One host page's share of a snapshot: bytes [offset, offset + n) of GPU snapshot slot `gpu`,
+/// n = min(page_bytes, snapshot_bytes - offset), to or from host page `host`. The cache keeps a
+/// host snapshot in ceil(snapshot_bytes / page_bytes) pages of the one host pool that also
+/// holds KV, in any order (not contiguous); `offset` is a multiple of page_bytes.
+struct SnapshotPieceCopy {
+  GpuSlotId gpu;
+  std::size_t offset = 0;
+  HostPageId host;
+};
+
 struct TransferBatch {
   Direction direction = Direction::kDeviceToHost;
   std::vector<PageCopy> pages;
-  std::vector<SnapshotCopy> snapshots;
+  std::vector<SnapshotCopy> snapshots;    ///< whole snapshots to host snapshot slots
+  std::vector<SnapshotPieceCopy> pieces;  ///< snapshots in host pages (PrefixCache)
 
-  bool empty() const { return pages.empty() && snapshots.empty(); }
+  bool empty() const { return pages.empty() && snapshots.empty() && pieces.empty(); }
 };
+
+/// Bytes one piece moves (0 when the offset is past the snapshot's end).
+inline std::size_t piece_bytes(const SnapshotPieceCopy& p, std::size_t page_bytes,
+                               std::size_t snapshot_bytes) {
+  return p.offset >= snapshot_bytes ? 0 : std::min(page_bytes, snapshot_bytes - p.offset);
+}
 
 enum class TransferState { kPending, kDone, kFailed };
 

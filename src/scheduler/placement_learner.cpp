@@ -1,0 +1,104 @@
+// The placement learner (see placement_learner.hpp for what it learns and why).
+#include "radixtier/scheduler/placement_learner.hpp"
+
+#include <algorithm>
+
+namespace radixtier::sched {
+
+namespace {
+std::uint64_t mix(std::uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+}  // namespace
+
+PlacementLearner::PlacementLearner(std::uint32_t page_size, PlacementLearnerOptions options)
+    : page_size_(std::max<std::uint32_t>(1, page_size)),
+      options_(options),
+      alignment_(page_size_) {}
+
+std::vector<std::uint64_t> PlacementLearner::page_prefix_hashes(std::span<const Token> tokens,
+                                                                std::uint32_t page_size) {
+  std::vector<std::uint64_t> out;
+  if (page_size == 0) return out;
+  out.reserve(tokens.size() / page_size);
+  std::uint64_t h = 0x243F6A8885A308D3ull;
+  for (std::size_t p = 0; p + page_size <= tokens.size(); p += page_size) {
+    std::uint64_t page = 0;
+    for (std::size_t i = p; i < p + page_size; ++i) {
+      page = mix(page ^ static_cast<std::uint32_t>(tokens[i]));
+    }
+    h = mix(h ^ page);
+    out.push_back(h);
+  }
+  return out;
+}
+
+void PlacementLearner::observe_admission(std::span<const Token> prompt, std::size_t cached_tokens,
+                                         std::size_t kv_tokens) {
+  if (prompt.empty()) return;
+  ++admissions_;
+  const auto query = prompt.first(prompt.size() - 1);
+  const std::size_t query_end = query.size() / page_size_ * page_size_;
+  // A branch point: the prompt leaves the cached KV path inside its query (not at its end,
+  // which is where a replay that is a prefix of an earlier prompt stops).
+  const std::size_t branch = std::max(kv_tokens, cached_tokens);
+  if (branch > 0 && branch < query_end && branch % page_size_ == 0) {
+    branches_.push_back(branch / page_size_);
+    if (branches_.size() > options_.window) branches_.pop_front();
+    if (++since_update_ >= 8 || branches_.size() == options_.min_samples) update_alignment();
+  }
+  bool extends_finish = false;
+  if (!finish_keys_.empty()) {
+    for (std::uint64_t h : page_prefix_hashes(query, page_size_)) {
+      if (finish_keys_.count(h) != 0) {
+        extends_finish = true;
+        break;
+      }
+    }
+  }
+  if (extends_finish) {
+    ++finish_hits_;
+    since_finish_hit_ = 0;
+  } else {
+    ++since_finish_hit_;
+  }
+}
+
+void PlacementLearner::observe_finish(std::span<const Token> sequence) {
+  const auto hashes = page_prefix_hashes(sequence, page_size_);
+  if (hashes.empty()) return;
+  finish_keys_.insert(hashes.back());
+  finish_order_.push_back(hashes.back());
+  if (finish_order_.size() > options_.finish_memory) {
+    finish_keys_.erase(finish_keys_.find(finish_order_.front()));
+    finish_order_.pop_front();
+  }
+}
+
+bool PlacementLearner::keep_finish() const {
+  return since_finish_hit_ < options_.finish_window;
+}
+
+void PlacementLearner::update_alignment() {
+  since_update_ = 0;
+  if (branches_.size() < options_.min_samples) {
+    alignment_ = page_size_;
+    return;
+  }
+  const auto need =
+      static_cast<std::size_t>(options_.share * static_cast<double>(branches_.size()));
+  for (std::size_t k = options_.max_alignment_pages; k > 1; --k) {
+    std::size_t divides = 0;
+    for (std::size_t b : branches_) divides += b % k == 0;
+    if (divides >= need) {
+      alignment_ = k * page_size_;
+      return;
+    }
+  }
+  alignment_ = page_size_;
+}
+
+}  // namespace radixtier::sched

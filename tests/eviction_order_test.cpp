@@ -1,0 +1,156 @@
+// The eviction orders (issue 11 part C, issue 15 items 1-4): each test failed before.
+#include <gtest/gtest.h>
+
+#include "cache_harness.hpp"
+#include "radixtier/cache/prefix_cache.hpp"
+
+namespace radixtier {
+namespace {
+
+using testing::Harness;
+using testing::seq;
+using testing::small_config;
+
+#define ASSERT_INVARIANTS(h) ASSERT_EQ((h).cache->check_invariants(), "")
+
+std::vector<GpuPageId> take_pages(Harness& h, std::size_t n) {
+  auto r = h.cache->alloc_pages(h.side_lock(), n);
+  EXPECT_TRUE(r) << r.status().to_string();
+  return r ? *r : std::vector<GpuPageId>{};
+}
+GpuSlotId take_slot(Harness& h) {
+  auto r = h.cache->alloc_snapshot_slot(h.side_lock());
+  EXPECT_TRUE(r) << r.status().to_string();
+  return r ? *r : GpuSlotId();
+}
+
+CacheConfig config(SnapshotEviction e) {
+  CacheConfig c = small_config();
+  c.snapshot_eviction = e;
+  return c;
+}
+
+// Item 1: a parent exposed by evicting its child re-enters the order at its own last use, not
+// at the most recent end: the old chain base goes before a sequence used after it.
+TEST(EvictionOrder, ExposedParentKeepsTheRecencyOfItsLastUse) {
+  for (SnapshotEviction e : {SnapshotEviction::kLru, SnapshotEviction::kCostAware}) {
+    SCOPED_TRACE(to_string(e));
+    Harness h(config(e));
+    const auto p = seq({{1, 16}, {50, 1}});  // nodes X [0, 8) and Y [8, 16)
+    const auto q = seq({{100, 8}, {60, 1}});
+    const std::size_t p_snaps[] = {8, 16}, q_snaps[] = {8};
+    ASSERT_EQ(h.serve(p, p_snaps).error, "");
+    ASSERT_EQ(h.serve(q, q_snaps).error, "");  // used after P
+    // X and Q were used as often (one insert each): only recency decides.
+    auto first = take_pages(h, h.cache->occupancy().gpu_pages_free + 2);  // Y leaves
+    ASSERT_INVARIANTS(h);
+    EXPECT_EQ(h.cache->inspect(p).at(1).kv, Residency::kHost);
+    auto second = take_pages(h, h.cache->occupancy().gpu_pages_free + 2);  // X, not Q
+    ASSERT_INVARIANTS(h);
+    EXPECT_EQ(h.cache->inspect(p).at(0).kv, Residency::kHost);
+    EXPECT_EQ(h.cache->inspect(q).at(0).kv, Residency::kGpu);
+    ASSERT_TRUE(h.cache->free_pages(h.side_lock(), first));
+    ASSERT_TRUE(h.cache->free_pages(h.side_lock(), second));
+  }
+}
+
+// Item 2: an admission refreshes the KV of its whole path but only the snapshot it resumes
+// from; the intermediate snapshot on the path then leaves before a more recent one.
+TEST(EvictionOrder, AdmissionRefreshesOnlyTheSnapshotItResumesFrom) {
+  for (SnapshotEviction e : {SnapshotEviction::kLru, SnapshotEviction::kCostAware}) {
+    SCOPED_TRACE(to_string(e));
+    Harness h(config(e));
+    const auto p = seq({{1, 16}, {50, 1}});
+    const auto r = seq({{200, 8}, {70, 1}});
+    const std::size_t p_snaps[] = {8, 16}, r_snaps[] = {8};
+    ASSERT_EQ(h.serve(p, p_snaps).error, "");
+    ASSERT_EQ(h.serve(r, r_snaps).error, "");
+    auto a = h.cache->admit(p);  // resumes at 16
+    ASSERT_TRUE(a);
+    ASSERT_EQ(a->cached_tokens, 16u);
+    ASSERT_TRUE(h.cache->release(a->lock));
+    // Three snapshots in four GPU slots: the second slot taken evicts one.
+    const GpuSlotId s1 = take_slot(h), s2 = take_slot(h);
+    ASSERT_INVARIANTS(h);
+    EXPECT_NE(h.cache->inspect(p).at(0).snapshot, Residency::kGpu);  // P's intermediate left
+    EXPECT_EQ(h.cache->inspect(p).at(1).snapshot, Residency::kGpu);
+    EXPECT_TRUE(h.cache->match(r).snapshot_on_gpu);
+    ASSERT_TRUE(h.cache->free_snapshot_slot(h.side_lock(), s1));
+    ASSERT_TRUE(h.cache->free_snapshot_slot(h.side_lock(), s2));
+  }
+}
+
+// Item 3: KV that no snapshot at or below it makes resumable (dead KV) leaves first, before
+// older live KV, and is dropped rather than copied to host.
+TEST(EvictionOrder, DeadKvLeavesFirstAndIsNotDemoted) {
+  Harness h(small_config());
+  const auto q = seq({{100, 8}, {60, 1}});
+  const auto p = seq({{1, 16}, {50, 1}});
+  const std::size_t q_snaps[] = {8}, p_snaps[] = {16};
+  ASSERT_EQ(h.serve(q, q_snaps).error, "");  // older, live
+  ASSERT_EQ(h.serve(p, p_snaps).error, "");  // newer; its one snapshot is at 16
+  // P's snapshot goes to host and is dropped there; Q's stays pinned on the GPU meanwhile.
+  auto hold = h.cache->admit(q);
+  ASSERT_TRUE(hold);
+  std::vector<GpuSlotId> slots;
+  while (h.cache->occupancy().gpu_slots_free > 0) slots.push_back(take_slot(h));
+  slots.push_back(take_slot(h));
+  for (GpuSlotId s : slots) ASSERT_TRUE(h.cache->free_snapshot_slot(h.side_lock(), s));
+  h.cache->drop_host();
+  ASSERT_TRUE(h.cache->release(hold->lock));
+  ASSERT_INVARIANTS(h);
+  EXPECT_EQ(h.cache->match(p).usable_tokens, 0u);  // P's KV is dead now
+  const std::uint32_t host_free = h.cache->occupancy().host_pages_free;
+  auto pages = take_pages(h, h.cache->occupancy().gpu_pages_free + 4);
+  ASSERT_INVARIANTS(h);
+  EXPECT_EQ(h.cache->inspect(q).at(0).kv, Residency::kGpu);    // the older live KV stays
+  EXPECT_TRUE(h.cache->inspect(p).empty());                    // the dead KV is gone ...
+  EXPECT_EQ(h.cache->occupancy().host_pages_free, host_free);  // ... not copied to host
+  EXPECT_EQ(h.cache->stats().dead_kv_pages_dropped, 4u);
+  ASSERT_TRUE(h.cache->free_pages(h.side_lock(), pages));
+}
+
+// Item 4: when a node's KV is demoted to host its snapshot does not keep a GPU slot.
+TEST(EvictionOrder, SnapshotLeavesTheGpuWithItsKv) {
+  Harness h(small_config());
+  const auto p = seq({{1, 8}, {50, 1}});
+  const std::size_t snaps[] = {8};
+  ASSERT_EQ(h.serve(p, snaps).error, "");
+  const std::uint32_t slots_free = h.cache->occupancy().gpu_slots_free;
+  auto pages = take_pages(h, h.cache->occupancy().gpu_pages_free + 2);
+  ASSERT_INVARIANTS(h);
+  ASSERT_EQ(h.cache->inspect(p).at(0).kv, Residency::kHost);
+  EXPECT_EQ(h.cache->inspect(p).at(0).snapshot, Residency::kHost);
+  EXPECT_EQ(h.cache->occupancy().gpu_slots_free, slots_free + 1);
+  ASSERT_TRUE(h.cache->free_pages(h.side_lock(), pages));
+  auto again = h.serve(p, snaps);  // and both come back byte-exact
+  EXPECT_EQ(again.cached, 8u);
+  EXPECT_TRUE(again.bytes_ok);
+}
+
+// Part B: one host pool. With no KV on host, its pages hold as many snapshots as fit; the
+// split between KV and snapshots follows the keys, not a share fixed in the config.
+TEST(EvictionOrder, HostSnapshotsAndKvShareOnePool) {
+  CacheConfig c = small_config();
+  c.host_snapshot_slots = 0;  // 64 host pages, no room reserved for snapshots
+  Harness h(c);
+  const auto p = seq({{1, 8}, {50, 1}});
+  const std::size_t snaps[] = {8};
+  ASSERT_EQ(h.serve(p, snaps).error, "");
+  auto pages = take_pages(h, h.cache->occupancy().gpu_pages_free + 2);
+  ASSERT_INVARIANTS(h);
+  EXPECT_EQ(h.cache->inspect(p).at(0).snapshot, Residency::kHost);  // 5 pages of the pool
+  EXPECT_EQ(h.cache->occupancy().host_pages_free, 64u - 2u - 5u);
+  ASSERT_TRUE(h.cache->free_pages(h.side_lock(), pages));
+  // With the fixed split of the baselines there is no room for it.
+  c.snapshot_eviction = SnapshotEviction::kLru;
+  Harness lru(c);
+  ASSERT_EQ(lru.serve(p, snaps).error, "");
+  auto more = take_pages(lru, lru.cache->occupancy().gpu_pages_free + 2);
+  EXPECT_EQ(lru.cache->inspect(p).at(0).snapshot, Residency::kGpu);
+  EXPECT_EQ(lru.cache->occupancy().host_pages_free, 64u - 2u);
+  ASSERT_TRUE(lru.cache->free_pages(lru.side_lock(), more));
+}
+
+}  // namespace
+}  // namespace radixtier
