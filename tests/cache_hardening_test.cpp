@@ -5,33 +5,20 @@
 
 #include "cache_harness.hpp"
 #include "radixtier/cache/prefix_cache.hpp"
+#include "side_request.hpp"
 
 namespace radixtier {
 namespace {
 
+using testing::give_pages;
+using testing::give_slot;
 using testing::Harness;
 using testing::seq;
 using testing::small_config;
+using testing::take_pages;
+using testing::take_slot;
 
 #define ASSERT_INVARIANTS(h) ASSERT_EQ((h).cache->check_invariants(), "")
-
-// The request-side allocation calls in one place.
-std::vector<GpuPageId> take_pages(Harness& h, std::size_t n) {
-  auto r = h.cache->alloc_pages(h.side_lock(), n);
-  EXPECT_TRUE(r) << r.status().to_string();
-  return r ? *r : std::vector<GpuPageId>{};
-}
-GpuSlotId take_slot(Harness& h) {
-  auto r = h.cache->alloc_snapshot_slot(h.side_lock());
-  EXPECT_TRUE(r) << r.status().to_string();
-  return r ? *r : GpuSlotId();
-}
-void give_pages(Harness& h, std::span<const GpuPageId> pages) {
-  EXPECT_TRUE(h.cache->free_pages(h.side_lock(), pages));
-}
-void give_slot(Harness& h, GpuSlotId slot) {
-  EXPECT_TRUE(h.cache->free_snapshot_slot(h.side_lock(), slot));
-}
 
 /// Pushes every unlocked page out of the GPU (to host, write-back).
 void demote_all_kv(Harness& h) {

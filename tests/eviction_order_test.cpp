@@ -3,6 +3,7 @@
 
 #include "cache_harness.hpp"
 #include "radixtier/cache/prefix_cache.hpp"
+#include "side_request.hpp"
 
 namespace radixtier {
 namespace {
@@ -10,19 +11,10 @@ namespace {
 using testing::Harness;
 using testing::seq;
 using testing::small_config;
+using testing::take_pages;
+using testing::take_slot;
 
 #define ASSERT_INVARIANTS(h) ASSERT_EQ((h).cache->check_invariants(), "")
-
-std::vector<GpuPageId> take_pages(Harness& h, std::size_t n) {
-  auto r = h.cache->alloc_pages(h.side_lock(), n);
-  EXPECT_TRUE(r) << r.status().to_string();
-  return r ? *r : std::vector<GpuPageId>{};
-}
-GpuSlotId take_slot(Harness& h) {
-  auto r = h.cache->alloc_snapshot_slot(h.side_lock());
-  EXPECT_TRUE(r) << r.status().to_string();
-  return r ? *r : GpuSlotId();
-}
 
 CacheConfig config(SnapshotEviction e) {
   CacheConfig c = small_config();
