@@ -73,9 +73,9 @@ def test_bad_input_leaves_the_cache_unchanged(stack):
 
 def test_engine_must_match_the_config():
     s = Stack()
-    with pytest.raises(rt.InvalidArgumentError, match="page_bytes = 128"):
+    with pytest.raises(rt.InvalidArgumentError, match="page_bytes is 128"):
         rt.PrefixCache(s.config.replace(page_bytes=128), s.engine)
-    with pytest.raises(rt.InvalidArgumentError, match="gpu_pages = 17"):
+    with pytest.raises(rt.InvalidArgumentError, match="gpu_pages is 17"):
         rt.PrefixCache(s.config.replace(gpu_pages=17), s.engine)
     with pytest.raises(TypeError, match="HostTransferEngine"):
         rt.PrefixCache(s.config, object())

@@ -27,41 +27,16 @@ namespace radixtier::python {
 namespace {
 
 /// The engine behind a Python engine object, or a TypeError naming the accepted ones.
-EngineRef engine_ref(py::handle engine) {
-  if (auto r = host_engine_ref(engine)) return *r;
+TransferEngine& engine_of(py::handle engine) {
+  if (TransferEngine* e = host_engine_of(engine)) return *e;
 #ifdef RADIXTIER_PYTHON_CUDA
-  if (auto r = cuda_engine_ref(engine)) return *r;
-#endif
-#ifdef RADIXTIER_PYTHON_CUDA
+  if (TransferEngine* e = cuda_engine_of(engine)) return *e;
   constexpr const char* kAccepted = "a HostTransferEngine or a cuda.CudaTransferEngine";
 #else
   constexpr const char* kAccepted = "a HostTransferEngine";
 #endif
   throw py::type_error(std::string("PrefixCache: engine must be ") + kAccepted + ", got " +
                        std::string(py::str(py::type::of(engine))));
-}
-
-/// The cache config must describe the engine's pools: same item sizes, no more items.
-Status check_geometry(const CacheConfig& c, const EngineRef& e) {
-  std::ostringstream err;
-  auto field = [&](const char* name, std::uint64_t want, std::uint64_t have, bool exact) {
-    if (exact ? want != have : want > have) {
-      err << "CacheConfig." << name << " = " << want << " but the " << e.kind << "'s pools have "
-          << have << "; ";
-    }
-  };
-  field("page_bytes", c.page_bytes, e.page_bytes, true);
-  field("gpu_pages", c.gpu_pages, e.gpu_pages, false);
-  // The one host pool: host_pages + host_snapshot_slots x snapshot_pages() pages.
-  field("host_pages + host_snapshot_slots x snapshot_pages() (the host pool)", c.host_pool_pages(),
-        e.host_pages, false);
-  field("gpu_snapshot_slots", c.gpu_snapshot_slots, e.gpu_slots, false);
-  if (c.snapshot_bytes != e.snapshot_bytes && (c.gpu_snapshot_slots > 0 || e.gpu_slots > 0))
-    field("snapshot_bytes", c.snapshot_bytes, e.snapshot_bytes, true);
-  std::string s = err.str();
-  if (s.empty()) return Status::ok();
-  s.resize(s.size() - 2);
-  return invalid_argument("PrefixCache: " + s);
 }
 
 struct PyInsertResult {
@@ -72,10 +47,8 @@ struct PyInsertResult {
 class PyPrefixCache {
  public:
   PyPrefixCache(const CacheConfig& config, py::object engine) : engine_obj_(std::move(engine)) {
-    const EngineRef ref = engine_ref(engine_obj_);
-    check(config.validate());
-    check(check_geometry(config, ref));
-    cache_ = unwrap(PrefixCache::create(config, *ref.engine));
+    // create() validates the config and checks it against the engine's pools.
+    cache_ = unwrap(PrefixCache::create(config, engine_of(engine_obj_)));
   }
   ~PyPrefixCache() {
     // The cache's destructor waits for its copies: let the engine's threads run meanwhile.

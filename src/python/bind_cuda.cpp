@@ -224,14 +224,10 @@ void check_stream(cudaStream_t s, const char* what) {
   }
 }
 
-/// The CUDA engine plus the sizes of its pools (the PrefixCache checks its config against
-/// them). Forwards the TransferEngine interface.
+/// The CUDA engine as the module holds it. Forwards the TransferEngine interface.
 class PyCudaEngine final : public TransferEngine {
  public:
-  PyCudaEngine(std::unique_ptr<cuda::CudaTransferEngine> e, EngineRef sizes)
-      : engine_(std::move(e)), sizes_(sizes) {
-    sizes_.engine = this;
-  }
+  explicit PyCudaEngine(std::unique_ptr<cuda::CudaTransferEngine> e) : engine_(std::move(e)) {}
   Result<Ticket> submit(TransferBatch batch) override { return engine_->submit(std::move(batch)); }
   TransferState poll(TicketId id) override { return engine_->poll(id); }
   TransferState wait(TicketId id) override { return engine_->wait(id); }
@@ -240,11 +236,9 @@ class PyCudaEngine final : public TransferEngine {
   EngineCapacity capacity() const override { return engine_->capacity(); }
 
   cuda::CudaTransferEngine& engine() { return *engine_; }
-  const EngineRef& sizes() const { return sizes_; }
 
  private:
   std::unique_ptr<cuda::CudaTransferEngine> engine_;
-  EngineRef sizes_;
 };
 
 std::unique_ptr<PyCudaEngine> make_engine(
@@ -290,28 +284,20 @@ std::unique_ptr<PyCudaEngine> make_engine(
   o.promote_after_compute = promote_after_compute;
   o.kernel_blocks = kernel_blocks;
 
-  EngineRef sizes;
-  sizes.kind = "CudaTransferEngine";
-  sizes.gpu_pages = pools.gpu_kv.items;
-  sizes.gpu_slots = gpu_snapshots != nullptr ? pools.gpu_snapshots.items : 0;
-  sizes.host_pages = pools.host_pages;
-  sizes.host_slots = pools.host_slots;
-  sizes.page_bytes = page_bytes;
-  sizes.snapshot_bytes = snapshot_bytes;
   Result<std::unique_ptr<cuda::CudaTransferEngine>> made = [&] {
     py::gil_scoped_release nogil;
     return cuda::CudaTransferEngine::create(std::move(pools), o);
   }();
-  auto engine = std::make_unique<PyCudaEngine>(unwrap(std::move(made)), sizes);
+  auto engine = std::make_unique<PyCudaEngine>(unwrap(std::move(made)));
   check_stream(o.compute_stream, "compute_stream");
   return engine;
 }
 
 }  // namespace
 
-std::optional<EngineRef> cuda_engine_ref(py::handle obj) {
-  if (!py::isinstance<PyCudaEngine>(obj)) return std::nullopt;
-  return obj.cast<PyCudaEngine&>().sizes();
+TransferEngine* cuda_engine_of(py::handle obj) {
+  if (!py::isinstance<PyCudaEngine>(obj)) return nullptr;
+  return &obj.cast<PyCudaEngine&>();
 }
 
 void bind_cuda(py::module_& m) {

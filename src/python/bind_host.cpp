@@ -82,18 +82,9 @@ void bind_arena_view(py::module_& m) {
       });
 }
 
-std::optional<EngineRef> host_engine_ref(py::handle obj) {
-  if (!py::isinstance<HostTransferEngine>(obj)) return std::nullopt;
-  auto& e = obj.cast<HostTransferEngine&>();
-  HostArenas& a = e.memory();
-  return EngineRef{&e,
-                   "HostTransferEngine",
-                   a.gpu_pages(),
-                   a.host_pages(),
-                   a.gpu_slots(),
-                   a.host_slots(),
-                   a.page_bytes(),
-                   a.snapshot_bytes()};
+TransferEngine* host_engine_of(py::handle obj) {
+  if (!py::isinstance<HostTransferEngine>(obj)) return nullptr;
+  return &obj.cast<HostTransferEngine&>();
 }
 
 void bind_host(py::module_& m) {

@@ -21,20 +21,13 @@ void bind_policy(py::module_& m);  ///< SnapshotPolicy, SnapshotQuery (radixtier
 void bind_cuda(py::module_& m);  ///< the `cuda` submodule
 #endif
 
-/// What PrefixCache needs to know about the engine object a caller hands it: the engine and
-/// the sizes of its pools, to reject a cache config that does not match them.
-struct EngineRef {
-  TransferEngine* engine = nullptr;
-  const char* kind = "";
-  std::uint32_t gpu_pages = 0, host_pages = 0, gpu_slots = 0, host_slots = 0;
-  std::size_t page_bytes = 0, snapshot_bytes = 0;
-};
-
-/// The host engine behind `obj`, or nullopt when it is not one.
-std::optional<EngineRef> host_engine_ref(py::handle obj);
+// The engine behind an engine object a caller hands PrefixCache (PrefixCache::create checks
+// the config against its pools).
+/// The host engine behind `obj`, or nullptr when it is not one.
+TransferEngine* host_engine_of(py::handle obj);
 #ifdef RADIXTIER_PYTHON_CUDA
-/// The CUDA engine behind `obj`, or nullopt when it is not one.
-std::optional<EngineRef> cuda_engine_ref(py::handle obj);
+/// The CUDA engine behind `obj`, or nullptr when it is not one.
+TransferEngine* cuda_engine_of(py::handle obj);
 #endif
 
 }  // namespace radixtier::python
