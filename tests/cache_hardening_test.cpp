@@ -532,6 +532,89 @@ TEST(CacheHardeningItem7, FlushDropsEveryUnpinnedCopyOnEveryTier) {
   ASSERT_INVARIANTS(h);
 }
 
+// ---- found by the fuzzer (CI, stop 16) ------------------------------------------------
+
+// Y, admitted with nothing cached, recomputes P's first pages itself while another
+// admission (X) promotes P's host copy; Y's insert keeps those pages (the node is
+// promoting) and the tree takes Y's deeper pages. X's promotion then fails. Y's wait()
+// used to see the tombstone on its path and move Y's lock up to the root, so the tree
+// pages Y still reads became evictable and were handed out. Only the reused prefix is
+// Y's to wait for; Y reused nothing.
+TEST(CacheHardeningFuzz, AnotherAdmissionsFailedPromotionDoesNotMoveALock) {
+  Harness h(small_config());
+  const auto p = seq({{1, 9}});
+  const auto y = seq({{1, 8}, {50, 9}});  // P's first 8 tokens, then its own
+  const std::size_t snaps[] = {8};
+
+  auto ya = h.cache->admit(y);  // before P exists: nothing cached
+  ASSERT_TRUE(ya);
+  ASSERT_EQ(ya->cached_tokens, 0u);
+  ASSERT_EQ(h.serve(p, snaps).error, "");
+  h.settle();
+  demote_all_kv(h);  // P's KV: host only
+  ASSERT_INVARIANTS(h);
+
+  auto xa = h.cache->admit(p);  // promotes P's pages; the copy will fail
+  ASSERT_TRUE(xa);
+  ASSERT_TRUE(xa->promoting);
+  const auto pending = h.engine.pending();
+  ASSERT_EQ(pending.size(), 1u);
+  h.engine.fail_ticket(pending[0]);
+
+  // Y computes all of its 4 pages and inserts them: P's 2 stay Y's, the tree takes 2.
+  auto pages = h.cache->alloc_pages(ya->lock, 4);
+  ASSERT_TRUE(pages);
+  for (std::size_t i = 0; i < 4; ++i) h.fill_page((*pages)[i], y, i);
+  const auto y16 = std::span(y).first(16);
+  auto ins = h.cache->insert(ya->lock, y16, *pages, std::nullopt);
+  ASSERT_TRUE(ins) << ins.status().to_string();
+  EXPECT_EQ(ins->not_taken.size(), 2u);
+  ASSERT_INVARIANTS(h);
+
+  auto x_resumed = h.cache->wait(xa->lock);  // X's copy failed: it recomputes
+  ASSERT_TRUE(x_resumed);
+  EXPECT_EQ(*x_resumed, 0u);
+  ASSERT_TRUE(h.cache->release(xa->lock));
+  auto resumed = h.cache->wait(ya->lock);
+  ASSERT_TRUE(resumed);
+  EXPECT_EQ(*resumed, 0u);
+  ASSERT_INVARIANTS(h);
+  const auto path = h.cache->inspect(y16);
+  ASSERT_FALSE(path.empty());
+  EXPECT_EQ(path.back().boundary, 16u);
+  EXPECT_EQ(path.back().locks, 1u) << "Y's own inserted pages lost their lock";
+
+  // Pressure takes everything evictable; Y's pages keep their bytes.
+  const auto held = take_pages(h, h.config.gpu_pages - 4);
+  for (std::size_t i = 0; i < 4; ++i) EXPECT_TRUE(h.page_ok((*pages)[i], y, i)) << "page " << i;
+  give_pages(h, held);
+  ASSERT_TRUE(h.cache->release(ya->lock));
+  ASSERT_INVARIANTS(h);
+}
+
+// Computing on a prefix that has not arrived is refused, and changes nothing.
+TEST(CacheHardeningFuzz, InsertBeforeTheReusedPrefixArrivedIsRefused) {
+  Harness h(small_config());
+  const auto p = seq({{1, 9}});
+  const std::size_t snaps[] = {8};
+  ASSERT_EQ(h.serve(p, snaps).error, "");
+  h.settle();
+  demote_all_kv(h);
+  auto a = h.cache->admit(p);
+  ASSERT_TRUE(a);
+  ASSERT_TRUE(a->promoting);
+  auto pages = h.cache->alloc_pages(a->lock, 2);
+  ASSERT_TRUE(pages);
+  const auto before = h.cache->occupancy();
+  auto ins = h.cache->insert(a->lock, std::span(p).first(8), *pages, std::nullopt);
+  ASSERT_FALSE(ins);
+  EXPECT_EQ(ins.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(h.cache->occupancy(), before);
+  ASSERT_TRUE(h.cache->wait(a->lock));
+  ASSERT_TRUE(h.cache->release(a->lock));
+  ASSERT_INVARIANTS(h);
+}
+
 TEST(CacheHardeningItem7, StatsAndOccupancyCompareByValue) {
   CacheStats a, b;
   EXPECT_EQ(a, b);

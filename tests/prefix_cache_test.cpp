@@ -406,8 +406,8 @@ TEST(PrefixCacheRegression, ReleaseAfterTwoFailedPromotionsFreesEachNodeOnce) {
   ASSERT_EQ(b->cached_tokens, 12u);
   auto mine = h.cache->alloc_pages(a->lock, 2);
   ASSERT_TRUE(mine);
-  // Inserting before wait() (misuse, but reachable): the lock moves below its snapshot.
-  ASSERT_TRUE(h.cache->insert(a->lock, std::span(p).first(8), *mine, std::nullopt));
+  // Inserting before wait() is refused (it used to move the lock below its snapshot).
+  ASSERT_FALSE(h.cache->insert(a->lock, std::span(p).first(8), *mine, std::nullopt));
   for (TicketId t : h.engine.pending()) h.engine.fail_ticket(t);
   for (TicketId t : h.engine.pending()) h.engine.complete(t);
   h.cache->poll();

@@ -192,14 +192,15 @@ Result<Admission> PrefixCache::try_admit_at(Node* target) {
 }
 
 TransferState PrefixCache::lock_state(const LockRecord& r) const {
-  bool pending = false, lost = false;
-  for (const Node* n = r.node; n != nullptr && !n->is_root(); n = n->parent) {
+  // Only the reused prefix (root to the resume snapshot) is waited for. What the request
+  // inserted below it is its own: a tombstone there (a promotion another admission started
+  // that failed, under pages this request kept) must not move its lock (rule 9).
+  if (r.snap_node == nullptr) return TransferState::kDone;
+  bool pending = r.snap_node->snap_xfer == Xfer::kPromote;
+  bool lost = !r.snap_node->gpu_snapshot.valid();
+  for (const Node* n = r.snap_node; n != nullptr && !n->is_root(); n = n->parent) {
     pending |= n->kv_xfer == Xfer::kPromote;
     lost |= !n->has_gpu_kv();
-  }
-  if (r.snap_node) {
-    pending |= r.snap_node->snap_xfer == Xfer::kPromote;
-    lost |= !r.snap_node->gpu_snapshot.valid();
   }
   if (lost) return TransferState::kFailed;
   return pending ? TransferState::kPending : TransferState::kDone;
@@ -213,13 +214,13 @@ Result<TransferState> PrefixCache::poll(LockId lock) {
 }
 
 void PrefixCache::wait_promotions(const LockRecord& r) {
-  // Locked nodes never leave the tree, so the walk survives what the copies change.
-  for (Node* n = r.node; n != nullptr && !n->is_root(); n = n->parent) {
+  // The reused prefix only (see lock_state). Locked nodes never leave the tree, so the walk
+  // survives what the copies change.
+  if (r.snap_node == nullptr) return;
+  for (Node* n = r.snap_node; n != nullptr && !n->is_root(); n = n->parent) {
     if (n->kv_xfer == Xfer::kPromote) wait_transfer(n->kv_xfer_id);
   }
-  if (r.snap_node && r.snap_node->snap_xfer == Xfer::kPromote) {
-    wait_transfer(r.snap_node->snap_xfer_id);
-  }
+  if (r.snap_node->snap_xfer == Xfer::kPromote) wait_transfer(r.snap_node->snap_xfer_id);
 }
 
 Result<std::size_t> PrefixCache::wait(LockId lock) {
@@ -371,6 +372,13 @@ Status PrefixCache::validate_insert(LockId lock, const LockRecord& rec,
   }
   if (tokens.size() < rec.node->boundary) {
     return invalid_argument("insert: the tokens end before the request's locked prefix");
+  }
+  // Nothing is computed on a prefix that has not arrived: wait() first (it also moves the
+  // lock when a copy failed, and that move must not strand pages the tree took from it).
+  if (lock_state(rec) != TransferState::kDone) {
+    return invalid_argument(
+        "insert: the reused prefix is still arriving or its copy failed; "
+        "call wait() first");
   }
   if (snapshot) {
     if (tokens.empty()) return invalid_argument("insert: the root takes no snapshot");

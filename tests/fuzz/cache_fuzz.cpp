@@ -230,7 +230,8 @@ void Driver::check_all() {
   for (const Request& r : live_) {
     for (std::size_t i = 0; i < r.table.size(); ++i)
       expect(h_.page_ok(r.table[i], r.prompt, i),
-             "page " + std::to_string(i) + " of a running request lost its bytes");
+             "page " + std::to_string(i) + " (GPU page " + std::to_string(r.table[i].value()) +
+                 ") of running request " + std::to_string(r.lock.value()) + " lost its bytes");
     if (r.resume)
       expect(h_.snapshot_ok(*r.resume, std::span(r.prompt).first(r.cached)),
              "the snapshot a running request resumed from lost its bytes");
@@ -337,6 +338,9 @@ void Driver::wait(Reader& in) {
     if (!r->verified) lose_reused(*r);
     return;
   }
+  if (trace_)
+    std::fprintf(stderr, "  wait %s -> resumes %zu\n", std::to_string(r->lock.value()).c_str(),
+                 *resumed);
   if (r->verified) return;
   expect(*resumed <= r->cached, "wait resumed deeper than the admission's match");
   if (*resumed < r->cached) {
@@ -356,6 +360,16 @@ void Driver::compute(Reader& in) {
   if (n == 0) return;
   const Fingerprint before = settled();
   auto pages = h_.cache->alloc_pages(r->lock, n);
+  if (trace_)
+    std::fprintf(stderr, "  alloc_pages(%s, %zu) -> %s\n", std::to_string(r->lock.value()).c_str(),
+                 n, pages ? "ok" : pages.status().to_string().c_str());
+  if (trace_ && pages)
+    for (GpuPageId p : *pages) std::fprintf(stderr, "    got page %u\n", p.value());
+  if (trace_) {
+    std::fprintf(stderr, "    table:");
+    for (GpuPageId p : r->table) std::fprintf(stderr, " %u", p.value());
+    std::fprintf(stderr, "\n");
+  }
   if (!pages) return expect_refusal(pages.status(), before, "alloc_pages");
   expect(pages->size() == n, "alloc_pages returned another count");
   for (std::size_t i = 0; i < n; ++i) {
@@ -388,6 +402,10 @@ void Driver::insert(Reader& in) {
     }
   }
   auto ins = h_.cache->insert(r->lock, tokens, r->table, snap);
+  if (trace_)
+    std::fprintf(stderr, "  insert(%s, %zu tokens, %s) -> %zu pages not taken\n",
+                 std::to_string(r->lock.value()).c_str(), boundary,
+                 snap ? "snapshot" : "no snapshot", ins ? ins->not_taken.size() : 0);
   expect(ins.is_ok(), "a valid insert was rejected: " + ins.status().to_string());
   for (GpuPageId p : ins->not_taken)
     expect(r->pages.count(p) == 1, "insert handed back a page the request does not own");
@@ -710,6 +728,16 @@ void Driver::run(Reader& in) {
     log_.push_back(op.name);
     if (trace_) std::fprintf(stderr, "op %zu: %s\n", log_.size(), op.name);
     (this->*op.fn)(in);
+    if (trace_) {
+      for (const Request& r : live_) {
+        std::fprintf(stderr, "    req %s table %zu:", std::to_string(r.lock.value()).c_str(),
+                     r.table.size());
+        for (const NodeInfo& n : h_.cache->inspect(r.prompt))
+          std::fprintf(stderr, " [%zu kv=%s snap=%s x=%s locks=%u]", n.boundary, to_string(n.kv),
+                       to_string(n.snapshot), to_string(n.kv_copy), n.locks);
+        std::fprintf(stderr, "\n");
+      }
+    }
     check_all();
   }
   log_.push_back("(end: release everything)");
