@@ -439,6 +439,41 @@ TEST(PeerParityItem10, TheCapDropsTheCheapestUnpinnedSnapshot) {
   }
 }
 
+// A snapshot attached inside a path (a split) after deeper ones exist: the victim may be below
+// it. (Looking only above it dropped every branch-point snapshot in the sim's agent scenario.)
+TEST(PeerParityItem10, TheCapLooksBelowASnapshotAttachedInsideAPath) {
+  CacheConfig c = small_config();
+  c.max_snapshots_per_path = 2;
+  Harness h(c);
+  const auto y = seq({{1, 8}, {50, 1}});
+  auto ya = h.cache->admit(y);  // before anything is cached
+  ASSERT_TRUE(ya);
+  const auto p = seq({{1, 32}, {60, 1}});
+  const std::size_t p_snaps[] = {12, 32};  // nodes [0, 12), [12, 24), [24, 32)
+  ASSERT_EQ(h.serve(p, p_snaps, 3).error, "");
+  ASSERT_EQ(snapshots_along(h, p),
+            (std::vector<Residency>{Residency::kGpu, Residency::kNone, Residency::kGpu}));
+  auto pages = h.cache->alloc_pages(ya->lock, 2);
+  ASSERT_TRUE(pages);
+  for (std::size_t i = 0; i < 2; ++i) h.fill_page((*pages)[i], y, i);
+  auto slot = h.cache->alloc_snapshot_slot(ya->lock);
+  ASSERT_TRUE(slot);
+  h.fill_snapshot(*slot, std::span(y).first(8));
+  // Splits [0, 12) at 8: snapshots at 8 (gap 8), 12 (gap 4), 32 (gap 20) on one path.
+  auto ins = h.cache->insert(ya->lock, std::span(y).first(8), *pages, *slot);
+  ASSERT_TRUE(ins) << ins.status().to_string();
+  EXPECT_TRUE(ins->snapshot_taken);
+  ASSERT_INVARIANTS(h);
+  EXPECT_EQ(snapshots_along(h, p), (std::vector<Residency>{Residency::kGpu, Residency::kNone,
+                                                           Residency::kNone, Residency::kGpu}));
+  ASSERT_TRUE(h.cache->free_pages(ya->lock, ins->not_taken));
+  ASSERT_TRUE(h.cache->release(ya->lock));
+  auto again = h.serve(p, {});
+  EXPECT_EQ(again.cached, 32u);
+  EXPECT_TRUE(again.bytes_ok);
+  ASSERT_INVARIANTS(h);
+}
+
 TEST(PeerParityItem10, ConfigRejectsACapThatCouldNeverBind) {
   CacheConfig c = small_config();
   // 4 GPU slots + (64 + 8 x 5) / 5 = 20 host snapshots.

@@ -124,27 +124,38 @@ CacheSizes PrefixCache::sizes() const {
 // the per-path snapshot cap
 
 namespace {
-/// Most snapshots on one downward path strictly below n.
-std::size_t most_snapshots_below(const Node* n) {
-  std::size_t most = 0;
+/// The downward path from n (exclusive) holding the most snapshots, deepest node last.
+std::vector<Node*> most_snapshots_below(Node* n) {
+  std::vector<Node*> best;
+  std::size_t best_count = 0;
   for (const auto& [key, c] : n->children) {
-    most = std::max(most, std::size_t{c->has_snapshot()} + most_snapshots_below(c));
+    std::vector<Node*> path = most_snapshots_below(c);
+    path.insert(path.begin(), c);
+    std::size_t count = 0;
+    for (const Node* p : path) count += p->has_snapshot();
+    if (count > best_count) {
+      best_count = count;
+      best = std::move(path);
+    }
   }
-  return most;
+  return best;
 }
 }  // namespace
 
 void PrefixCache::cap_path_snapshots(Node* n) {
   const std::size_t cap = config_.max_snapshots_per_path;
   if (cap == 0) return;
-  // Before this attach every path held at most `cap`, so only paths through n can exceed
-  // it, and a snapshot dropped on n's root path (n included) shortens all of them at once.
-  const std::size_t below = most_snapshots_below(n);
+  // Before this attach every path held at most `cap`, so only paths through n can exceed it:
+  // take the fullest (n's root path and the fullest way down from n) and drop its least
+  // useful snapshot, until it fits. n's own snapshot is on every such path and can always
+  // go, so this ends.
   for (;;) {
-    std::size_t on_path = 0;
+    std::vector<Node*> path = most_snapshots_below(n);
+    for (Node* p = n; p != nullptr && !p->is_root(); p = p->parent) path.push_back(p);
     Node* victim = nullptr;
     double victim_cost = 0;
-    for (Node* p = n; p != nullptr && !p->is_root(); p = p->parent) {
+    std::size_t on_path = 0;
+    for (Node* p : path) {
       if (!p->has_snapshot()) continue;
       ++on_path;
       // Never the snapshot a running request resumes from, nor one with a copy in flight.
@@ -157,7 +168,7 @@ void PrefixCache::cap_path_snapshots(Node* n) {
         victim_cost = cost;
       }
     }
-    if (on_path + below <= cap || victim == nullptr) return;
+    if (on_path <= cap || victim == nullptr) return;
     // Counted as a drop (CacheStats::snapshots_dropped), once for both copies.
     if (victim->gpu_snapshot.valid()) drop_gpu_snapshot(victim);
     if (victim->has_host_snapshot()) drop_host_snapshot(victim);

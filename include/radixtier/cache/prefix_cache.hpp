@@ -297,9 +297,9 @@ class PrefixCache final : public CacheBackend {
   void drop_gpu_kv(Node* n);
   void drop_gpu_snapshot(Node* n);
   void write_through(std::span<Node* const> nodes, Node* snapshot_node);
-  /// CacheConfig::max_snapshots_per_path, after a snapshot was attached at n: drops the
-  /// least useful unpinned snapshots of n's root path until every root-to-leaf path
-  /// through n holds at most the cap.
+  /// CacheConfig::max_snapshots_per_path, after a snapshot was attached at n: while a
+  /// root-to-leaf path through n holds more than the cap, drops the least useful unpinned
+  /// snapshot on the fullest such path (above or below n).
   void cap_path_snapshots(Node* n);
 
   // transfers
