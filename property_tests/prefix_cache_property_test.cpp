@@ -257,14 +257,42 @@ struct DropHost : Cmd {
   void show(std::ostream& os) const override { os << "DropHost"; }
 };
 
-void run_property(WritePolicy policy, std::uint32_t host_pages) {
+/// evict() on one tier (issue 15 item 6): on GPU it frees what the free counts show, and at
+/// least what was asked as far as sizes() said was evictable; demotions are not losses.
+struct Evict : Cmd {
+  bool host = *rc::gen::arbitrary<bool>();
+  std::size_t pages = *rc::gen::inRange<std::size_t>(0, 12);
+  std::uint32_t snapshots = *rc::gen::inRange<std::uint32_t>(0, 4);
+  void run(const Model&, Sut& s) const override {
+    s.h.cache->poll();
+    const CacheSizes sizes = s.h.cache->sizes();
+    const Occupancy before = s.h.cache->occupancy();
+    auto r = s.h.cache->evict({pages * kPage, snapshots, host ? Tier::kHost : Tier::kGpu});
+    RC_ASSERT(r.is_ok());
+    if (!host) {
+      const Occupancy after = s.h.cache->occupancy();
+      RC_ASSERT(after.gpu_pages_free - before.gpu_pages_free == r->kv_pages);
+      RC_ASSERT(after.gpu_slots_free - before.gpu_slots_free == r->snapshots);
+      RC_ASSERT(r->kv_pages >= std::min(pages, sizes.gpu.kv_pages_evictable));
+    }
+    check_invariants(s);
+  }
+  void show(std::ostream& os) const override {
+    os << "Evict(" << pages << " pages, " << snapshots << " snapshots, " << (host ? "host" : "gpu")
+       << ")";
+  }
+};
+
+void run_property(WritePolicy policy, std::uint32_t host_pages,
+                  std::uint32_t max_snapshots_per_path = 0) {
   CacheConfig c = testing::small_config(policy);
   c.host_pages = host_pages;
+  c.max_snapshots_per_path = max_snapshots_per_path;
   Sut sut(c);
   rc::state::check(
       Model{}, sut,
       rc::state::gen::execOneOfWithArgs<Serve, Serve, Serve, Hold, Release, Pressure, Pressure,
-                                        CompleteOne, CompleteOne, FailNext, DropHost>());
+                                        CompleteOne, CompleteOne, FailNext, DropHost, Evict>());
   for (LockId l : sut.held) RC_ASSERT(sut.h.cache->release(l).is_ok());
   sut.h.settle();
   check_invariants(sut);
@@ -286,6 +314,12 @@ RC_GTEST_PROP(PrefixCacheProperty, WriteThroughAgreesWithModel, ()) {
 
 RC_GTEST_PROP(PrefixCacheProperty, SmallHostAgreesWithModel, ()) {
   run_property(WritePolicy::kWriteBack, 12);
+}
+
+// Issue 15 item 10: with the cap, every path keeps at most 2 snapshots (check_invariants) and
+// what is reused is still byte-exact and a boundary the model knows.
+RC_GTEST_PROP(PrefixCacheProperty, SnapshotCapAgreesWithModel, ()) {
+  run_property(WritePolicy::kWriteBack, 64, 2);
 }
 
 }  // namespace

@@ -130,20 +130,48 @@ std::size_t PrefixCache::common_pages(const Node* n, std::span<const Token> toke
   return static_cast<std::size_t>(a - mine) / config_.page_size;
 }
 
-MatchResult PrefixCache::match(std::span<const Token> tokens) const {
-  MatchResult r;
+std::vector<PrefixCache::Candidate> PrefixCache::candidates_along(std::span<const Token> tokens,
+                                                                  std::size_t* kv_tokens) const {
+  std::vector<Candidate> out;
   std::size_t host_along = 0;
   walk_kv_path(tokens, [&](const Node* c, std::size_t end) {
-    r.kv_tokens = end;
+    if (kv_tokens) *kv_tokens = end;
     if (end != c->boundary) return;  // partial: no boundary inside a node
     if (!c->has_gpu_kv() || c->kv_xfer == Xfer::kPromote) host_along += c->tokens.size();
     if (c->has_snapshot()) {
-      r.usable_tokens = end;
-      r.host_tokens = host_along;
-      r.snapshot_on_gpu = c->gpu_snapshot.valid() && c->snap_xfer != Xfer::kPromote;
+      const bool snap_on_gpu = c->gpu_snapshot.valid() && c->snap_xfer != Xfer::kPromote;
+      out.push_back({const_cast<Node*>(c), host_along, snap_on_gpu});
     }
   });
+  return out;
+}
+
+bool PrefixCache::worth_loading(const Candidate& c, std::size_t gpu_usable) const {
+  return !c.needs_copy() || c.node->boundary >= gpu_usable + config_.load_back_min_tokens;
+}
+
+MatchResult PrefixCache::match(std::span<const Token> tokens) const {
+  MatchResult r;
+  const std::vector<Candidate> candidates = candidates_along(tokens, &r.kv_tokens);
+  if (candidates.empty()) return r;
+  r.usable_tokens = candidates.back().node->boundary;
+  r.host_tokens = candidates.back().host_tokens;
+  r.snapshot_on_gpu = candidates.back().snapshot_on_gpu;
+  for (const Candidate& c : candidates) {
+    if (!c.needs_copy()) r.gpu_usable_tokens = c.node->boundary;
+  }
+  for (auto it = candidates.rbegin(); it != candidates.rend(); ++it) {
+    if (!worth_loading(*it, r.gpu_usable_tokens)) continue;
+    r.resume_tokens = it->node->boundary;
+    r.load_back = it->needs_copy();
+    break;
+  }
   return r;
+}
+
+Result<MatchResult> PrefixCache::peek(std::span<const Token> prompt) const {
+  if (prompt.empty()) return invalid_argument("peek: the prompt is empty");
+  return match(prompt.first(prompt.size() - 1));  // as admit(): the last token is computed
 }
 
 std::vector<Node*> PrefixCache::path_of(Node* n) const {

@@ -199,6 +199,22 @@ std::string PrefixCache::check_invariants() const {
     }
   }
 
+  // CacheConfig::max_snapshots_per_path: no root path holds more (parents come first).
+  if (config_.max_snapshots_per_path > 0) {
+    std::unordered_map<const Node*, std::uint32_t> on_path;
+    for (const Node* n : preorder) {
+      const std::uint32_t count =
+          (n->is_root() ? 0 : on_path[n->parent]) + (n->has_snapshot() ? 1 : 0);
+      on_path[n] = count;
+      if (count > config_.max_snapshots_per_path) {
+        std::ostringstream os;
+        os << "node at boundary " << n->boundary << ": " << count
+           << " snapshots on its root path, more than max_snapshots_per_path "
+           << config_.max_snapshots_per_path;
+        return os.str();
+      }
+    }
+  }
   if (nodes != node_count_) return "node count is off";
   if (locked_pages != locked_gpu_pages_) return "locked GPU page count is off";
   if (listed[0] != gpu_kv_order_.size() || listed[1] != host_kv_order_.size() ||

@@ -49,24 +49,27 @@ Result<Admission> PrefixCache::admit(std::span<const Token> prompt) {
   poll();
   // Rule 1: the last prompt token is always computed, so match on all but it.
   const auto query = prompt.first(prompt.size() - 1);
-  std::vector<Node*> candidates;  // nodes with a snapshot on the KV-intact path, shallow first
-  std::size_t kv_tokens = 0;      // as match(): where the query leaves the cached KV path
-  walk_kv_path(query, [&](const Node* c, std::size_t end) {
-    kv_tokens = end;
-    if (end == c->boundary && c->has_snapshot()) candidates.push_back(const_cast<Node*>(c));
-  });
+  std::size_t kv_tokens = 0;  // as match(): where the query leaves the cached KV path
+  // Nodes with a snapshot on the KV-intact path, shallow first.
+  const std::vector<Candidate> candidates = candidates_along(query, &kv_tokens);
+  std::size_t gpu_usable = 0;
+  for (const Candidate& c : candidates) {
+    if (!c.needs_copy()) gpu_usable = c.node->boundary;
+  }
   ++stats_.admissions;
   stats_.requested_tokens += query.size();
   // Deepest first; a candidate whose promotion cannot get GPU room falls back to a
-  // shallower one (less reuse, never a wrong one).
+  // shallower one (less reuse, never a wrong one), and one whose load-back is below the
+  // threshold is not tried.
   Node* target = nullptr;
   std::optional<Admission> got;
   Status refused;
   bool fell_back = false;
   for (auto it = candidates.rbegin(); it != candidates.rend(); ++it) {
-    Result<Admission> a = try_admit_at(*it);
+    if (!worth_loading(*it, gpu_usable)) continue;
+    Result<Admission> a = try_admit_at(it->node);
     if (a) {
-      target = *it;
+      target = it->node;
       got = std::move(a).value();
       break;
     }
@@ -123,11 +126,15 @@ Result<Admission> PrefixCache::try_admit_at(Node* target) {
     return why;
   };
   const std::vector<Node*> path = path_of(target);
-  std::size_t need_pages = 0;
-  for (Node* n : path) {
-    if (!n->has_gpu_kv()) need_pages += n->page_count(config_.page_size);
-  }
-  const bool need_slot = !target->gpu_snapshot.valid();
+  auto pages_needed = [&] {
+    std::size_t pages = 0;
+    for (Node* n : path) {
+      if (!n->has_gpu_kv()) pages += n->page_count(config_.page_size);
+    }
+    return pages;
+  };
+  std::size_t need_pages = pages_needed();
+  bool need_slot = !target->gpu_snapshot.valid();
   // A hopeless admission evicts nothing: decide for the pages and the slot together first.
   if (need_pages > 0) {
     if (Status s = check_gpu_page_room(need_pages); !s) return undo(s);
@@ -138,14 +145,26 @@ Result<Admission> PrefixCache::try_admit_at(Node* target) {
       return undo(s);
     }
   }
-  if (need_pages > 0) {
-    if (Status s = make_gpu_page_room(need_pages); !s) return undo(s);
+  // Making room waits on transfers. A promotion of another admission this path rides on may
+  // fail meanwhile: its nodes are host-only again (the host copy stays) and need pages of
+  // this admission, so count again. Each repeat needs such a failure on this path, and a
+  // node cannot fail twice in this call (nothing else starts a promotion meanwhile).
+  for (std::size_t round = 0;; ++round) {
+    if (need_pages > 0) {
+      if (Status s = make_gpu_page_room(need_pages); !s) return undo(s);
+    }
+    if (need_slot) {
+      if (Status s = make_gpu_slot_room(); !s) return undo(s);
+    }
+    need_pages = pages_needed();
+    need_slot = !target->gpu_snapshot.valid();
+    if (gpu_pages_.free_count() >= need_pages && (!need_slot || gpu_slots_.free_count() > 0)) break;
+    if (round > path.size()) {
+      return undo(Status(ErrorCode::kFailedPrecondition,
+                         "admit: promotions this path relied on kept failing while making room"));
+    }
   }
-  if (need_slot) {
-    if (Status s = make_gpu_slot_room(); !s) return undo(s);
-  }
-  // Making room waits on transfers; a failed one may have turned part of this path into a
-  // tombstone. Re-check before planning.
+  // Making room waits on transfers: re-check the path before planning.
   for (Node* n : path) {
     if (!n->has_kv()) {
       return undo(Status(ErrorCode::kFailedPrecondition,
@@ -515,7 +534,10 @@ Result<InsertResult> PrefixCache::insert(LockId lock, std::span<const Token> tok
   }
   for (Node* a : adopted) touch(a);
   touch(n);
-  if (out.snapshot_taken) touch_snapshot(n);
+  if (out.snapshot_taken) {
+    touch_snapshot(n);
+    cap_path_snapshots(n);  // may drop the one just attached, if it is the least useful
+  }
   if (config_.write_policy == WritePolicy::kWriteThrough) {
     write_through(adopted, out.snapshot_taken ? n : nullptr);
   }

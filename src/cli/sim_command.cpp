@@ -96,6 +96,14 @@ radixtier::cli::CommandRun setup_sim(CLI::App& app) {
   app.add_option("--decode-step-s", a.opt.decode_step_s, "seconds of one batched decode step")
       ->capture_default_str()
       ->check(radixtier::cli::non_negative());
+  app.add_option("--load-back-min-tokens", a.opt.load_back_min_tokens,
+                 "node cache: load back from host only when that resumes this many tokens "
+                 "deeper (default 0: always)")
+      ->check(radixtier::cli::count_at_least(0));
+  app.add_option("--max-snapshots-per-path", a.opt.max_snapshots_per_path,
+                 "node cache: at most this many snapshots on one root-to-leaf path (default 0: "
+                 "no cap)")
+      ->check(radixtier::cli::count_at_least(0));
   app.add_flag("--write-through", a.write_through,
                "node cache write policy write-through (default write-back)");
   app.add_flag("--check-invariants", a.opt.check_invariants,

@@ -181,7 +181,32 @@ void bind_cache(py::module_& m) {
       .def_readonly("usable_tokens", &MatchResult::usable_tokens)
       .def_readonly("kv_tokens", &MatchResult::kv_tokens)
       .def_readonly("host_tokens", &MatchResult::host_tokens)
-      .def_readonly("snapshot_on_gpu", &MatchResult::snapshot_on_gpu);
+      .def_readonly("snapshot_on_gpu", &MatchResult::snapshot_on_gpu)
+      .def_readonly("gpu_usable_tokens", &MatchResult::gpu_usable_tokens,
+                    "deepest usable boundary that needs no copy")
+      .def_readonly("resume_tokens", &MatchResult::resume_tokens,
+                    "where admit resumes under the load-back threshold, GPU room allowing")
+      .def_readonly("load_back", &MatchResult::load_back, "resume_tokens needs a host copy");
+
+  py::enum_<Tier>(m, "Tier", "A tier of the cache, for evict() and sizes().")
+      .value("GPU", Tier::kGpu)
+      .value("HOST", Tier::kHost);
+  py::class_<EvictResult>(m, "EvictResult", "What evict() freed on its tier.")
+      .def_readonly("kv_pages", &EvictResult::kv_pages)
+      .def_readonly("snapshots", &EvictResult::snapshots)
+      .def_readonly("bytes", &EvictResult::bytes)
+      .def("__eq__", [](const EvictResult& a, const EvictResult& b) { return a == b; });
+  py::class_<TierSizes>(m, "TierSizes", "Evictable and locked data of one tier.")
+      .def_readonly("kv_pages_evictable", &TierSizes::kv_pages_evictable)
+      .def_readonly("kv_pages_locked", &TierSizes::kv_pages_locked)
+      .def_readonly("snapshots_evictable", &TierSizes::snapshots_evictable)
+      .def_readonly("snapshots_locked", &TierSizes::snapshots_locked)
+      .def_readonly("bytes_evictable", &TierSizes::bytes_evictable)
+      .def_readonly("bytes_locked", &TierSizes::bytes_locked)
+      .def("__eq__", [](const TierSizes& a, const TierSizes& b) { return a == b; });
+  py::class_<CacheSizes>(m, "CacheSizes", "sizes(): one TierSizes per tier.")
+      .def_readonly("gpu", &CacheSizes::gpu)
+      .def_readonly("host", &CacheSizes::host);
 
   py::enum_<Residency>(m, "Residency", "Where a node's KV or snapshot is.")
       .value("NONE", Residency::kNone)
@@ -352,6 +377,31 @@ void bind_cache(py::module_& m) {
             return s.locked([&](PrefixCache& c) { return c.match(t.span()); });
           },
           py::arg("tokens"), "Read-only lookup of all the tokens.")
+      .def(
+          "peek",
+          [](PyPrefixCache& s, const py::object& prompt) {
+            TokenArg t(prompt);
+            return unwrap(s.locked([&](PrefixCache& c) { return c.peek(t.span()); }));
+          },
+          py::arg("prompt"),
+          "What admit(prompt) would find (all but the last token), read-only: no promotion, "
+          "no change of recency.")
+      .def(
+          "evict",
+          [](PyPrefixCache& s, std::int64_t tokens, std::int64_t snapshots, Tier tier) {
+            EvictRequest r;
+            r.tokens = count_from<std::size_t>(tokens, "evict: tokens");
+            r.snapshots = count_from<std::uint32_t>(snapshots, "evict: snapshots");
+            r.tier = tier;
+            return unwrap(s.locked([&](PrefixCache& c) { return c.evict(r); }));
+          },
+          py::arg("tokens") = 0, py::arg("snapshots") = 0, py::arg("tier") = Tier::kGpu,
+          "Frees at least `tokens` of KV and `snapshots` snapshots on one tier, as far as "
+          "unlocked data allows; returns what it freed.")
+      .def(
+          "sizes",
+          [](PyPrefixCache& s) { return s.query([](const PrefixCache& c) { return c.sizes(); }); },
+          "Evictable and locked KV pages, snapshots and bytes per tier.")
       .def(
           "inspect",
           [](PyPrefixCache& s, const py::object& tokens) {

@@ -299,6 +299,8 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
   out.config = cache_config(budget, *model, s.page_size);
   out.config.snapshot_eviction = o.eviction;
   out.config.write_policy = o.write_policy;
+  out.config.load_back_min_tokens = o.load_back_min_tokens;
+  out.config.max_snapshots_per_path = o.max_snapshots_per_path;
   out.total_budget_bytes = total_bytes(out.config);
   if (s.is_trace()) out.ceiling_ratio = infinite_cache_ceiling(s.trace).ratio();
   if (o.cache == CacheKind::kIdeal) {

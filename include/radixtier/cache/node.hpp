@@ -8,7 +8,7 @@
 //   Host       gpu_pages empty, host_pages set            demotion done (GPU copy freed)
 //   Both       both set (the host copy is clean)          write-through done, promotion done,
 //                                                         demotion done while locked
-//   Gone       both empty: a tombstone                    drop, failed transfer
+//   Gone       both empty: a tombstone                    drop
 // In flight (kv_xfer != kNone) the node is in one of the above plus a copy:
 //   kDemote / kWriteThrough   gpu_pages valid, host_pages are the copy's destinations
 //   kPromote                  host_pages valid, gpu_pages are the copy's destinations
@@ -18,8 +18,16 @@
 //              Host -(admit)-> Host+kPromote -(done)-> Both
 //              Gpu -(insert, write-through)-> Gpu+kWriteThrough -(done)-> Both
 //              Host/Gone -(insert of the same tokens)-> Both/Gpu         (adopt fresh pages)
-//              any+copy -(copy failed)-> Gone (demote, promote) / Gpu (write-through)
+//              any+copy -(copy failed)-> the state before the copy: the intact source stays
+//                  (demote, write-through: Gpu; promote: Host), the destination is freed
 //              any+copy -(batch refused by the engine)-> the state before the copy
+// A failed copy never hands out bytes (rule 7): a request whose promotion failed finds the
+// node host-only, resumes above it and recomputes (wait()); the next admission may promote it
+// again. A failed demotion does not make its room: the victim keeps its GPU copy, is marked
+// (kv_demote_failed / snap_demote_failed = the room-making round) and skipped for the rest of
+// that round, so the room comes from the next victim; when only marked victims are left, the
+// round drops them (GPU copy freed, counted as a drop), so an engine that fails every copy
+// still ends each round, never loops.
 // The snapshot at the boundary follows the same machine (gpu_snapshot, host_snapshot,
 // snap_xfer), with "None" for Gone. A host snapshot lives in snapshot_pages() pages of the
 // one host pool (host_snapshot[i] holds bytes [i * page_bytes, ...) of it), not contiguous.
@@ -122,6 +130,9 @@ struct Node {
   double snap_age_gpu = 0, snap_age_host = 0;  ///< pool ages at the last use of the snapshot
   std::size_t snap_gap = 0;           ///< tokens back to the snapshot above, at the last use
   std::uint32_t snapshots_below = 0;  ///< nodes at or below this one that have a snapshot
+  /// The room-making round in which a demotion of the KV / the snapshot failed (0: none):
+  /// that round skips it as a victim while others are left (see the state machine above).
+  std::uint64_t kv_demote_failed = 0, snap_demote_failed = 0;
 
   std::unordered_map<PageKey, Node*, PageKeyHash, PageKeyEq> children;
 

@@ -33,8 +33,9 @@
 //     can never mix bytes.
 //  6. path_snapshot() hands out the cached slot read-only; the caller copies it into its
 //     own live state (the cache never gives a request a slot it still references).
-//  7. a failed demotion or promotion turns the node's resource into a tombstone; wait()
-//     resumes the request at the deepest boundary of its path that is still usable (KV that
+//  7. a failed demotion or promotion frees its destination and keeps the intact source (the
+//     GPU copy / the host copy; eviction then takes the next victim); wait() resumes the
+//     request at the deepest boundary of its path that is still usable on GPU (KV that
 //     arrived is kept and used). A batch the engine refuses moved nothing: its nodes return
 //     to their state before it and the refusal's message is the error of the call.
 //  8. every entry point validates first and mutates after: bad input changes nothing.
@@ -63,12 +64,60 @@
 
 namespace radixtier {
 
-/// What the tree holds for a token sequence, without side effects.
+/// What the tree holds for a token sequence, without side effects (no promotion, no
+/// change of recency): match() and peek().
 struct MatchResult {
   std::size_t usable_tokens = 0;  ///< rule 1
   std::size_t kv_tokens = 0;      ///< deepest page-aligned prefix whose KV is all present
   std::size_t host_tokens = 0;    ///< tokens of the usable match whose KV is host-only
   bool snapshot_on_gpu = false;   ///< the usable node's snapshot is on GPU
+  /// Deepest usable boundary that needs no copy: KV and snapshot all on GPU (not arriving).
+  std::size_t gpu_usable_tokens = 0;
+  /// Where an admission resumes under CacheConfig::load_back_min_tokens, GPU room allowing:
+  /// usable_tokens when the load-back is worth it, else gpu_usable_tokens.
+  std::size_t resume_tokens = 0;
+  bool load_back = false;  ///< resume_tokens needs a host-to-GPU copy
+};
+
+/// A tier of the cache, for evict() and sizes().
+enum class Tier : std::uint8_t { kGpu, kHost };
+
+const char* to_string(Tier tier);
+
+/// What evict() is asked to free on one tier.
+struct EvictRequest {
+  std::size_t tokens = 0;       ///< KV to free, in tokens (rounded up to whole pages)
+  std::uint32_t snapshots = 0;  ///< snapshots to free
+  Tier tier = Tier::kGpu;
+};
+
+/// What evict() freed on the tier it was asked for.
+struct EvictResult {
+  std::size_t kv_pages = 0;     ///< KV pages freed (whole nodes: may exceed the request)
+  std::uint32_t snapshots = 0;  ///< snapshots freed (GPU slots, or host snapshots)
+  std::uint64_t bytes = 0;      ///< bytes of the tier's pools freed in all
+
+  bool operator==(const EvictResult&) const = default;
+};
+
+/// One tier's cached data, as a scheduler's admission control reads it. "Evictable" is what
+/// eviction can free (leaf-first; copies in flight counted as if landed), "locked" what the
+/// running requests pin (their paths' KV, the snapshots they resume from). Pages and slots a
+/// running request holds for itself are neither (see Occupancy for the free ones).
+struct TierSizes {
+  std::size_t kv_pages_evictable = 0;
+  std::size_t kv_pages_locked = 0;
+  std::size_t snapshots_evictable = 0;
+  std::size_t snapshots_locked = 0;
+  std::uint64_t bytes_evictable = 0;  ///< KV and snapshots together
+  std::uint64_t bytes_locked = 0;
+
+  bool operator==(const TierSizes&) const = default;
+};
+
+struct CacheSizes {
+  TierSizes gpu, host;
+  bool operator==(const CacheSizes&) const = default;
 };
 
 struct Occupancy {
@@ -134,6 +183,16 @@ class PrefixCache final : public CacheBackend {
   // --- queries and maintenance -----------------------------------------------------------
   /// Read-only lookup of `tokens` (all of them; admit() is the one that drops the last).
   MatchResult match(std::span<const Token> tokens) const;
+  /// What admit(prompt) would find, read-only: match() of all but the last token, so a
+  /// scheduler can decide on GPU room before it commits any (load-back threshold included).
+  Result<MatchResult> peek(std::span<const Token> prompt) const;
+  /// Frees at least `request.tokens` of KV and `request.snapshots` snapshots on one tier, as
+  /// far as unlocked data allows (less when there is less: not an error), lowest key first:
+  /// on GPU by demotion or drop, exactly as making room does; on host by drop. Fails only
+  /// when the engine refuses a demotion (kTransferFailed, what was freed before stays freed).
+  Result<EvictResult> evict(const EvictRequest& request);
+  /// Evictable and locked sizes per tier (O(locked nodes)).
+  CacheSizes sizes() const;
   /// Reaps finished transfers (applies their state changes). Cheap when none finished.
   void poll();
   /// Waits for every in-flight transfer and reaps it.
@@ -220,6 +279,10 @@ class PrefixCache final : public CacheBackend {
   Status check_gpu_slot_room() const;
   Status make_gpu_page_room(std::size_t n);
   Status make_gpu_slot_room();
+  /// Evicts until n GPU pages / slots are free, without the hopeless-request check (one
+  /// room-making round; see node.hpp on demotions that fail). kOutOfMemory: nothing is left.
+  Status reclaim_gpu_pages(std::size_t n);
+  Status reclaim_gpu_slots(std::size_t n);
   /// Frees host pool pages until n can be taken for KV (for_snapshot: for a snapshot): the
   /// lowest key of either kind when the pool is shared, else of that kind within its share.
   bool make_host_page_room(std::size_t n, bool for_snapshot = false);
@@ -234,6 +297,10 @@ class PrefixCache final : public CacheBackend {
   void drop_gpu_kv(Node* n);
   void drop_gpu_snapshot(Node* n);
   void write_through(std::span<Node* const> nodes, Node* snapshot_node);
+  /// CacheConfig::max_snapshots_per_path, after a snapshot was attached at n: while a
+  /// root-to-leaf path through n holds more than the cap, drops the least useful unpinned
+  /// snapshot on the fullest such path (above or below n).
+  void cap_path_snapshots(Node* n);
 
   // transfers
   /// Submits a batch (nothing when empty; `*id` is its transfer, nullopt if none). A batch
@@ -248,6 +315,19 @@ class PrefixCache final : public CacheBackend {
   bool wait_any_transfer();
 
   // admission helpers
+  /// A node with a snapshot on the KV-intact path of a query: an admission candidate.
+  struct Candidate {
+    Node* node;
+    std::size_t host_tokens;  ///< tokens from the root to it whose KV is not on GPU yet
+    bool snapshot_on_gpu;
+    bool needs_copy() const { return host_tokens > 0 || !snapshot_on_gpu; }
+  };
+  /// The candidates along `tokens`, shallow first; *kv_tokens as MatchResult::kv_tokens.
+  std::vector<Candidate> candidates_along(std::span<const Token> tokens,
+                                          std::size_t* kv_tokens) const;
+  /// The load-back threshold: a candidate that needs a copy is taken only when it resumes
+  /// load_back_min_tokens deeper than `gpu_usable` (the deepest one that needs none).
+  bool worth_loading(const Candidate& c, std::size_t gpu_usable) const;
   /// Locks and pins target's path, makes GPU room and starts its promotion. On an error the
   /// path is unlocked again: kTransferFailed (the engine refused) is reported to the caller,
   /// any other error means "fall back to a shallower candidate".
@@ -272,6 +352,8 @@ class PrefixCache final : public CacheBackend {
   Node* root_;
   std::size_t node_count_ = 0;
   std::uint64_t clock_ = 0;
+  /// Counts reclaim_gpu_*() calls: the round a failed demotion is marked with (node.hpp).
+  std::uint64_t room_round_ = 0;
 
   IdPool<GpuPageId> gpu_pages_;
   IdPool<HostPageId> host_pages_;  ///< the one host pool: KV pages and snapshot pieces
