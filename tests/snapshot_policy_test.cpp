@@ -247,6 +247,34 @@ TEST(PlacementLearner, LearnsTheAlignmentOfBranchPoints) {
   EXPECT_EQ(replay.branch_samples(), 0u);
 }
 
+TEST(PlacementLearner, LearnsTheAlignmentFromAFewSamplesOnlyWhenChanceCannotExplainThem) {
+  const auto prompt = tokens(1, 4000);
+  // Block-hashed traffic, 16-token pages, 512-token blocks: a random page position is a block
+  // multiple one time in 32, so 6 block-aligned branch points in a row are no accident
+  // (32^-6), and the tail rule should not wait for many more (each prompt admitted before
+  // that keeps no tail snapshot, and its next turn resumes from nothing).
+  PlacementLearner blocks(16);
+  for (std::size_t i = 0; i < 6; ++i) blocks.observe_admission(prompt, 0, 512 * (1 + i));
+  EXPECT_EQ(blocks.alignment(), 512u);
+  // One sample at a multiple of 128 pages (1 in 128 by chance) proves nothing.
+  PlacementLearner few(16);
+  few.observe_admission(prompt, 0, 2048);
+  EXPECT_EQ(few.alignment(), 16u);
+  // Natural text: a handful of branch points at any page; one page, however many.
+  PlacementLearner text(16);
+  for (std::size_t i = 0; i < 8; ++i) {
+    text.observe_admission(prompt, 0, 16 * (1 + i * 7 % 200));
+    EXPECT_EQ(text.alignment(), 16u);
+  }
+  // Even pages 10 times in a row are 1 in 1024 by chance: still not enough for 2 pages when
+  // 127 alignments are tried (the learner's false-positive bound is 1e-3 over all of them).
+  PlacementLearner even(16);
+  for (std::size_t i = 0; i < 10; ++i) even.observe_admission(prompt, 0, 32 * (1 + 3 * i));
+  EXPECT_EQ(even.alignment(), 16u);
+  for (std::size_t i = 10; i < 24; ++i) even.observe_admission(prompt, 0, 32 * (1 + 3 * i));
+  EXPECT_EQ(even.alignment(), 32u);
+}
+
 TEST(PlacementLearner, KeepsFinishSnapshotsOnlyWhileContinuationsShareTheOutput) {
   PlacementLearnerOptions o;
   o.finish_window = 8;

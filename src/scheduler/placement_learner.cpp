@@ -2,6 +2,7 @@
 #include "radixtier/scheduler/placement_learner.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 namespace radixtier::sched {
 
@@ -48,7 +49,7 @@ void PlacementLearner::observe_admission(std::span<const Token> prompt, std::siz
   if (branch > 0 && branch < query_end && branch % page_size_ == 0) {
     branches_.push_back(branch / page_size_);
     if (branches_.size() > options_.window) branches_.pop_front();
-    if (++since_update_ >= 8 || branches_.size() == options_.min_samples) update_alignment();
+    update_alignment();
   }
   bool extends_finish = false;
   if (!finish_keys_.empty()) {
@@ -82,23 +83,36 @@ bool PlacementLearner::keep_finish() const {
   return since_finish_hit_ < options_.finish_window;
 }
 
-void PlacementLearner::update_alignment() {
-  since_update_ = 0;
-  if (branches_.size() < options_.min_samples) {
-    alignment_ = page_size_;
-    return;
+double PlacementLearner::binomial_tail(std::size_t n, std::size_t hits, double p) {
+  if (hits == 0) return 1.0;
+  if (hits > n) return 0.0;
+  double sum = 0;
+  const double lp = std::log(p), lq = std::log1p(-p);
+  const double ln_n = std::lgamma(static_cast<double>(n) + 1);
+  for (std::size_t x = hits; x <= n; ++x) {
+    const double xd = static_cast<double>(x), rest = static_cast<double>(n - x);
+    sum += std::exp(ln_n - std::lgamma(xd + 1) - std::lgamma(rest + 1) + xd * lp + rest * lq);
   }
-  const auto need =
-      static_cast<std::size_t>(options_.share * static_cast<double>(branches_.size()));
+  return std::min(1.0, sum);
+}
+
+void PlacementLearner::update_alignment() {
+  alignment_ = page_size_;
+  const std::size_t n = branches_.size();
+  if (n == 0 || options_.max_alignment_pages < 2) return;
+  const auto need = static_cast<std::size_t>(
+      std::ceil(options_.share * static_cast<double>(n) - 1e-9));
+  // Bonferroni over the candidates: each k gets its share of the false-positive bound.
+  const double alpha = options_.significance / static_cast<double>(options_.max_alignment_pages - 1);
   for (std::size_t k = options_.max_alignment_pages; k > 1; --k) {
     std::size_t divides = 0;
     for (std::size_t b : branches_) divides += b % k == 0;
-    if (divides >= need) {
+    if (divides >= std::max<std::size_t>(need, 1) &&
+        binomial_tail(n, divides, 1.0 / static_cast<double>(k)) <= alpha) {
       alignment_ = k * page_size_;
       return;
     }
   }
-  alignment_ = page_size_;
 }
 
 }  // namespace radixtier::sched

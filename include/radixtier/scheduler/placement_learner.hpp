@@ -13,9 +13,16 @@
 //
 //   alignment()    G, the largest page multiple that divides at least `share` (90 %) of the
 //                  recent branch points (Admission::kv_tokens where a prompt leaves the
-//                  cached KV path inside its query). Natural text: one page. Block-hashed
-//                  traces: the block. The policy keeps a snapshot at floor(L / G) * G, the
-//                  last boundary of a prompt of L tokens that a continuation would share.
+//                  cached KV path inside its query), and more of them than chance would: a
+//                  random page position is a multiple of k pages one time in k, so k is
+//                  taken only when the binomial chance of that many multiples is below
+//                  `significance` (a false-positive bound over all the candidates k tried).
+//                  Block-aligned traffic is learned from a handful of samples (6 for
+//                  512-token blocks of 16-token pages), so prompts admitted early keep their
+//                  tail too (each instance learns alone, and one that waited for many
+//                  samples left half of a trace's prompts without one); natural text stays
+//                  at one page. The policy keeps a snapshot at floor(L / G) * G, the last
+//                  boundary of a prompt of L tokens that a continuation would share.
 //   keep_finish()  whether finish snapshots (prompt + output) get resumed from: false once
 //                  `finish_window` admissions in a row extended no recorded finish boundary
 //                  (recorded whether or not a snapshot was kept there, so the answer comes
@@ -39,8 +46,9 @@ namespace radixtier::sched {
 
 struct PlacementLearnerOptions {
   std::size_t window = 256;      ///< branch points remembered
-  std::size_t min_samples = 32;  ///< fewer: alignment() is one page
   double share = 0.9;            ///< of the branch points G must divide
+  /// The chance that branch points at random pages pass for an alignment (all candidates).
+  double significance = 1e-3;
   std::size_t max_alignment_pages = 128;
   std::size_t finish_window = 64;    ///< admissions without a finish continuation to skip
   std::size_t finish_memory = 4096;  ///< finish boundaries remembered
@@ -72,11 +80,12 @@ class PlacementLearner {
 
  private:
   void update_alignment();
+  /// P(X >= hits) for X ~ Binomial(n, p).
+  static double binomial_tail(std::size_t n, std::size_t hits, double p);
 
   std::uint32_t page_size_;
   PlacementLearnerOptions options_;
   std::deque<std::size_t> branches_;  ///< recent branch points, in pages
-  std::size_t since_update_ = 0;
   std::size_t alignment_;
   std::uint64_t admissions_ = 0;
   std::uint64_t finish_hits_ = 0;
