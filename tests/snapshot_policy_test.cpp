@@ -247,32 +247,32 @@ TEST(PlacementLearner, LearnsTheAlignmentOfBranchPoints) {
   EXPECT_EQ(replay.branch_samples(), 0u);
 }
 
-TEST(PlacementLearner, LearnsTheAlignmentFromAFewSamplesOnlyWhenChanceCannotExplainThem) {
+TEST(PlacementLearner, LearnsTheAlignmentFromItsFirstBranchPoints) {
   const auto prompt = tokens(1, 4000);
-  // Block-hashed traffic, 16-token pages, 512-token blocks: a random page position is a block
-  // multiple one time in 32, so 6 block-aligned branch points in a row are no accident
-  // (32^-6), and the tail rule should not wait for many more (each prompt admitted before
-  // that keeps no tail snapshot, and its next turn resumes from nothing).
+  // Block-hashed traffic, 16-token pages, 512-token blocks. The first branch point, at 2,048
+  // tokens, allows any G up to 128 pages: the largest is the guess (a tail too coarse lands
+  // below the right boundary, one too fine misses it), not one page until many are seen.
   PlacementLearner blocks(16);
-  for (std::size_t i = 0; i < 6; ++i) blocks.observe_admission(prompt, 0, 512 * (1 + i));
+  blocks.observe_admission(prompt, 0, 2048);
+  EXPECT_EQ(blocks.alignment(), 2048u);
+  blocks.observe_admission(prompt, 0, 1536);  // 96 pages: gcd 32 pages
   EXPECT_EQ(blocks.alignment(), 512u);
-  // One sample at a multiple of 128 pages (1 in 128 by chance) proves nothing.
-  PlacementLearner few(16);
-  few.observe_admission(prompt, 0, 2048);
-  EXPECT_EQ(few.alignment(), 16u);
-  // Natural text: a handful of branch points at any page; one page, however many.
+  for (std::size_t i = 0; i < 20; ++i) blocks.observe_admission(prompt, 0, 512 * (1 + i % 7));
+  EXPECT_EQ(blocks.alignment(), 512u);
+  // Natural text: branch points at any page; one page from the first odd one on.
   PlacementLearner text(16);
   for (std::size_t i = 0; i < 8; ++i) {
     text.observe_admission(prompt, 0, 16 * (1 + i * 7 % 200));
     EXPECT_EQ(text.alignment(), 16u);
   }
-  // Even pages 10 times in a row are 1 in 1024 by chance: still not enough for 2 pages when
-  // 127 alignments are tried (the learner's false-positive bound is 1e-3 over all of them).
-  PlacementLearner even(16);
-  for (std::size_t i = 0; i < 10; ++i) even.observe_admission(prompt, 0, 32 * (1 + 3 * i));
-  EXPECT_EQ(even.alignment(), 16u);
-  for (std::size_t i = 10; i < 24; ++i) even.observe_admission(prompt, 0, 32 * (1 + 3 * i));
-  EXPECT_EQ(even.alignment(), 32u);
+  // A few outliers among many aligned points do not undo it; too many do.
+  PlacementLearner mixed(16);
+  for (std::size_t i = 0; i < 20; ++i) {
+    mixed.observe_admission(prompt, 0, i % 10 == 9 ? 16 * (5 + 2 * i) : 1024 * (1 + i % 3));
+  }
+  EXPECT_EQ(mixed.alignment(), 1024u);
+  for (std::size_t i = 0; i < 10; ++i) mixed.observe_admission(prompt, 0, 16 * (7 + 2 * i));
+  EXPECT_EQ(mixed.alignment(), 16u);
 }
 
 TEST(PlacementLearner, KeepsFinishSnapshotsOnlyWhileContinuationsShareTheOutput) {

@@ -83,32 +83,16 @@ bool PlacementLearner::keep_finish() const {
   return since_finish_hit_ < options_.finish_window;
 }
 
-double PlacementLearner::binomial_tail(std::size_t n, std::size_t hits, double p) {
-  if (hits == 0) return 1.0;
-  if (hits > n) return 0.0;
-  double sum = 0;
-  const double lp = std::log(p), lq = std::log1p(-p);
-  const double ln_n = std::lgamma(static_cast<double>(n) + 1);
-  for (std::size_t x = hits; x <= n; ++x) {
-    const double xd = static_cast<double>(x), rest = static_cast<double>(n - x);
-    sum += std::exp(ln_n - std::lgamma(xd + 1) - std::lgamma(rest + 1) + xd * lp + rest * lq);
-  }
-  return std::min(1.0, sum);
-}
-
 void PlacementLearner::update_alignment() {
   alignment_ = page_size_;
   const std::size_t n = branches_.size();
-  if (n == 0 || options_.max_alignment_pages < 2) return;
-  const auto need = static_cast<std::size_t>(
-      std::ceil(options_.share * static_cast<double>(n) - 1e-9));
-  // Bonferroni over the candidates: each k gets its share of the false-positive bound.
-  const double alpha = options_.significance / static_cast<double>(options_.max_alignment_pages - 1);
+  if (n == 0) return;
+  const auto need = std::max<std::size_t>(
+      1, static_cast<std::size_t>(std::ceil(options_.share * static_cast<double>(n) - 1e-9)));
   for (std::size_t k = options_.max_alignment_pages; k > 1; --k) {
     std::size_t divides = 0;
     for (std::size_t b : branches_) divides += b % k == 0;
-    if (divides >= std::max<std::size_t>(need, 1) &&
-        binomial_tail(n, divides, 1.0 / static_cast<double>(k)) <= alpha) {
+    if (divides >= need) {
       alignment_ = k * page_size_;
       return;
     }

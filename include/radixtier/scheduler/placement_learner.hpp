@@ -13,16 +13,18 @@
 //
 //   alignment()    G, the largest page multiple that divides at least `share` (90 %) of the
 //                  recent branch points (Admission::kv_tokens where a prompt leaves the
-//                  cached KV path inside its query), and more of them than chance would: a
-//                  random page position is a multiple of k pages one time in k, so k is
-//                  taken only when the binomial chance of that many multiples is below
-//                  `significance` (a false-positive bound over all the candidates k tried).
-//                  Block-aligned traffic is learned from a handful of samples (6 for
-//                  512-token blocks of 16-token pages), so prompts admitted early keep their
-//                  tail too (each instance learns alone, and one that waited for many
-//                  samples left half of a trace's prompts without one); natural text stays
-//                  at one page. The policy keeps a snapshot at floor(L / G) * G, the last
-//                  boundary of a prompt of L tokens that a continuation would share.
+//                  cached KV path inside its query), from the first one on: under "branch
+//                  points are multiples of G" the likeliest G is the largest one the samples
+//                  allow (their gcd, up to the `share` of outliers), and guessing G too
+//                  large is cheap (the tail lands less than G below the right boundary, a
+//                  continuation resumes there) where too small is not (one page: the tail
+//                  is the prompt end, a continuation resumes from the snapshot above, often
+//                  nothing). So no warm-up: each instance learns alone, and one that waited
+//                  for 32 samples left its first ~100 prompts without a tail (their next
+//                  turns, minutes later, resumed from nothing). Natural text falls to one
+//                  page within a few samples; block-hashed traces reach the block in 2-3.
+//                  The policy keeps a snapshot at floor(L / G) * G, the last boundary of a
+//                  prompt of L tokens that a continuation would share.
 //   keep_finish()  whether finish snapshots (prompt + output) get resumed from: false once
 //                  `finish_window` admissions in a row extended no recorded finish boundary
 //                  (recorded whether or not a snapshot was kept there, so the answer comes
@@ -45,10 +47,8 @@
 namespace radixtier::sched {
 
 struct PlacementLearnerOptions {
-  std::size_t window = 256;      ///< branch points remembered
-  double share = 0.9;            ///< of the branch points G must divide
-  /// The chance that branch points at random pages pass for an alignment (all candidates).
-  double significance = 1e-3;
+  std::size_t window = 256;  ///< branch points remembered
+  double share = 0.9;        ///< of the branch points G must divide
   std::size_t max_alignment_pages = 128;
   std::size_t finish_window = 64;    ///< admissions without a finish continuation to skip
   std::size_t finish_memory = 4096;  ///< finish boundaries remembered
@@ -80,8 +80,6 @@ class PlacementLearner {
 
  private:
   void update_alignment();
-  /// P(X >= hits) for X ~ Binomial(n, p).
-  static double binomial_tail(std::size_t n, std::size_t hits, double p);
 
   std::uint32_t page_size_;
   PlacementLearnerOptions options_;
