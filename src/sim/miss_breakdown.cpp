@@ -2,8 +2,6 @@
 #include "sim/miss_breakdown.hpp"
 
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
 #include <numeric>
 #include <unordered_map>
 #include <unordered_set>
@@ -64,28 +62,13 @@ MissBreakdown miss_breakdown(std::span<const MissInput> requests, std::uint32_t 
       const std::uint64_t h = hashes[reach_pages - 1];
       if (seen.at(h) < alignment) {
         out.no_snapshot_tail += lost_to_placement;
-        if (std::getenv("MISS_DEBUG"))
-          std::fprintf(
-              stderr, "TAIL i=%zu t=%.1f L=%zu reach=%zu placed=%zu cached=%zu kv=%zu left=%zu\n",
-              i, r.admitted_s, r.prompt.size(), reachable, placed, cached, r.kv_tokens, seen.at(h));
       } else if (reached_at.count(h) != 0) {
         out.no_snapshot_branch += lost_to_placement;
       } else {
         out.no_snapshot_divergence += lost_to_placement;
-        if (std::getenv("MISS_DEBUG"))
-          std::fprintf(
-              stderr, "DIV i=%zu t=%.1f L=%zu reach=%zu placed=%zu cached=%zu kv=%zu left=%zu\n", i,
-              r.admitted_s, r.prompt.size(), reachable, placed, cached, r.kv_tokens, seen.at(h));
       }
     }
     if (reach_pages > 0) reached_at.insert(hashes[reach_pages - 1]);
-    if (std::getenv("MISS_DEBUG")) {
-      std::fprintf(stderr, "REQ i=%zu t=%.1f L=%zu out=%zu cached=%zu kv=%zu reach=%zu snaps=", i,
-                   r.admitted_s, r.prompt.size(), r.output.size(), r.cached_tokens, r.kv_tokens,
-                   reachable);
-      for (auto b : r.snapshot_boundaries) std::fprintf(stderr, "%zu,", b);
-      std::fprintf(stderr, "\n");
-    }
     seq.assign(r.prompt.begin(), r.prompt.end());
     seq.insert(seq.end(), r.output.begin(), r.output.end());
     const auto seq_hashes = sched::PlacementLearner::page_prefix_hashes(seq, page_size);
