@@ -220,6 +220,31 @@ TEST(SnapshotPolicy, AdaptiveKeepsTheAlignedTailAndTheBranchPointAndCutsThere) {
   EXPECT_TRUE(a.keep(query(992)));
 }
 
+TEST(SnapshotPolicy, AdaptiveSpendsTheHostBytesThatWouldStayFreeOnIntermediateSnapshots) {
+  const auto a = SnapshotPolicy::adaptive();
+  // 1000 tokens computed, 256 B of KV each: 256,000 B of KV. No free host bytes (or a backend
+  // that does not say): 1/8 of that, three snapshots of 8,704 B.
+  SnapshotQuery q = query(0);
+  EXPECT_EQ(a.budget_for(q), 32000u);
+  EXPECT_EQ(a.plan(q).size(), 3u);
+  // A host tier that holds this prompt's KV with 100,000 B to spare: those bytes (11).
+  q.host_free_bytes = 256000 + 100000;
+  EXPECT_EQ(a.budget_for(q), 100000u);
+  EXPECT_EQ(a.plan(q).size(), 11u);
+  // Room for everything: every chunk end below the prompt end (15 of them).
+  q.host_free_bytes = std::uint64_t{1} << 30;
+  EXPECT_EQ(a.plan(q).size(), 15u);
+  // Less to spare than 1/8 of the KV: never below the 1/8.
+  q.host_free_bytes = 256000 + 1000;
+  EXPECT_EQ(a.budget_for(q), 32000u);
+  // The budgeted policy's budget is its own (1/8 of the prompt's KV, or what it was given).
+  EXPECT_EQ(SnapshotPolicy::budgeted().budget_for(q), 32000u);
+  // Only the tokens this request computes count: a cached 900-token prefix leaves 100.
+  q.cached_tokens = 896;
+  q.host_free_bytes = 256000;
+  EXPECT_EQ(a.budget_for(q), 256000u - 104 * 256);
+}
+
 std::vector<Token> tokens(std::uint64_t seed, std::size_t n) {
   std::vector<Token> t(n);
   for (std::size_t i = 0; i < n; ++i) t[i] = static_cast<Token>((seed * 7919 + i * 31) % 50021);
