@@ -40,9 +40,10 @@
 //                 the host bytes that would stay free once that KV is there
 //                 (SnapshotQuery::host_free_bytes minus the KV): bytes nothing claims cost
 //                 nothing until eviction needs them, and cost-aware eviction then drops the
-//                 snapshots with the smallest gaps first. A full host tier gets the 1/8. The scheduler cuts a chunk at the tail and the branch
-//                 point (next_cut). PlacementLearner learns G and keep_finish from what
-//                 admissions do (placement_learner.hpp); the same rule for every workload.
+//                 snapshots with the smallest gaps first. A full host tier gets the 1/8. The
+//                 scheduler cuts a chunk at the tail and the branch point (next_cut).
+//                 PlacementLearner learns G and keep_finish from what admissions do
+//                 (placement_learner.hpp); the same rule for every workload.
 // Policies are values: cheap to copy, no per-request state (the budgeted plan is a pure
 // function of the prompt's geometry, so keep() answers the same at every chunk; the adaptive
 // policy's learned state reaches it through the query).
