@@ -45,8 +45,9 @@
 //                 PlacementLearner learns G and keep_finish from what admissions do
 //                 (placement_learner.hpp); the same rule for every workload.
 // Policies are values: cheap to copy, no per-request state (the budgeted plan is a pure
-// function of the prompt's geometry, so keep() answers the same at every chunk; the adaptive
-// policy's learned state reaches it through the query).
+// function of the prompt's geometry, and for adaptive of the free host bytes the scheduler
+// fixes at admission, so keep() answers the same at every chunk; the adaptive policy's
+// learned state reaches it through the query).
 #pragma once
 
 #include <cstddef>
