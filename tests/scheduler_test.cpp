@@ -190,6 +190,31 @@ TEST(Scheduler, CompactionReplayRecomputesAtMostOneInterval) {
   EXPECT_EQ(run_exact(w).results[2].cached_tokens, 0u);
 }
 
+TEST(Scheduler, AdaptivePlacementSpendsFreeHostBytesOnIntermediateSnapshots) {
+  // A replay that ends inside a 400-token prompt. With a host tier that holds the prompt's KV
+  // many times over, adaptive keeps a snapshot at every chunk end (32 tokens): the replay
+  // recomputes less than a chunk. With a host tier that holds only the KV, the 1/8 budget
+  // keeps fewer, and the replay recomputes more.
+  const auto prompt = tokens(5, 400);
+  std::size_t recomputed[2] = {0, 0};
+  for (std::uint32_t host_pages : {1024u, 60u}) {
+    SCOPED_TRACE(host_pages);
+    auto w = workload("adaptive");
+    w.cache.host_pages = host_pages;
+    w.cache.host_snapshot_slots = 1;
+    add(w, prompt, 2);
+    add(w, cat({prompt.begin(), prompt.begin() + 257}, tokens(6, 3)), 2);
+    auto out = run_exact(w);
+    recomputed[host_pages == 60u] = out.results[2].recomputed_tokens;
+    if (host_pages == 1024u) {
+      EXPECT_EQ(out.results[2].cached_tokens, 256u);
+      EXPECT_GE(out.results[1].snapshots_kept, 12u);  // 11 chunk ends + the prompt end
+    }
+  }
+  EXPECT_LT(recomputed[0], 32u);
+  EXPECT_GT(recomputed[1], recomputed[0]);
+}
+
 TEST(Scheduler, TailKeepsTheLastChunkBoundaryBelowThePromptAndStaysExact) {
   // 100-token prompt, pages of 8, chunks of 32: final boundary 96, tail boundary 64.
   const auto a = tokens(1, 100);

@@ -466,6 +466,10 @@ std::vector<NodeInfo> PrefixCache::inspect(std::span<const Token> tokens) const 
   return out;
 }
 
+std::uint64_t PrefixCache::host_bytes_free() const {
+  return std::uint64_t{host_pages_.free_count()} * config_.page_bytes;
+}
+
 Occupancy PrefixCache::occupancy() const {
   const std::size_t per = config_.snapshot_pages();
   return {gpu_pages_.free_count(), host_pages_.free_count(), gpu_slots_.free_count(),

@@ -40,6 +40,7 @@
 #include "radixtier/config.hpp"
 #include "radixtier/scheduler/scheduler.hpp"
 #include "sim/cost_model.hpp"
+#include "sim/miss_breakdown.hpp"
 #include "sim/model_config.hpp"
 #include "sim/router.hpp"
 #include "sim/scenarios.hpp"
@@ -129,6 +130,7 @@ struct SimResult {
   sched::SchedulerStats sched;
   std::size_t placement_alignment = 0;  ///< what the placement learner ended with (G, tokens)
   bool keep_finish = true;              ///< ... and whether it still kept finish snapshots
+  MissBreakdown misses;                 ///< where reuse was lost (miss_breakdown.hpp)
   std::vector<RequestRow> rows;
   std::string status;  ///< empty: the run completed; else why the scheduler stopped
   // --- the cluster and TTFT percentiles (nearest rank, over the requests that finished) ---

@@ -91,6 +91,9 @@ class CacheBackend {
   virtual ~CacheBackend() = default;
 
   virtual std::uint32_t page_size() const = 0;
+  /// Host bytes free now (pages of the host tier on no node, request or transfer); 0 where the
+  /// backend does not say. Adaptive placement spends what stays free on snapshots.
+  virtual std::uint64_t host_bytes_free() const { return 0; }
   virtual Result<Admission> admit(std::span<const Token> prompt) = 0;
   /// kPending while the admission's copies run, kDone when its match is usable as admitted,
   /// kFailed when part of it failed to arrive (wait() then resumes earlier); an unknown lock is

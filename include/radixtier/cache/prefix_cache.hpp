@@ -164,6 +164,7 @@ class PrefixCache final : public CacheBackend {
 
   // --- CacheBackend ----------------------------------------------------------------------
   std::uint32_t page_size() const override { return config_.page_size; }
+  std::uint64_t host_bytes_free() const override;
   Result<Admission> admit(std::span<const Token> prompt) override;
   Result<TransferState> poll(LockId lock) override;
   Result<std::size_t> wait(LockId lock) override;
