@@ -46,6 +46,9 @@ struct CacheConfig {
   std::uint32_t slice_pages = 128;  ///< at most this many pages per copy slice
   WritePolicy write_policy = WritePolicy::kWriteBack;
   SnapshotEviction snapshot_eviction = SnapshotEviction::kCostAware;
+  /// Host pins (PrefixCache::pin) may hold at most this share of the host pool, in [0, 1]
+  /// (0: no pins); the rest stays for eviction to use.
+  double host_pin_share = 0.5;
 
   /// Rejects nonsense with a message naming the field.
   Status validate() const;
