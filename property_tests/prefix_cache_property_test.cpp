@@ -72,6 +72,12 @@ struct Key {
 struct Sut {
   Harness h;
   std::vector<LockId> held;
+  struct Pinned {
+    PinId pin;
+    std::vector<Token> prefix;
+    NamespaceId ns;
+  };
+  std::vector<Pinned> pins;
   /// A serve stopped at a kOutOfMemory refusal: it inserted less than the model placed.
   bool refused = false;
   explicit Sut(const CacheConfig& c) : h(c) {}
@@ -118,6 +124,12 @@ void check_usable(const Model& m, Sut& s, std::uint32_t ns, const std::vector<To
 void check_invariants(Sut& s) {
   const std::string e = s.h.cache->check_invariants();
   if (!e.empty()) RC_FAIL(e);
+  // A pinned prefix stays usable through any pressure, drop_host() included; only a failed
+  // copy may take it (rule 7).
+  if (s.h.cache->stats().transfers_failed == 0) {
+    for (const auto& p : s.pins)
+      RC_ASSERT(s.h.cache->match(p.prefix, p.ns).usable_tokens == p.prefix.size());
+  }
 }
 
 struct Serve : Cmd {
@@ -276,6 +288,39 @@ struct FailNext : Cmd {
   void show(std::ostream& os) const override { os << "FailNextCopy"; }
 };
 
+/// Pins a prefix of a prompt (most are not cached prefixes: a clear refusal), or unpins the
+/// oldest pin when two are held.
+struct Pin : Cmd {
+  std::vector<Token> prompt = *gen_prompt();
+  std::size_t pages = *rc::gen::inRange<std::size_t>(1, 15);
+  Key key;
+  void run(const Model&, Sut& s) const override {
+    if (s.pins.size() >= 2) {
+      RC_ASSERT(s.h.cache->unpin(s.pins.front().pin).is_ok());
+      RC_ASSERT(s.h.cache->unpin(s.pins.front().pin).code() == ErrorCode::kNotFound);
+      s.pins.erase(s.pins.begin());
+      check_invariants(s);
+      return;
+    }
+    const std::size_t len = std::min(pages * kPage, prompt.size() / kPage * kPage);
+    if (len == 0) return;
+    std::vector<Token> prefix(prompt.begin(), prompt.begin() + len);
+    const NamespaceId ns(key.ns);
+    auto r = s.h.cache->pin(prefix, ns);
+    if (r) {
+      s.pins.push_back({*r, prefix, ns});
+    } else {
+      const ErrorCode c = r.status().code();
+      RC_ASSERT(c == ErrorCode::kInvalidArgument || c == ErrorCode::kOutOfMemory ||
+                c == ErrorCode::kTransferFailed);
+    }
+    check_invariants(s);
+  }
+  void show(std::ostream& os) const override {
+    os << "Pin(" << pages << " pages, namespace " << key.ns << ")";
+  }
+};
+
 struct DropHost : Cmd {
   void run(const Model&, Sut& s) const override {
     s.h.cache->drop_host();
@@ -291,8 +336,9 @@ void run_property(WritePolicy policy, std::uint32_t host_pages) {
   rc::state::check(
       Model{}, sut,
       rc::state::gen::execOneOfWithArgs<Serve, Serve, Serve, Hold, Release, Pressure, Pressure,
-                                        CompleteOne, CompleteOne, FailNext, DropHost>());
+                                        CompleteOne, CompleteOne, FailNext, DropHost, Pin>());
   for (LockId l : sut.held) RC_ASSERT(sut.h.cache->release(l).is_ok());
+  for (const auto& p : sut.pins) RC_ASSERT(sut.h.cache->unpin(p.pin).is_ok());
   sut.h.settle();
   check_invariants(sut);
   const CacheStats st = sut.h.cache->stats();
@@ -301,6 +347,7 @@ void run_property(WritePolicy policy, std::uint32_t host_pages) {
   RC_CLASSIFY(st.transfers_failed > 0, "a copy failed");
   RC_CLASSIFY(st.kv_pages_dropped_host > 0, "dropped host KV");
   RC_CLASSIFY(st.dead_kv_pages_dropped > 0, "dropped dead KV");
+  RC_CLASSIFY(!sut.pins.empty(), "a pin held at the end");
 }
 
 RC_GTEST_PROP(PrefixCacheProperty, WriteBackAgreesWithModel, ()) {
