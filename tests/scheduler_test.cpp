@@ -154,6 +154,24 @@ TEST(Scheduler, SharedPrefixesAreReusedExactly) {
   }
 }
 
+// Issue 15 item 8: the scheduler admits each request in its own key namespace, so the same
+// prompt under another adapter or tenant recomputes (and stays exact) instead of reusing.
+TEST(Scheduler, RequestsReuseOnlyWithinTheirNamespace) {
+  auto w = workload();
+  const auto a = tokens(1, 100);
+  add(w, a, 5);
+  add(w, a, 5);
+  w.requests.back().ns = NamespaceId(1);
+  w.requests.back().priority = 80;
+  add(w, a, 3);
+  w.requests.back().ns = NamespaceId(1);
+  add(w, a, 3);  // the default namespace again
+  auto out = run_exact(w);
+  EXPECT_EQ(out.results[2].cached_tokens, 0u);
+  EXPECT_EQ(out.results[3].cached_tokens, 96u);
+  EXPECT_EQ(out.results[4].cached_tokens, 96u);
+}
+
 TEST(Scheduler, TurnTwoResumesAtTheFinishBoundary) {
   auto w = workload();
   const model::TinyHybridModel m(small_model());

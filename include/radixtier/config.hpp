@@ -60,6 +60,9 @@ struct CacheConfig {
   /// --mamba-max-states-per-path), so one long conversation cannot take every slot; the
   /// snapshot whose loss costs the fewest recompute tokens goes first. 0: no cap.
   std::uint32_t max_snapshots_per_path = 0;
+  /// Host pins (PrefixCache::pin) may hold at most this share of the host pool, in [0, 1]
+  /// (0: no pins); the rest stays for eviction to use.
+  double host_pin_share = 0.5;
 
   /// Rejects nonsense with a message naming the field.
   Status validate() const;

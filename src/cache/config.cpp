@@ -32,6 +32,8 @@ Status CacheConfig::validate() const {
   if (slice_pages == 0) return bad("slice_pages", "must be at least 1 page");
   if (host_pool_pages() >= std::size_t{0xFFFFFFFFu})
     return bad("host_pages", "with host_snapshot_slots, the host pool exceeds 2^32 - 1 pages");
+  if (!(host_pin_share >= 0.0 && host_pin_share <= 1.0))
+    return bad("host_pin_share", "must be in [0, 1] (a share of the host pool)");
   if (write_policy == WritePolicy::kWriteThrough && host_pages == 0)
     return bad("write_policy", "write-through needs a host tier (host_pages > 0)");
   if (std::uint64_t{load_back_min_tokens} > std::uint64_t{gpu_pages} * page_size)

@@ -82,6 +82,7 @@ PrefixCache::~PrefixCache() {
   host_kv_order_.clear();
   gpu_snap_order_.clear();
   host_snap_order_.clear();
+  for (auto& [ns, root] : ns_roots_) destroy_subtree(root);
   destroy_subtree(root_);
 }
 
@@ -130,11 +131,12 @@ std::size_t PrefixCache::common_pages(const Node* n, std::span<const Token> toke
   return static_cast<std::size_t>(a - mine) / config_.page_size;
 }
 
-std::vector<PrefixCache::Candidate> PrefixCache::candidates_along(std::span<const Token> tokens,
+std::vector<PrefixCache::Candidate> PrefixCache::candidates_along(const Node* from,
+                                                                  std::span<const Token> tokens,
                                                                   std::size_t* kv_tokens) const {
   std::vector<Candidate> out;
   std::size_t host_along = 0;
-  walk_kv_path(tokens, [&](const Node* c, std::size_t end) {
+  walk_kv_path(from, tokens, [&](const Node* c, std::size_t end) {
     if (kv_tokens) *kv_tokens = end;
     if (end != c->boundary) return;  // partial: no boundary inside a node
     if (!c->has_gpu_kv() || c->kv_xfer == Xfer::kPromote) host_along += c->tokens.size();
@@ -150,9 +152,9 @@ bool PrefixCache::worth_loading(const Candidate& c, std::size_t gpu_usable) cons
   return !c.needs_copy() || c.node->boundary >= gpu_usable + config_.load_back_min_tokens;
 }
 
-MatchResult PrefixCache::match(std::span<const Token> tokens) const {
+MatchResult PrefixCache::match(std::span<const Token> tokens, NamespaceId ns) const {
   MatchResult r;
-  const std::vector<Candidate> candidates = candidates_along(tokens, &r.kv_tokens);
+  const std::vector<Candidate> candidates = candidates_along(root_of(ns), tokens, &r.kv_tokens);
   if (candidates.empty()) return r;
   r.usable_tokens = candidates.back().node->boundary;
   r.host_tokens = candidates.back().host_tokens;
@@ -169,9 +171,9 @@ MatchResult PrefixCache::match(std::span<const Token> tokens) const {
   return r;
 }
 
-Result<MatchResult> PrefixCache::peek(std::span<const Token> prompt) const {
+Result<MatchResult> PrefixCache::peek(std::span<const Token> prompt, NamespaceId ns) const {
   if (prompt.empty()) return invalid_argument("peek: the prompt is empty");
-  return match(prompt.first(prompt.size() - 1));  // as admit(): the last token is computed
+  return match(prompt.first(prompt.size() - 1), ns);  // as admit(): the last token is computed
 }
 
 std::vector<Node*> PrefixCache::path_of(Node* n) const {
@@ -257,29 +259,32 @@ void sync(Set& set, Node& n, const OrderHook& hook, OrderKey& stored, bool want,
 }  // namespace
 
 // kLru: time of last use alone (class 1, priority 0 for every node).
+// Every key carries the node's retention level (compared right after the class).
 OrderKey PrefixCache::gpu_kv_key(const Node& n) const {
-  if (!cost_aware_) return {1, 0, n.last_access};
-  return {std::uint8_t(n.kv_live() ? 1 : 0), n.kv_age_gpu + n.kv_uses * kv_value_, n.last_access};
+  if (!cost_aware_) return {1, 0, n.last_access, n.kv_priority};
+  return {std::uint8_t(n.kv_live() ? 1 : 0), n.kv_age_gpu + n.kv_uses * kv_value_, n.last_access,
+          n.kv_priority};
 }
 
 OrderKey PrefixCache::host_kv_key(const Node& n) const {
-  if (!cost_aware_) return {1, 0, n.last_access};
-  return {std::uint8_t(n.kv_live() ? 1 : 0), n.kv_age_host + n.kv_uses * kv_value_, n.last_access};
+  if (!cost_aware_) return {1, 0, n.last_access, n.kv_priority};
+  return {std::uint8_t(n.kv_live() ? 1 : 0), n.kv_age_host + n.kv_uses * kv_value_, n.last_access,
+          n.kv_priority};
 }
 
 OrderKey PrefixCache::gpu_snap_key(const Node& n) const {
-  if (!cost_aware_) return {1, 0, n.snap_access};
+  if (!cost_aware_) return {1, 0, n.snap_access, n.snap_priority};
   // A snapshot whose KV left the GPU cannot be resumed from the GPU: it leaves first.
   return {std::uint8_t(n.has_gpu_kv() ? 1 : 0),
           n.snap_age_gpu + double(n.snap_uses) * double(n.snap_gap) * gpu_snap_value_,
-          n.snap_access};
+          n.snap_access, n.snap_priority};
 }
 
 OrderKey PrefixCache::host_snap_key(const Node& n) const {
-  if (!cost_aware_) return {1, 0, n.snap_access};
+  if (!cost_aware_) return {1, 0, n.snap_access, n.snap_priority};
   return {std::uint8_t(n.has_kv() ? 1 : 0),
           n.snap_age_host + double(n.snap_uses) * double(n.snap_gap) * host_snap_value_,
-          n.snap_access};
+          n.snap_access, n.snap_priority};
 }
 
 void PrefixCache::refresh(Node* n) {
@@ -340,7 +345,7 @@ void PrefixCache::unlock_path(Node* n) {
 
 void PrefixCache::remove_if_empty(Node* n, std::vector<const Node*>* removed) {
   while (n != nullptr && !n->is_root() && n->children.empty() && n->lock_count == 0 &&
-         n->snapshot_lock == 0 && !n->has_kv() && n->kv_xfer == Xfer::kNone &&
+         n->snapshot_lock == 0 && n->host_pin == 0 && !n->has_kv() && n->kv_xfer == Xfer::kNone &&
          n->snap_xfer == Xfer::kNone) {
     // A snapshot without KV below it can never be used: it leaves with the node.
     if (n->gpu_snapshot.valid()) drop_gpu_snapshot(n);
@@ -354,6 +359,7 @@ void PrefixCache::remove_if_empty(Node* n, std::vector<const Node*>* removed) {
     --node_count_;
     n = parent;
   }
+  if (n != nullptr && n->is_root()) remove_root_if_empty(n);
 }
 
 Node* PrefixCache::split(Node* n, std::size_t pages) {
@@ -385,6 +391,8 @@ Node* PrefixCache::split(Node* n, std::size_t pages) {
   upper->kv_age_gpu = n->kv_age_gpu;
   upper->kv_age_host = n->kv_age_host;
   upper->snapshots_below = n->snapshots_below;
+  upper->kv_priority = n->kv_priority;
+  upper->host_pin = n->host_pin;  // the pins through n run through its upper part too
   n->parent = upper;
   upper->children.emplace(n->first_page(config_.page_size), n);
   parent->children.emplace(upper->first_page(config_.page_size), upper);
@@ -435,10 +443,10 @@ Residency residency(bool gpu, bool host) {
 }
 }  // namespace
 
-std::vector<NodeInfo> PrefixCache::inspect(std::span<const Token> tokens) const {
+std::vector<NodeInfo> PrefixCache::inspect(std::span<const Token> tokens, NamespaceId ns) const {
   std::vector<NodeInfo> out;
-  const Node* n = root_;
-  for (std::size_t pos = 0;;) {
+  const Node* n = root_of(ns);
+  for (std::size_t pos = 0; n != nullptr;) {
     const Node* c = find_child(n, tokens, pos);
     if (c == nullptr) break;
     const std::size_t k = common_pages(c, tokens, pos);
@@ -458,6 +466,9 @@ std::vector<NodeInfo> PrefixCache::inspect(std::span<const Token> tokens) const 
     info.snapshot_copy = c->snap_xfer;
     info.locks = c->lock_count;
     info.snapshot_locks = c->snapshot_lock;
+    info.kv_priority = c->kv_priority;
+    info.snapshot_priority = c->snap_priority;
+    info.pins = c->host_pin;
     out.push_back(info);
     if (k < c->page_count(config_.page_size)) break;
     pos += c->tokens.size();

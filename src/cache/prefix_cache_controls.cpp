@@ -76,8 +76,14 @@ CacheSizes PrefixCache::sizes() const {
   // a node already seen, whose ancestors were seen with it), and the snapshots resumed from.
   std::unordered_set<const Node*> seen;
   std::size_t host_kv_locked = 0;
+  // Host pins protect their prefix's host copies as a lock does (and their snapshot's).
   for (const auto& [id, rec] : locks_) {
     for (const Node* n = rec.node; n != nullptr && seen.insert(n).second; n = n->parent) {
+      host_kv_locked += n->host_pages.size();
+    }
+  }
+  for (const auto& [id, pin] : pins_) {
+    for (const Node* n = pin.node; n != nullptr && seen.insert(n).second; n = n->parent) {
       host_kv_locked += n->host_pages.size();
     }
   }
@@ -85,10 +91,15 @@ CacheSizes PrefixCache::sizes() const {
   for (const auto& [id, rec] : locks_) {
     if (rec.snap_node != nullptr) pinned.insert(rec.snap_node);
   }
+  std::unordered_set<const Node*> host_pinned;
+  for (const auto& [id, pin] : pins_) host_pinned.insert(pin.node);
   std::size_t gpu_snaps_locked = 0, host_snaps_locked = 0;
   for (const Node* n : pinned) {
     gpu_snaps_locked += n->gpu_snapshot.valid();
     host_snaps_locked += n->has_host_snapshot();
+  }
+  for (const Node* n : host_pinned) {
+    if (!pinned.count(n)) host_snaps_locked += n->has_host_snapshot();
   }
   const std::size_t per = config_.snapshot_pages();
   const std::size_t gpu_kv_held =
@@ -158,12 +169,15 @@ void PrefixCache::cap_path_snapshots(Node* n) {
     for (Node* p : path) {
       if (!p->has_snapshot()) continue;
       ++on_path;
-      // Never the snapshot a running request resumes from, nor one with a copy in flight.
-      if (p->snapshot_lock > 0 || p->snap_xfer != Xfer::kNone) continue;
-      // Losing it makes its users resume at the snapshot above: uses x tokens recomputed.
+      // Never the snapshot a running request resumes from, a pinned one, nor one with a copy
+      // in flight.
+      if (p->snapshot_lock > 0 || p->snap_pin > 0 || p->snap_xfer != Xfer::kNone) continue;
+      // Lower retention priority goes first (as in the eviction orders); then the loss:
+      // its users resume at the snapshot above, uses x tokens recomputed.
       const double cost = double(std::max<std::uint32_t>(p->snap_uses, 1)) * double(gap_above(*p));
-      if (victim == nullptr || cost < victim_cost ||
-          (cost == victim_cost && p->snap_access < victim->snap_access)) {
+      if (victim == nullptr || p->snap_priority < victim->snap_priority ||
+          (p->snap_priority == victim->snap_priority &&
+           (cost < victim_cost || (cost == victim_cost && p->snap_access < victim->snap_access)))) {
         victim = p;
         victim_cost = cost;
       }

@@ -19,6 +19,7 @@ struct SimArgs {
   sim::ScenarioOptions so;
   bool json = false, rows = false, write_through = false;
   double host_gib = -1, host_snapshot_gib = -1;
+  int side_priority = sim::ScenarioOptions{}.agent_side_priority;  // CLI11 reads uint8_t as a char
 };
 
 /// A valid element type name (model_config.hpp).
@@ -93,6 +94,11 @@ radixtier::cli::CommandRun setup_sim(CLI::App& app) {
   app.add_option("--host-snapshot-gib", a.host_snapshot_gib,
                  "compaction*: host snapshots as a byte budget, not 32 slots")
       ->check(radixtier::cli::non_negative());
+  app.add_option("--side-priority", a.side_priority,
+                 "agent: retention priority of the side requests, 0-100 (the conversation "
+                 "runs at 35; 35 here: no priorities)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 100));
   app.add_option("--decode-step-s", a.opt.decode_step_s, "seconds of one batched decode step")
       ->capture_default_str()
       ->check(radixtier::cli::non_negative());
@@ -125,6 +131,7 @@ int run_sim(SimArgs& args) {
                  : args.eviction == "utility"  ? SnapshotEviction::kUtility
                                                : SnapshotEviction::kLru;
   if (args.write_through) opt.write_policy = WritePolicy::kWriteThrough;
+  so.agent_side_priority = static_cast<RetentionPriority>(args.side_priority);
   if (args.host_gib >= 0) {
     so.trace_host_bytes =
         static_cast<std::uint64_t>(args.host_gib * static_cast<double>(sim::kGiB));

@@ -86,6 +86,16 @@ class PyPrefixCache {
   mutable std::mutex mu_;
 };
 
+NamespaceId namespace_from(std::int64_t v) {
+  return id_from<NamespaceId>(v, "namespace");
+}
+
+RequestOptions options_from(std::int64_t ns, std::int64_t priority) {
+  if (priority < kMinPriority || priority > kMaxPriority)
+    raise_invalid("priority = " + std::to_string(priority) + " is not in [0, 100]");
+  return RequestOptions{namespace_from(ns), static_cast<RetentionPriority>(priority)};
+}
+
 LockId lock_from(std::int64_t v) {
   return id_from<LockId>(v, "lock");
 }
@@ -228,6 +238,9 @@ void bind_cache(py::module_& m) {
       .def_readonly("snapshot_copy", &NodeInfo::snapshot_copy)
       .def_readonly("locks", &NodeInfo::locks)
       .def_readonly("snapshot_locks", &NodeInfo::snapshot_locks)
+      .def_readonly("kv_priority", &NodeInfo::kv_priority, "retention level of its KV")
+      .def_readonly("snapshot_priority", &NodeInfo::snapshot_priority)
+      .def_readonly("pins", &NodeInfo::pins, "host pins whose prefix includes it")
       .def("__eq__", [](const NodeInfo& a, const NodeInfo& b) { return a == b; });
 
   py::class_<Occupancy>(m, "Occupancy")
@@ -264,13 +277,17 @@ void bind_cache(py::module_& m) {
       // --- the CacheBackend interface -------------------------------------------------------
       .def(
           "admit",
-          [](PyPrefixCache& s, const py::object& prompt) {
+          [](PyPrefixCache& s, const py::object& prompt, std::int64_t ns, std::int64_t priority) {
             TokenArg t(prompt, "prompt");
-            return unwrap(s.locked([&](PrefixCache& c) { return c.admit(t.span()); }));
+            const RequestOptions o = options_from(ns, priority);
+            return unwrap(s.locked([&](PrefixCache& c) { return c.admit(t.span(), o); }));
           },
-          py::arg("prompt"),
-          "Matches on all but the last prompt token, locks the usable match, starts promoting "
-          "what of it is on host.")
+          py::arg("prompt"), py::kw_only(), py::arg("namespace") = 0,
+          py::arg("priority") = kDefaultPriority,
+          "Matches on all but the last prompt token in the key namespace `namespace` (an int: "
+          "an adapter, a cache salt, a tenant; 0 is the default one), locks the usable match, "
+          "starts promoting what of it is on host. What the request uses and inserts is kept "
+          "at least at `priority` (0-100: lower leaves first).")
       .def(
           "poll",
           [](PyPrefixCache& s, std::optional<std::int64_t> lock) -> py::object {
@@ -372,11 +389,13 @@ void bind_cache(py::module_& m) {
       // --- queries and maintenance -------------------------------------------------------------
       .def(
           "match",
-          [](PyPrefixCache& s, const py::object& tokens) {
+          [](PyPrefixCache& s, const py::object& tokens, std::int64_t ns) {
             TokenArg t(tokens);
-            return s.locked([&](PrefixCache& c) { return c.match(t.span()); });
+            const NamespaceId n = namespace_from(ns);
+            return s.locked([&](PrefixCache& c) { return c.match(t.span(), n); });
           },
-          py::arg("tokens"), "Read-only lookup of all the tokens.")
+          py::arg("tokens"), py::kw_only(), py::arg("namespace") = 0,
+          "Read-only lookup of all the tokens.")
       .def(
           "peek",
           [](PyPrefixCache& s, const py::object& prompt) {
@@ -404,21 +423,49 @@ void bind_cache(py::module_& m) {
           "Evictable and locked KV pages, snapshots and bytes per tier.")
       .def(
           "inspect",
-          [](PyPrefixCache& s, const py::object& tokens) {
+          [](PyPrefixCache& s, const py::object& tokens, std::int64_t ns) {
             TokenArg t(tokens);
-            return s.locked([&](PrefixCache& c) { return c.inspect(t.span()); });
+            const NamespaceId n = namespace_from(ns);
+            return s.locked([&](PrefixCache& c) { return c.inspect(t.span(), n); });
           },
-          py::arg("tokens"),
+          py::arg("tokens"), py::kw_only(), py::arg("namespace") = 0,
           "Per node on the path of `tokens`: residency, locks, copies (read-only).")
       .def(
           "flush",
-          [](PyPrefixCache& s) {
-            s.locked([](PrefixCache& c) {
-              c.flush();
+          [](PyPrefixCache& s, std::optional<std::int64_t> ns) {
+            const std::optional<NamespaceId> n =
+                ns ? std::optional(namespace_from(*ns)) : std::nullopt;
+            s.locked([&](PrefixCache& c) {
+              n ? c.flush(*n) : c.flush();
               return 0;
             });
           },
-          "Drops every unpinned copy on every tier (waits for copies in flight first).")
+          py::kw_only(), py::arg("namespace") = py::none(),
+          "Drops every copy no running request and no pin holds, on every tier (waits for "
+          "copies in flight first); flush(namespace=n): only namespace n's.")
+      .def(
+          "pin",
+          [](PyPrefixCache& s, const py::object& tokens, std::int64_t ns) {
+            TokenArg t(tokens);
+            const NamespaceId n = namespace_from(ns);
+            return unwrap(s.locked([&](PrefixCache& c) { return c.pin(t.span(), n); })).value();
+          },
+          py::arg("tokens"), py::kw_only(), py::arg("namespace") = 0,
+          "Host-only pin of a cached prefix (whole pages, a snapshot at its end): its host "
+          "copies are never dropped until unpin(pin). Returns the pin (an int). "
+          "OutOfMemoryError beyond CacheConfig.host_pin_share of the host pool.")
+      .def(
+          "unpin",
+          [](PyPrefixCache& s, std::int64_t pin) {
+            const PinId p = id_from<PinId>(pin, "pin");
+            check(s.locked([&](PrefixCache& c) { return c.unpin(p); }));
+          },
+          py::arg("pin"), "Ends a pin: its host copies become evictable again.")
+      .def_property_readonly(
+          "pinned_host_pages",
+          [](PyPrefixCache& s) {
+            return s.query([](const PrefixCache& c) { return c.pinned_host_pages(); });
+          })
       .def("stats",
            [](PyPrefixCache& s) { return s.query([](const PrefixCache& c) { return c.stats(); }); })
       .def("occupancy",

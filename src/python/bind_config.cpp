@@ -27,6 +27,7 @@ py::dict to_dict(const CacheConfig& c) {
   d["snapshot_eviction"] = c.snapshot_eviction;
   d["load_back_min_tokens"] = c.load_back_min_tokens;
   d["max_snapshots_per_path"] = c.max_snapshots_per_path;
+  d["host_pin_share"] = c.host_pin_share;
   return d;
 }
 
@@ -35,7 +36,7 @@ CacheConfig make_config(std::int64_t page_size, std::int64_t gpu_pages, std::int
                         std::int64_t page_bytes, std::int64_t snapshot_bytes,
                         std::int64_t slice_pages, WritePolicy write_policy,
                         SnapshotEviction snapshot_eviction, std::int64_t load_back_min_tokens,
-                        std::int64_t max_snapshots_per_path) {
+                        std::int64_t max_snapshots_per_path, double host_pin_share) {
   CacheConfig c;
   c.page_size = count_from<std::uint32_t>(page_size, "CacheConfig.page_size");
   c.gpu_pages = count_from<std::uint32_t>(gpu_pages, "CacheConfig.gpu_pages");
@@ -53,6 +54,7 @@ CacheConfig make_config(std::int64_t page_size, std::int64_t gpu_pages, std::int
       count_from<std::uint32_t>(load_back_min_tokens, "CacheConfig.load_back_min_tokens");
   c.max_snapshots_per_path =
       count_from<std::uint32_t>(max_snapshots_per_path, "CacheConfig.max_snapshots_per_path");
+  c.host_pin_share = host_pin_share;
   check(c.validate());
   return c;
 }
@@ -98,7 +100,8 @@ void bind_config(py::module_& m) {
            py::arg("slice_pages") = d.slice_pages, py::arg("write_policy") = d.write_policy,
            py::arg("snapshot_eviction") = d.snapshot_eviction,
            py::arg("load_back_min_tokens") = d.load_back_min_tokens,
-           py::arg("max_snapshots_per_path") = d.max_snapshots_per_path)
+           py::arg("max_snapshots_per_path") = d.max_snapshots_per_path,
+           py::arg("host_pin_share") = d.host_pin_share)
       .def_readonly("page_size", &CacheConfig::page_size, "tokens per page")
       .def_readonly("gpu_pages", &CacheConfig::gpu_pages, "GPU KV pool, in pages")
       .def_readonly("host_pages", &CacheConfig::host_pages, "host KV pool, in pages")
@@ -116,6 +119,8 @@ void bind_config(py::module_& m) {
                     "GPU alone would (0: always)")
       .def_readonly("max_snapshots_per_path", &CacheConfig::max_snapshots_per_path,
                     "at most this many snapshots on one root-to-leaf path (0: no cap)")
+      .def_readonly("host_pin_share", &CacheConfig::host_pin_share,
+                    "share of the host pool pins may hold, in [0, 1]")
       .def_property_readonly("slice_bytes", &CacheConfig::slice_bytes)
       .def("to_dict", &to_dict)
       .def(

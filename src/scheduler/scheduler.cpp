@@ -136,7 +136,7 @@ Status Scheduler::admit(Request request, RequestResult res) {
                                 std::to_string(res.preemptions) + " preemptions)"));
     }
     const CacheStats before = cache_.stats();
-    auto a = cache_.admit(request.prompt);
+    auto a = cache_.admit(request.prompt, RequestOptions{request.ns, request.priority});
     if (!a) return give_up(a.status());
     ++res.admissions;
     ++stats_.admissions;

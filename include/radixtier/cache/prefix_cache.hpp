@@ -43,6 +43,13 @@
 //     adopts it or the request frees it (RequestOwnership); release() frees what it still
 //     owns. Every id is bounds-checked in every build.
 //
+// Key namespaces: each namespace has its own root (root_ is the default namespace's; the
+// others are made by their first admission or pin and leave when their tree is empty), so no
+// node is reachable from two namespaces; the pools and the eviction orders are shared, so
+// eviction stays global. A lock and a pin record their root.
+// Priorities and pins: node.hpp, "Eviction orders"; the pinned host pages never exceed
+// CacheConfig::host_pin_share of the host pool (pin() refuses beyond it).
+//
 // Threading: not thread-safe; one scheduler thread calls it. Copies run on the transfer
 // engine's own threads or streams; the cache reaps them in poll() and at every entry point.
 #pragma once
@@ -58,6 +65,7 @@
 #include "radixtier/cache/cache_backend.hpp"
 #include "radixtier/cache/id_pool.hpp"
 #include "radixtier/cache/node.hpp"
+#include "radixtier/cache/request_options.hpp"
 #include "radixtier/cache/request_ownership.hpp"
 #include "radixtier/config.hpp"
 #include "radixtier/transfer/transfer_engine.hpp"
@@ -147,6 +155,9 @@ struct NodeInfo {
   Xfer snapshot_copy = Xfer::kNone;  ///< the copy of its snapshot in flight
   std::uint32_t locks = 0;           ///< running requests whose path includes it
   std::uint32_t snapshot_locks = 0;  ///< running requests resuming from its snapshot
+  std::uint8_t kv_priority = 0;      ///< retention level of its KV (node.hpp)
+  std::uint8_t snapshot_priority = 0;
+  std::uint32_t pins = 0;  ///< host pins whose prefix includes it
 
   bool operator==(const NodeInfo&) const = default;
 };
@@ -165,7 +176,11 @@ class PrefixCache final : public CacheBackend {
   // --- CacheBackend ----------------------------------------------------------------------
   std::uint32_t page_size() const override { return config_.page_size; }
   std::uint64_t host_bytes_free() const override;
+  /// admit(prompt, {}): the default namespace at the default priority.
   Result<Admission> admit(std::span<const Token> prompt) override;
+  /// In options.ns; the KV of the path and the snapshot resumed from, and later what the
+  /// request inserts, are kept at least at options.priority (request_options.hpp).
+  Result<Admission> admit(std::span<const Token> prompt, const RequestOptions& options) override;
   Result<TransferState> poll(LockId lock) override;
   Result<std::size_t> wait(LockId lock) override;
   Result<std::vector<GpuPageId>> path_pages(LockId lock) const override;
@@ -183,10 +198,10 @@ class PrefixCache final : public CacheBackend {
 
   // --- queries and maintenance -----------------------------------------------------------
   /// Read-only lookup of `tokens` (all of them; admit() is the one that drops the last).
-  MatchResult match(std::span<const Token> tokens) const;
+  MatchResult match(std::span<const Token> tokens, NamespaceId ns = kDefaultNamespace) const;
   /// What admit(prompt) would find, read-only: match() of all but the last token, so a
   /// scheduler can decide on GPU room before it commits any (load-back threshold included).
-  Result<MatchResult> peek(std::span<const Token> prompt) const;
+  Result<MatchResult> peek(std::span<const Token> prompt, NamespaceId ns = kDefaultNamespace) const;
   /// Frees at least `request.tokens` of KV and `request.snapshots` snapshots on one tier, as
   /// far as unlocked data allows (less when there is less: not an error), lowest key first:
   /// on GPU by demotion or drop, exactly as making room does; on host by drop. Fails only
@@ -204,9 +219,30 @@ class PrefixCache final : public CacheBackend {
   /// flight, then every KV page and snapshot no running request pins is freed and every node
   /// left empty leaves the tree. With no request running, the cache is as created.
   void flush();
+  /// flush() of one namespace (an adapter unloaded, a tenant gone): every copy of its tree
+  /// that no running request and no pin holds is dropped; the other namespaces keep theirs.
+  void flush(NamespaceId ns);
   /// Read-only: every node along `tokens` (all of them, tombstones included), root excluded,
   /// down to the last one the tokens reach (a partial match included), shallow first.
-  std::vector<NodeInfo> inspect(std::span<const Token> tokens) const;
+  std::vector<NodeInfo> inspect(std::span<const Token> tokens,
+                                NamespaceId ns = kDefaultNamespace) const;
+  /// Host-only pin of a cached prefix (an operator's system prompt): `tokens` (whole pages)
+  /// must be a usable match of `ns` whole (KV on every node, a snapshot at its end). Waits
+  /// for the copies in flight, then gives every node of the prefix and the end snapshot a
+  /// host copy (copying what is GPU-only, making host room as eviction does) and keeps those
+  /// host copies until unpin(): never dropped for room, by drop_host() or flush(). Errors,
+  /// each changing nothing: kInvalidArgument (not whole pages, no such namespace or prefix),
+  /// kOutOfMemory (the pinned host pages would exceed CacheConfig::host_pin_share of the host
+  /// pool, or no host room can be made), kTransferFailed (the copy to host failed).
+  Result<PinId> pin(std::span<const Token> tokens, NamespaceId ns = kDefaultNamespace);
+  /// Ends a pin: its host copies become evictable again (kNotFound: unknown pin).
+  Status unpin(PinId pin);
+  /// Host pool pages held by pinned KV and pinned snapshots (each node counted once).
+  std::size_t pinned_host_pages() const { return pinned_host_pages_; }
+  /// The most pages pins may hold: host_pin_share of the host pool.
+  std::size_t pin_budget_pages() const;
+  /// Namespaces with a tree now (the default one always).
+  std::size_t namespace_count() const { return 1 + ns_roots_.size(); }
   Occupancy occupancy() const;
   const CacheConfig& config() const { return config_; }
   std::size_t in_flight() const { return transfers_.size(); }
@@ -215,6 +251,12 @@ class PrefixCache final : public CacheBackend {
   struct LockRecord {
     Node* node;       ///< deepest node of the locked path
     Node* snap_node;  ///< node whose snapshot the request resumes from (nullptr: none)
+    Node* root;       ///< the root of the request's namespace
+    RetentionPriority priority;
+  };
+  struct PinRecord {
+    Node* node;  ///< the node at the end of the pinned prefix
+    Node* root;  ///< the root of its namespace
   };
   struct CopyOp {
     Node* node;
@@ -241,14 +283,23 @@ class PrefixCache final : public CacheBackend {
   Node* split(Node* n, std::size_t pages);
   /// Removes n and then its ancestors while they are empty leaves; appends what it removed.
   void remove_if_empty(Node* n, std::vector<const Node*>* removed = nullptr);
-  /// remove_if_empty() on the deepest node that `tokens` match whole.
-  void prune_path(std::span<const Token> tokens);
+  /// remove_if_empty() on the deepest node under `root` that `tokens` match whole.
+  void prune_path(Node* root, std::span<const Token> tokens);
   std::vector<Node*> path_of(Node* n) const;
+  /// The root of namespace ns (root_ for the default one); nullptr if it has no tree.
+  Node* root_of(NamespaceId ns) const;
+  /// root_of(ns), made if it has none yet.
+  Node* ensure_root(NamespaceId ns);
+  /// Removes the root of a namespace other than the default one once nothing is left of its
+  /// tree (no child, no lock, no pin).
+  void remove_root_if_empty(Node* root);
+  /// Keeps n's KV and/or snapshot at least at priority p (its retention level).
+  void raise_priority(Node* n, RetentionPriority p, bool kv, bool snapshot);
   /// Calls on_node(node, end) for each node along `tokens` whose KV is present, where `end`
   /// is the token count matched from the root through that node (== node->boundary when the
   /// node matched whole); stops after a partially matched node or before one whose KV is gone.
   template <class F>
-  void walk_kv_path(std::span<const Token> tokens, F&& on_node) const;
+  void walk_kv_path(const Node* from, std::span<const Token> tokens, F&& on_node) const;
 
   // residency setters keep the parent's child counters, the snapshot counts of the
   // ancestors and the eviction orders exact
@@ -323,8 +374,9 @@ class PrefixCache final : public CacheBackend {
     bool snapshot_on_gpu;
     bool needs_copy() const { return host_tokens > 0 || !snapshot_on_gpu; }
   };
-  /// The candidates along `tokens`, shallow first; *kv_tokens as MatchResult::kv_tokens.
-  std::vector<Candidate> candidates_along(std::span<const Token> tokens,
+  /// The candidates along `tokens` from `from` (a namespace's root, or nullptr: none),
+  /// shallow first; *kv_tokens as MatchResult::kv_tokens.
+  std::vector<Candidate> candidates_along(const Node* from, std::span<const Token> tokens,
                                           std::size_t* kv_tokens) const;
   /// The load-back threshold: a candidate that needs a copy is taken only when it resumes
   /// load_back_min_tokens deeper than `gpu_usable` (the deepest one that needs none).
@@ -333,6 +385,10 @@ class PrefixCache final : public CacheBackend {
   /// path is unlocked again: kTransferFailed (the engine refused) is reported to the caller,
   /// any other error means "fall back to a shallower candidate".
   Result<Admission> try_admit_at(Node* target);
+  /// Pin helpers: the host pages a new pin of the path ending at `end` adds to the budget,
+  /// and the counts of a pin added (+1) or removed (-1).
+  std::size_t pin_cost(const Node* end) const;
+  void add_pin_counts(Node* end, int delta);
   /// kPending / kDone / kFailed of a lock's path and snapshot, as poll(lock) without reaping.
   TransferState lock_state(const LockRecord& rec) const;
   void wait_promotions(const LockRecord& rec);
@@ -392,6 +448,11 @@ class PrefixCache final : public CacheBackend {
   }
 
   std::unordered_map<std::uint32_t, LockRecord> locks_;
+  /// Roots of the namespaces other than the default one (root_), by namespace id.
+  std::unordered_map<std::uint32_t, Node*> ns_roots_;
+  std::unordered_map<std::uint32_t, PinRecord> pins_;
+  std::uint32_t next_pin_ = 0;
+  std::size_t pinned_host_pages_ = 0;
   std::uint32_t next_lock_ = 0;
   std::unordered_map<std::uint32_t, InFlight> transfers_;
   std::uint32_t next_transfer_ = 1;
@@ -407,8 +468,10 @@ class PrefixCache final : public CacheBackend {
 };
 
 template <class F>
-inline void PrefixCache::walk_kv_path(std::span<const Token> tokens, F&& on_node) const {
-  const Node* n = root_;
+inline void PrefixCache::walk_kv_path(const Node* from, std::span<const Token> tokens,
+                                      F&& on_node) const {
+  const Node* n = from;
+  if (n == nullptr) return;  // a namespace without a tree
   std::size_t pos = 0;
   for (;;) {
     Node* c = find_child(n, tokens, pos);
