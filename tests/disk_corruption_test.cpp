@@ -130,6 +130,38 @@ TEST(DiskCorruption, TruncatedFilesDropTheRecordsTheyCut) {
   EXPECT_EQ((*store)->check_invariants(), "");
 }
 
+// A torn tail (power loss mid-append) is cut at recovery, so that what is appended after it
+// is found by the next recovery too (appending after the garbage would hide it).
+TEST(DiskCorruption, ATornTailIsCutSoLaterCommitsSurvive) {
+  TempDir dir;
+  const auto c = small_config(dir.store());
+  const auto records = make_store(c, 4);
+  const auto jsize = fs::file_size(c.directory + "/journal");
+  fs::resize_file(c.directory + "/journal", jsize - 11);
+  std::size_t kept = 0;
+  std::vector<RecordId> later;
+  {
+    auto store = DiskStore::open(c);
+    ASSERT_TRUE(store.is_ok());
+    EXPECT_GT((*store)->recovery().torn_tail_bytes, 0u);
+    kept = (*store)->records().size();
+    EXPECT_EQ(kept, records.size() - 1);
+    for (int i = 0; i < 3; ++i) {
+      RecordDesc d = RecordDesc::kv_page(PathHash::root(), 4, page_tokens_for(900 + i, 4));
+      auto id = (*store)->put(d, expected_bytes(d, 4096));
+      ASSERT_TRUE(id.is_ok());
+      later.push_back(*id);
+    }
+    ASSERT_TRUE((*store)->sync().is_ok());
+  }
+  auto store = DiskStore::open(c);
+  ASSERT_TRUE(store.is_ok());
+  EXPECT_EQ((*store)->recovery().torn_tail_bytes, 0u);
+  EXPECT_EQ((*store)->records().size(), kept + later.size());
+  for (RecordId id : later) EXPECT_NE((*store)->find(id), nullptr);
+  EXPECT_EQ(check_every_byte(**store), "");
+}
+
 TEST(DiskCorruption, AnUnreadableOrMissingHeaderIsRefusedUnlessWiped) {
   TempDir dir;
   auto c = small_config(dir.store());
