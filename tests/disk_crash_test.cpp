@@ -81,7 +81,7 @@ DiskStoreConfig crash_config(const std::string& dir, bool uring) {
       std::vector<WriteRequest> reqs;
       for (const RecordDesc& d : descs)
         bytes.push_back(expected_bytes(d, (*store)->record_bytes(d.kind)));
-      for (std::size_t i = 0; i < descs.size(); ++i) reqs.push_back({descs[i], bytes[i]});
+      for (std::size_t i = 0; i < descs.size(); ++i) reqs.push_back({descs[i], bytes[i], {}});
       auto pending = (*store)->submit_writes(std::move(reqs));
       if (pending.is_ok()) {
         auto ids = (*store)->complete_writes(std::move(pending).value());

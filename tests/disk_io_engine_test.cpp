@@ -113,6 +113,8 @@ TEST(DiskIoEngine, ErrnoMapping) {
 
 TEST(DiskIoEngine, AutoFallsBackOrUsesIoUring) {
   IoEngineConfig c;
+  EXPECT_EQ(c.kind, IoEngineKind::kThreadPool);  // the default (docs/performance.md)
+  c.kind = IoEngineKind::kAuto;
   std::string reason;
   auto e = make_io_engine(c, &reason);
   ASSERT_TRUE(e.is_ok());

@@ -112,7 +112,7 @@ TEST_P(DiskStoreEngines, BatchesOfWritesAndReadsOverlap) {
   bytes.push_back(expected_bytes(descs.back(), store->record_bytes(RecordKind::kSnapshot)));
   std::vector<WriteRequest> first, second;
   for (std::size_t i = 0; i < descs.size(); ++i) {
-    (i % 2 ? second : first).push_back({descs[i], bytes[i]});
+    (i % 2 ? second : first).push_back({descs[i], bytes[i], {}});
   }
   auto p1 = store->submit_writes(std::move(first));
   auto p2 = store->submit_writes(std::move(second));  // both in flight at once
@@ -128,7 +128,7 @@ TEST_P(DiskStoreEngines, BatchesOfWritesAndReadsOverlap) {
   std::vector<RecordId> all(ids1->begin(), ids1->end());
   all.insert(all.end(), ids2->begin(), ids2->end());
   for (RecordId id : all) out.emplace_back(store->record_bytes(store->find(id)->desc.kind));
-  for (std::size_t i = 0; i < all.size(); ++i) reads.push_back({all[i], out[i]});
+  for (std::size_t i = 0; i < all.size(); ++i) reads.push_back({all[i], out[i], {}});
   auto pr = store->submit_reads(std::move(reads));
   ASSERT_TRUE(pr.is_ok());
   for (const Status& s : store->complete_reads(std::move(pr).value())) EXPECT_TRUE(s.is_ok());
@@ -221,7 +221,7 @@ TEST(DiskStore, BadInputIsRefusedAndChangesNothing) {
       {"snapshot wrong size", RecordDesc::snapshot(PathHash{1, 2}, 4), page},
   };
   for (const Case& c : cases) {
-    std::vector<WriteRequest> one{{c.desc, c.bytes}};
+    std::vector<WriteRequest> one{{c.desc, c.bytes, {}}};
     auto r = store->submit_writes(std::move(one));
     ASSERT_FALSE(r.is_ok()) << c.what;
     EXPECT_EQ(r.status().code(), ErrorCode::kInvalidArgument) << c.what;
@@ -238,6 +238,43 @@ TEST(DiskStore, BadInputIsRefusedAndChangesNothing) {
   const auto after = store->stats();
   EXPECT_EQ(after.records, before.records + 1);
   EXPECT_EQ(after.free_slots, before.free_slots - 1);
+  EXPECT_EQ(store->check_invariants(), "");
+}
+
+TEST(DiskStore, ASnapshotWrittenInPiecesReadsBackWholeAndViceVersa) {
+  TempDir dir;
+  auto store = open_ok(small_config(dir.store()));
+  ASSERT_TRUE(store);
+  const std::size_t n = store->record_bytes(RecordKind::kSnapshot);  // 3 pages + 100 bytes
+  RecordDesc d = RecordDesc::snapshot(PathHash{5, 6}, 8);
+  const auto bytes = expected_bytes(d, n);
+  const std::span<const std::byte> all(bytes);
+  WriteRequest w;
+  w.desc = d;
+  w.pieces = {all.subspan(0, 4096), all.subspan(4096, 4096), all.subspan(8192, 4096),
+              all.subspan(12288)};
+  std::vector<WriteRequest> bad_requests;
+  WriteRequest bad = w;
+  bad.pieces[1] = all.subspan(4096, 4000);  // a piece that is not a slot's size
+  bad_requests.push_back(bad);
+  EXPECT_EQ(store->submit_writes(std::move(bad_requests)).status().code(),
+            ErrorCode::kInvalidArgument);
+  std::vector<WriteRequest> one;
+  one.push_back(w);
+  auto pending = store->submit_writes(std::move(one));
+  ASSERT_TRUE(pending.is_ok());
+  auto id = store->complete_writes(std::move(pending).value());
+  ASSERT_TRUE(id.is_ok());
+  std::vector<std::byte> whole(n);
+  ASSERT_TRUE(store->get(id->front(), whole).is_ok());
+  EXPECT_EQ(whole, bytes);
+  std::vector<std::byte> a(4096), b(4096), c(4096), e(100);
+  auto pr = store->submit_reads({{id->front(), {}, {a, b, c, e}}});
+  ASSERT_TRUE(pr.is_ok());
+  EXPECT_TRUE(store->complete_reads(std::move(pr).value()).front().is_ok());
+  std::vector<std::byte> joined;
+  for (const auto* v : {&a, &b, &c, &e}) joined.insert(joined.end(), v->begin(), v->end());
+  EXPECT_EQ(joined, bytes);
   EXPECT_EQ(store->check_invariants(), "");
 }
 
@@ -321,7 +358,7 @@ TEST(DiskStore, EraseWhileReadingIsRefused) {
   ASSERT_TRUE(store);
   auto ids = write_chain(*store, 5, 1, 0);
   std::vector<std::byte> out(4096);
-  auto pr = store->submit_reads({{ids[0], out}});
+  auto pr = store->submit_reads({{ids[0], out, {}}});
   ASSERT_TRUE(pr.is_ok());
   EXPECT_EQ(store->erase(ids[0]).code(), ErrorCode::kFailedPrecondition);
   EXPECT_EQ(store->check_invariants(), "");

@@ -14,8 +14,37 @@ namespace radixtier::disk {
 
 namespace {
 
-std::uint64_t record_checksum(std::span<const std::byte> bytes, RecordId id) {
-  return XXH3_64bits_withSeed(bytes.data(), bytes.size(), id.value());
+/// XXH3-64 of the pieces' concatenation, seeded with the record id (streaming gives the
+/// one-shot hash of the same bytes).
+template <class Span>
+std::uint64_t record_checksum(const std::vector<Span>& pieces, RecordId id) {
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_64bits_reset_withSeed(state, id.value());
+  for (const auto& p : pieces) XXH3_64bits_update(state, p.data(), p.size());
+  const std::uint64_t h = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
+  return h;
+}
+
+/// The per-slot spans of a record of `total` bytes in `bytes` (or the caller's own pieces);
+/// empty when their sizes do not fit slots of `pb` bytes.
+template <class Span>
+std::vector<Span> slot_pieces(Span bytes, const std::vector<Span>& pieces, std::size_t total,
+                              std::size_t pb) {
+  std::vector<Span> out;
+  if (!bytes.empty()) {
+    if (bytes.size() != total) return {};
+    for (std::size_t at = 0; at < total; at += pb) {
+      out.push_back(bytes.subspan(at, std::min(pb, total - at)));
+    }
+    return out;
+  }
+  const std::size_t n = (total + pb - 1) / pb;
+  if (pieces.size() != n) return {};
+  for (std::size_t i = 0; i < n; ++i) {
+    if (pieces[i].data() == nullptr || pieces[i].size() != std::min(pb, total - i * pb)) return {};
+  }
+  return pieces;
 }
 
 std::string describe(const RecordInfo& r) {
@@ -93,11 +122,20 @@ Status DiskStore::validate_request(const WriteRequest& r) const {
                             " is not a positive multiple of page_tokens " +
                             std::to_string(f.page_tokens));
   }
-  if (r.bytes.data() == nullptr) return invalid_argument("record bytes are null");
-  if (r.bytes.size() != record_bytes(d.kind)) {
-    return invalid_argument(std::string(to_string(d.kind)) + " of " +
-                            std::to_string(r.bytes.size()) + " bytes, the store's is " +
-                            std::to_string(record_bytes(d.kind)));
+  if (!r.bytes.empty() && !r.pieces.empty()) {
+    return invalid_argument("a record's bytes are contiguous or in pieces, not both");
+  }
+  if (r.bytes.empty() && r.pieces.empty()) return invalid_argument("record bytes are empty");
+  if (!r.bytes.empty() && r.bytes.data() == nullptr) {
+    return invalid_argument("record bytes are null");
+  }
+  if (slot_pieces(r.bytes, r.pieces, record_bytes(d.kind), f.page_bytes).empty()) {
+    std::size_t got = r.bytes.size();
+    for (const auto& p : r.pieces) got += p.size();
+    return invalid_argument(std::string(to_string(d.kind)) + " of " + std::to_string(got) +
+                            " bytes in " + std::to_string(r.bytes.empty() ? r.pieces.size() : 1) +
+                            " piece(s), the store's is " + std::to_string(record_bytes(d.kind)) +
+                            " bytes in slots of " + std::to_string(f.page_bytes));
   }
   if (d.kind == RecordKind::kKvPage) {
     if (d.tokens.size() != f.page_tokens) {
@@ -140,16 +178,14 @@ Result<PendingWrites> DiskStore::submit_writes(std::vector<WriteRequest> request
     info.id = RecordId(next_id_++);
     info.desc = std::move(r.desc);
     if (info.desc.kind == RecordKind::kKvPage) info.desc.path = info.desc.node_path();
-    info.checksum = record_checksum(r.bytes, info.id);
-    const std::size_t n = info.desc.kind == RecordKind::kKvPage ? 1 : config_.snapshot_slots();
-    for (std::size_t i = 0; i < n; ++i) {
+    const auto pieces = slot_pieces(r.bytes, r.pieces, record_bytes(info.desc.kind), pb);
+    info.checksum = record_checksum(pieces, info.id);
+    for (const auto& piece : pieces) {
       const DiskSlotId slot = free_.back();
       free_.pop_back();
       slot_state_[slot.value()] = SlotState::kWriting;
       info.slots.push_back(slot);
-      const std::size_t len = std::min<std::size_t>(pb, r.bytes.size() - i * pb);
-      ops.push_back(
-          IoOp::write(files_->data.get(), slot.value() * pb, r.bytes.data() + i * pb, len));
+      ops.push_back(IoOp::write(files_->data.get(), slot.value() * pb, piece.data(), piece.size()));
     }
     pending.records_.push_back(std::move(info));
   }
@@ -202,7 +238,7 @@ Result<std::vector<RecordId>> DiskStore::complete_writes(PendingWrites&& pending
 
 Result<RecordId> DiskStore::put(const RecordDesc& desc, std::span<const std::byte> bytes) {
   std::vector<WriteRequest> one;
-  one.push_back({desc, bytes});
+  one.push_back({desc, bytes, {}});
   auto pending = submit_writes(std::move(one));
   if (!pending) return pending.status();
   auto ids = complete_writes(std::move(pending).value());
@@ -221,15 +257,18 @@ Result<PendingReads> DiskStore::submit_reads(std::vector<ReadRequest> requests) 
       return not_found("no live record " + std::to_string(r.id.value()) + " in the store");
     }
     const RecordInfo& info = it->second;
-    if (r.out.size() != record_bytes(info.desc.kind) || r.out.data() == nullptr) {
-      return invalid_argument(describe(info) + " has " +
-                              std::to_string(record_bytes(info.desc.kind)) + " bytes, got a " +
-                              std::to_string(r.out.size()) + "-byte buffer");
+    const auto pieces = slot_pieces(r.out, r.out_pieces, record_bytes(info.desc.kind), pb);
+    if (pieces.empty() || (!r.out.empty() && !r.out_pieces.empty())) {
+      std::size_t got = r.out.size();
+      for (const auto& p : r.out_pieces) got += p.size();
+      return invalid_argument(
+          describe(info) + " has " + std::to_string(record_bytes(info.desc.kind)) + " bytes, got " +
+          std::to_string(got) + " bytes of buffer in " +
+          std::to_string(r.out.empty() ? r.out_pieces.size() : 1) + " piece(s)");
     }
     for (std::size_t i = 0; i < info.slots.size(); ++i) {
-      const std::size_t len = std::min<std::size_t>(pb, r.out.size() - i * pb);
-      ops.push_back(
-          IoOp::read(files_->data.get(), info.slots[i].value() * pb, r.out.data() + i * pb, len));
+      ops.push_back(IoOp::read(files_->data.get(), info.slots[i].value() * pb, pieces[i].data(),
+                               pieces[i].size()));
     }
   }
   auto ticket = engine_->submit(std::move(ops));
@@ -266,7 +305,9 @@ std::vector<Status> DiskStore::complete_reads(PendingReads&& pending) {
       out.push_back(not_found("record " + std::to_string(r.id.value()) + " was lost"));
       continue;
     }
-    if (record_checksum(r.out, r.id) == it->second.checksum) {
+    const auto pieces = slot_pieces(r.out, r.out_pieces, record_bytes(it->second.desc.kind),
+                                    config_.fingerprint.page_bytes);
+    if (record_checksum(pieces, r.id) == it->second.checksum) {
       ++stats_.records_read;
       out.push_back(Status::ok());
       continue;
@@ -287,7 +328,7 @@ std::vector<Status> DiskStore::complete_reads(PendingReads&& pending) {
 }
 
 Status DiskStore::get(RecordId id, std::span<std::byte> out) {
-  std::vector<ReadRequest> one{{id, out}};
+  std::vector<ReadRequest> one{{id, out, {}}};
   auto pending = submit_reads(std::move(one));
   if (!pending) return pending.status();
   return complete_reads(std::move(pending).value()).front();
@@ -316,6 +357,7 @@ void DiskStore::forget_record(RecordId id) {
     freeing_.push_back(s);
   }
   live_.erase(it);
+  read_pins_.erase(id);  // another batch reading it finds it gone (kNotFound), never reused bytes
   queue_free(id);
 }
 
@@ -375,7 +417,7 @@ Result<std::uint64_t> DiskStore::scrub() {
       bufs.emplace_back(record_bytes(live_.at(ids[i]).desc.kind));
     }
     for (std::size_t i = at; i < std::min(ids.size(), at + kBatch); ++i) {
-      reads.push_back({ids[i], bufs[i - at]});
+      reads.push_back({ids[i], bufs[i - at], {}});
     }
     auto pending = submit_reads(std::move(reads));
     if (!pending) return pending.status();

@@ -20,6 +20,7 @@
 // prefix and ignores a torn or uncommitted tail, so a record is whole or absent.
 //
 // Not thread-safe: one owner thread calls it (the cache's); the I/O engine runs the slices.
+// PendingWrites and PendingReads must not outlive their store.
 // A failed fsync switches the store off for good (every later call: kFailedPrecondition):
 // after a failed fsync the kernel may have dropped dirty pages, and a retry could succeed
 // without the bytes.
@@ -71,17 +72,23 @@ struct DiskStoreStats {
 };
 
 /// One record to write: what it is and its bytes (page_bytes for a KV page, snapshot_bytes
-/// for a snapshot). The bytes must stay valid and unchanged until complete_writes returns;
-/// if they change meanwhile the record fails its checksum when read (lost, never wrong).
+/// for a snapshot), either contiguous in `bytes` or, when `bytes` is empty, in `pieces`: one
+/// span per data slot, page_bytes each but the last (a snapshot kept in host pages, written
+/// without a staging copy). The bytes must stay valid and unchanged until complete_writes
+/// returns; if they change meanwhile the record fails its checksum when read (lost, never
+/// wrong).
 struct WriteRequest {
   RecordDesc desc;
   std::span<const std::byte> bytes;
+  std::vector<std::span<const std::byte>> pieces;
 };
 
-/// One record to read into `out` (exactly the record's size).
+/// One record to read into `out` (exactly the record's size), or, when `out` is empty, into
+/// `out_pieces` (one span per data slot, as WriteRequest::pieces).
 struct ReadRequest {
   RecordId id;
   std::span<std::byte> out;
+  std::vector<std::span<std::byte>> out_pieces;
 };
 
 class DiskStore;
