@@ -43,7 +43,7 @@ fuzz-coverage:
 	tests/fuzz/coverage.sh build/fuzz-coverage tests/fuzz/corpus $(wildcard $(FUZZ_CORPUS))
 
 # Long runs, not CI (~2.5 h on 2 cores): the property tests at 20,000 sequences of up to
-# 1,000 commands each, the disk crash test at 10,000 kill points (~5 min), then the fuzzer
+# 1,000 commands each, the disk crash test at 10,000 kill points (~4 min), then the fuzzer
 # for 30 minutes.
 soak:
 	$(MAKE) build

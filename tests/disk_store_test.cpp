@@ -461,6 +461,7 @@ TEST(DiskStore, ASmallerBudgetDropsTheRecordsBeyondIt) {
   auto store = open_ok(small_config(dir.store(), 10));
   ASSERT_TRUE(store);
   EXPECT_EQ(store->recovery().dropped_over_budget, 10u);
+  EXPECT_LE(std::filesystem::file_size(dir.store() + "/data"), 10u * 4096);
   EXPECT_EQ(store->records().size(), 10u);
   EXPECT_EQ(store->check_invariants(), "");
   EXPECT_EQ(check_every_byte(*store), "");

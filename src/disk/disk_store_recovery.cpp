@@ -238,6 +238,13 @@ Status DiskStore::replay_journal() {
   }
   recovery_.records = live_.size();
   if (Status s = sync(); !s) return s;
+  // A smaller budget: once the drops are durable, the file shrinks to it.
+  const std::uint64_t budget_end = slot_state_.size() * pb;
+  if (*data_size > budget_end) {
+    if (::ftruncate(files_->data.get(), static_cast<off_t>(budget_end)) != 0) {
+      return io_error(errno, "shrinking the data file to the budget");
+    }
+  }
   if (journal_entries_ > 2 * live_.size() + config_.compact_slack) return compact();
   return Status::ok();
 }
