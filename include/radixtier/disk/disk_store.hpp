@@ -32,6 +32,7 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "radixtier/disk/disk_config.hpp"
@@ -98,7 +99,7 @@ class DiskStore;
 class PendingWrites {
  public:
   PendingWrites() = default;
-  PendingWrites(PendingWrites&&) noexcept = default;
+  PendingWrites(PendingWrites&& other) noexcept { *this = std::move(other); }
   PendingWrites& operator=(PendingWrites&&) noexcept;
   PendingWrites(const PendingWrites&) = delete;
   PendingWrites& operator=(const PendingWrites&) = delete;
@@ -119,7 +120,7 @@ class PendingWrites {
 class PendingReads {
  public:
   PendingReads() = default;
-  PendingReads(PendingReads&&) noexcept = default;
+  PendingReads(PendingReads&& other) noexcept { *this = std::move(other); }
   PendingReads& operator=(PendingReads&&) noexcept;
   PendingReads(const PendingReads&) = delete;
   PendingReads& operator=(const PendingReads&) = delete;
