@@ -63,6 +63,7 @@ std::unique_ptr<DiskIoEngine> engine_for(int variant, benchmark::State& state) {
   if (variant == 0) return nullptr;
   IoEngineConfig c;
   c.kind = variant == 1 ? IoEngineKind::kIoUring : IoEngineKind::kThreadPool;
+  if (state.range(1) > 0) c.io_threads = static_cast<std::uint32_t>(state.range(1));
   c.slice_bytes = kOpBytes;
   auto e = make_io_engine(c);
   if (!e.is_ok()) {
@@ -135,13 +136,17 @@ void BM_DiskSeqRead(benchmark::State& state) {
   label(state, variant);
 }
 
+// Args: {variant, io_threads (0: the default 4)}.
 BENCHMARK(BM_DiskSeqWrite)
-    ->DenseRange(0, 2)
+    ->ArgsProduct({{0, 1, 2}, {0}})
     ->Iterations(6)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DiskSeqRead)
-    ->DenseRange(0, 2)
+    ->ArgsProduct({{0, 1, 2}, {0}})
+    ->Args({2, 1})
+    ->Args({2, 2})
+    ->Args({2, 8})
     ->Iterations(6)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);

@@ -113,8 +113,7 @@ TEST(DiskIoEngine, ErrnoMapping) {
 
 TEST(DiskIoEngine, AutoFallsBackOrUsesIoUring) {
   IoEngineConfig c;
-  EXPECT_EQ(c.kind, IoEngineKind::kThreadPool);  // the default (docs/performance.md)
-  c.kind = IoEngineKind::kAuto;
+  EXPECT_EQ(c.kind, IoEngineKind::kAuto);  // the default (docs/performance.md)
   std::string reason;
   auto e = make_io_engine(c, &reason);
   ASSERT_TRUE(e.is_ok());

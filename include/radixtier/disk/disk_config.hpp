@@ -41,10 +41,10 @@ enum class IoEngineKind {
 const char* to_string(IoEngineKind kind);
 
 struct IoEngineConfig {
-  /// The thread pool by default: it matched or beat io_uring on this project's benchmark
-  /// (docs/performance.md) and progresses without its owner thread polling, so demotions
-  /// overlap with the scheduler however rarely the cache looks at its tickets.
-  IoEngineKind kind = IoEngineKind::kThreadPool;
+  /// io_uring where the kernel allows it, else the thread pool: io_uring reached >= 80% of a
+  /// plain pread loop's read bandwidth in 7 of 8 benchmark runs, the pool in 3 of 8
+  /// (docs/performance.md).
+  IoEngineKind kind = IoEngineKind::kAuto;
   std::size_t slice_bytes = std::size_t{1} << 20;  ///< an I/O is cut into slices of this size
   std::uint32_t queue_depth = 32;                  ///< io_uring: slices in flight at most
   std::uint32_t io_threads = 4;                    ///< thread pool: worker threads
