@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Installs the Debian packages radixtier needs, only those missing, when run as root: the
-# C++ toolchain and test libraries, and for the Python module and its tests pybind11,
-# Python's headers, and Debian's torch, numpy and pytest for /usr/bin/python3.
+# C++ toolchain and test libraries, liburing and xxHash (the disk store, found with
+# pkg-config), and for the Python module and its tests pybind11, Python's headers, and
+# Debian's torch, numpy and pytest for /usr/bin/python3.
 #   scripts/setup.sh [PRESET]   the fuzz presets also need clang and libFuzzer (and llvm-cov)
 set -euo pipefail
 preset=${1:-default}
 pkgs=(cmake g++ make libboost-dev libgtest-dev librapidcheck-dev libbenchmark-dev
-  nlohmann-json3-dev libcli11-dev
+  nlohmann-json3-dev libcli11-dev liburing-dev libxxhash-dev pkg-config
   pybind11-dev python3-dev python3-torch python3-pytest python3-numpy)
 case "$preset" in
   fuzz) pkgs+=(clang libclang-rt-14-dev) ;;

@@ -20,6 +20,8 @@ const char* to_string(ErrorCode code) {
       return "failed precondition";
     case ErrorCode::kDeviceLost:
       return "device lost";
+    case ErrorCode::kDataLoss:
+      return "data loss";
   }
   return "unknown";
 }

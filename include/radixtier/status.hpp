@@ -18,6 +18,7 @@ enum class ErrorCode {
   kPending,             ///< an async operation has not finished yet
   kFailedPrecondition,  ///< the call is valid but not in this state
   kDeviceLost,          ///< the GPU context is lost (sticky CUDA error): restart the process
+  kDataLoss,            ///< persisted bytes failed their check (checksum, truncation): lost
 };
 
 const char* to_string(ErrorCode code);

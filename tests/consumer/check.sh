@@ -2,7 +2,7 @@
 # Consumer test: install the package from BUILD_DIR to a prefix, build the consumer project
 # against it with find_package, run it, and check with nm that only the layers it asked for
 # came along.
-#   check.sh core|cuda BUILD_DIR CONSUMER_SRC CXX
+#   check.sh core|cuda|disk BUILD_DIR CONSUMER_SRC CXX
 set -euo pipefail
 mode=$1 build=$2 src=$3 cxx=$4
 work=$build/consumer-$mode
@@ -10,9 +10,10 @@ prefix=$work/prefix
 rm -rf "$work"
 cmake --install "$build" --prefix "$prefix" >/dev/null
 cmake -S "$src" -B "$work/build" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_CXX_COMPILER="$cxx" \
-  -DCMAKE_BUILD_TYPE=Release -DCONSUMER_CUDA=$([ "$mode" = cuda ] && echo ON || echo OFF) >/dev/null
+  -DCMAKE_BUILD_TYPE=Release -DCONSUMER_CUDA=$([ "$mode" = cuda ] && echo ON || echo OFF) \
+  -DCONSUMER_DISK=$([ "$mode" = disk ] && echo ON || echo OFF) >/dev/null
 cmake --build "$work/build" -j 2 >/dev/null
-exe=$work/build/consumer$([ "$mode" = cuda ] && echo _cuda || true)
+exe=$work/build/consumer$([ "$mode" = core ] || echo "_$mode")
 "$exe"
 
 # What must never reach an engine that links the cache: the internal layers (namespaces
@@ -35,6 +36,11 @@ check_present "$lib" 'radixtier::PrefixCache::admit' "the cache"
 check_absent "$lib" "$internal|radixtier::sched::" "internal or scheduler symbols"
 if [ "$mode" = core ]; then
   check_present "$exe" 'radixtier::PrefixCache::admit' "the cache"
+elif [ "$mode" = disk ]; then
+  disklib=$(find "$prefix" -name libradixtier_disk.a | head -1)
+  [ -n "$disklib" ] || { echo "FAIL: libradixtier_disk.a was not installed"; exit 1; }
+  check_present "$exe" 'radixtier::disk::DiskStore::open' "the disk store"
+  check_absent "$disklib" "$internal|radixtier::sched::" "internal or scheduler symbols"
 else
   check_present "$exe" 'radixtier::cuda::CudaTransferEngine::create' "the CUDA engine"
 fi
@@ -47,7 +53,7 @@ if [ "$mode" = core ]; then
   for h in sim demo baseline model workload index_tier; do
     [ ! -e "$prefix/include/radixtier/$h" ] || { echo "FAIL: internal headers $h installed"; fail=1; }
   done
-else
+elif [ "$mode" = cuda ]; then
   cudalib=$(find "$prefix" -name libradixtier_cuda.a | head -1)
   [ -n "$cudalib" ] || { echo "FAIL: libradixtier_cuda.a was not installed"; exit 1; }
   check_present "$cudalib" 'radixtier::cuda::CudaTransferEngine::create' "the CUDA engine"
