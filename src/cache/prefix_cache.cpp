@@ -263,6 +263,8 @@ void PrefixCache::refresh(Node* n) {
        gs ? gpu_snap_key(*n) : OrderKey{});
   sync(host_snap_order_, *n, n->host_snap_hook, n->host_snap_key, hs,
        hs ? host_snap_key(*n) : OrderKey{});
+  if (!sinks_.empty()) [[unlikely]]
+    emit_changes(n);
 }
 
 void PrefixCache::touch(Node* n) {
@@ -357,6 +359,7 @@ Node* PrefixCache::split(Node* n, std::size_t pages) {
   upper->kv_age_gpu = n->kv_age_gpu;
   upper->kv_age_host = n->kv_age_host;
   upper->snapshots_below = n->snapshots_below;
+  upper->reported_kv = n->reported_kv;  // the same pages, already reported: no event
   n->parent = upper;
   upper->children.emplace(n->first_page(config_.page_size), n);
   parent->children.emplace(upper->first_page(config_.page_size), upper);

@@ -45,6 +45,15 @@ Result<const PrefixCache::LockRecord*> PrefixCache::find_lock(LockId id) const {
 // admission
 
 Result<Admission> PrefixCache::admit(std::span<const Token> prompt) {
+  // Admission latency for TimingHooks: measured on every return path, only when attached.
+  struct Timer {
+    TimingHooks* hooks;
+    std::chrono::steady_clock::time_point start =
+        hooks ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+    ~Timer() {
+      if (hooks) hooks->on_admit(std::chrono::steady_clock::now() - start);
+    }
+  } timer{timing_};
   if (prompt.empty()) return invalid_argument("admit: the prompt is empty");
   poll();
   // Rule 1: the last prompt token is always computed, so match on all but it.

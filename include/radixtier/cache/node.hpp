@@ -128,6 +128,12 @@ struct Node {
   OrderHook gpu_kv_hook, host_kv_hook, gpu_snap_hook, host_snap_hook;
   OrderKey gpu_kv_key, host_kv_key, gpu_snap_key, host_snap_key;  ///< valid while linked
 
+  // KV events (events.hpp), kept only while an event sink is attached: the residency last
+  // reported (bit 0 GPU, bit 1 host) and the hash of the node's last page, computed lazily.
+  std::uint8_t reported_kv = 0, reported_snapshot = 0;
+  bool tail_hash_known = false;
+  std::uint64_t tail_hash = 0;
+
   std::size_t page_count(std::uint32_t page_size) const { return tokens.size() / page_size; }
   bool has_gpu_kv() const { return !gpu_pages.empty(); }
   bool has_host_kv() const { return !host_pages.empty(); }
