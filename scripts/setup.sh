@@ -7,7 +7,9 @@ set -euo pipefail
 preset=${1:-default}
 pkgs=(cmake g++ make libboost-dev libgtest-dev librapidcheck-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev
-  pybind11-dev python3-dev python3-torch python3-pytest python3-numpy)
+  pybind11-dev python3-dev python3-torch python3-pytest python3-numpy
+  libxxhash-dev libzmq3-dev cppzmq-dev libmsgpack-cxx-dev prometheus-cpp-dev
+  python3-zmq python3-msgpack)
 case "$preset" in
   fuzz) pkgs+=(clang libclang-rt-14-dev) ;;
   fuzz-coverage) pkgs+=(clang libclang-rt-14-dev llvm-14) ;;
