@@ -164,5 +164,49 @@ TEST(ZmqPublisher, SubscriberRebuildsTheContentsFromReplayAndLiveMessages) {
   h.cache->remove_event_sink(&(*pub)->sink());
 }
 
+TEST(ZmqPublisher, AStalledSubscriberNeverBlocksTheCache) {
+  ZmqPublisherConfig pc;
+  pc.endpoint = "tcp://127.0.0.1:*";
+  pc.replay_endpoint = "tcp://127.0.0.1:*";
+  pc.max_batch_events = 1;      // one message per event: far past ZMQ's high-water mark
+  pc.replay_buffer = 1u << 20;  // the replay keeps them all
+  auto pub = ZmqPublisher::create(pc);
+  ASSERT_TRUE(pub) << pub.status().to_string();
+  zmq::context_t ctx;
+  zmq::socket_t stalled(ctx, zmq::socket_type::sub);
+  stalled.set(zmq::sockopt::rcvhwm, 1);
+  stalled.set(zmq::sockopt::subscribe, "");
+  stalled.connect((*pub)->endpoint());  // and never reads
+  Harness h(testing::small_config());
+  h.cache->add_event_sink(&(*pub)->sink());
+  std::vector<std::vector<Token>> known;
+  for (int i = 0; i < 2000; ++i) {
+    known.push_back(testing::seq({{Token(100 * (i % 50)), std::size_t(9 + i % 30)}}));
+    const std::size_t snaps[] = {8, 16, 24, 32};
+    (void)h.serve(known.back(), snaps);
+    if (i % 300 == 0) h.settle();
+  }
+  h.settle();
+  ASSERT_TRUE((*pub)->flush(std::chrono::seconds(20))) << "the publisher fell behind for good";
+  EXPECT_GT((*pub)->batches(), 5000u);
+  EXPECT_EQ((*pub)->dropped(), 0u) << "the publisher keeps up; only the subscriber lost messages";
+  // What the stalled subscriber missed is all in the replay.
+  EventMirror mirror;
+  zmq::socket_t replay(ctx, zmq::socket_type::dealer);
+  replay.connect((*pub)->replay_endpoint());
+  const std::uint64_t zero = 0;
+  replay.send(zmq::str_buffer(""), zmq::send_flags::sndmore);
+  replay.send(zmq::buffer(&zero, 8));
+  for (;;) {
+    std::vector<zmq::message_t> frames;
+    ASSERT_TRUE(zmq::recv_multipart(replay, std::back_inserter(frames)));
+    if (frames[2].size() == 0) break;
+    for (const auto& e : decode(frames[2])) mirror.apply(e);
+  }
+  EXPECT_EQ(mirror.error, "");
+  EXPECT_EQ(mirror.difference(EventMirror::from_inspect(*h.cache, known)), "");
+  h.cache->remove_event_sink(&(*pub)->sink());
+}
+
 }  // namespace
 }  // namespace radixtier

@@ -165,18 +165,37 @@ def scrape(port):
     return out
 
 
-def test_reference_engine_serves_metrics_equal_to_stats():
+@pytest.mark.parametrize("name", ["churn", "faults"])
+def test_reference_engine_serves_metrics_and_events(name):
     from reference_engine import scenarios
     from reference_engine.engine import Engine
     from reference_engine.model import HybridModel
 
-    s = scenarios.churn(scale=0.25)
+    s = getattr(scenarios, name)(scale=0.25)
     s.engine.metrics_bind = "127.0.0.1:0"
+    s.engine.events_endpoint = "tcp://127.0.0.1:*"
+    s.engine.events_replay_endpoint = "tcp://127.0.0.1:*"
     model = HybridModel(s.model)
     engine = Engine(model, s.engine, s.failing_submissions, s.fail_at_admission)
     for r in s.requests:
         engine.submit(r)
-    engine.run()
+    results = engine.run()
+    engine.cache.drain()
+    # Events: a router's copy rebuilt from the replay equals inspect() along every sequence
+    # the engine inserted (each request's prompt and output).
+    assert engine.events.flush(10.0)
+    ctx = zmq.Context()
+    router = Router(model.page_size)
+    replay_all(ctx, engine.events.replay_endpoint, router)
+    ctx.destroy()
+    known = [list(map(int, r.prompt)) + list(results[r.id].output) for r in s.requests
+             if r.id in results]
+    want_blocks, want_snaps = expected(engine.cache, known, model.page_size)
+    assert router.blocks == want_blocks and want_blocks
+    assert router.snapshots == want_snaps
+    engine.events.close()
+    # Metrics: the scrape equals stats().
+    engine.metrics.update()
     st = engine.cache.stats()
     m = scrape(engine.metrics.port)
     assert st.admissions > 0 and m["radixtier_admissions_total"] == st.admissions
