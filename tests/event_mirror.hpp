@@ -74,8 +74,8 @@ struct EventMirror {
       for (const NodeInfo& n : cache.inspect(tokens)) {
         for (Medium md : media(n.kv)) {
           for (std::size_t p = (n.boundary - n.tokens) / ps; p < n.matched / ps; ++p)
-            m.blocks[{hashes[p], md}] =
-                std::vector<Token>(tokens.begin() + p * ps, tokens.begin() + (p + 1) * ps);
+            m.blocks.try_emplace({hashes[p], md}, tokens.begin() + p * ps,
+                                 tokens.begin() + (p + 1) * ps);
         }
         if (n.matched != n.boundary) continue;
         for (Medium md : media(n.snapshot))

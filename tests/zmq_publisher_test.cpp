@@ -120,6 +120,7 @@ TEST(ZmqPublisher, SubscriberRebuildsTheContentsFromReplayAndLiveMessages) {
   // everything from 0 comes from the replay socket, then the live stream continues.
   EventMirror mirror;
   zmq::socket_t replay(ctx, zmq::socket_type::dealer);
+  replay.set(zmq::sockopt::rcvtimeo, 10'000);  // fail, never hang, on a lost reply
   replay.connect((*pub)->replay_endpoint());
   const std::uint64_t zero = 0;
   replay.send(zmq::str_buffer(""), zmq::send_flags::sndmore);
@@ -127,7 +128,7 @@ TEST(ZmqPublisher, SubscriberRebuildsTheContentsFromReplayAndLiveMessages) {
   std::uint64_t next = 0;
   for (;;) {
     std::vector<zmq::message_t> frames;
-    ASSERT_TRUE(zmq::recv_multipart(replay, std::back_inserter(frames)));
+    ASSERT_TRUE(zmq::recv_multipart(replay, std::back_inserter(frames))) << "replay reply lost";
     ASSERT_EQ(frames.size(), 3u);  // delimiter, seq, payload
     if (frames[2].size() == 0) {
       EXPECT_EQ(be64(frames[1]), ~0ull) << "the end marker is -1";
@@ -193,13 +194,15 @@ TEST(ZmqPublisher, AStalledSubscriberNeverBlocksTheCache) {
   // What the stalled subscriber missed is all in the replay.
   EventMirror mirror;
   zmq::socket_t replay(ctx, zmq::socket_type::dealer);
+  replay.set(zmq::sockopt::rcvtimeo, 10'000);  // fail, never hang, on a lost reply
   replay.connect((*pub)->replay_endpoint());
   const std::uint64_t zero = 0;
   replay.send(zmq::str_buffer(""), zmq::send_flags::sndmore);
   replay.send(zmq::buffer(&zero, 8));
   for (;;) {
     std::vector<zmq::message_t> frames;
-    ASSERT_TRUE(zmq::recv_multipart(replay, std::back_inserter(frames)));
+    ASSERT_TRUE(zmq::recv_multipart(replay, std::back_inserter(frames))) << "replay reply lost";
+    ASSERT_EQ(frames.size(), 3u);
     if (frames[2].size() == 0) break;
     for (const auto& e : decode(frames[2])) mirror.apply(e);
   }

@@ -137,6 +137,10 @@ Result<std::unique_ptr<ZmqPublisher>> ZmqPublisher::create(const ZmqPublisherCon
     impl->endpoint = impl->pub.get(zmq::sockopt::last_endpoint);
     if (!config.replay_endpoint.empty()) {
       impl->replay.set(zmq::sockopt::linger, 0);
+      // A replay answers with up to replay_buffer messages at once: past the default
+      // high-water mark a ROUTER drops them silently (the end marker too). The queue is
+      // bounded by replay_buffer per request anyway.
+      impl->replay.set(zmq::sockopt::sndhwm, 0);
       impl->replay.bind(config.replay_endpoint);
       impl->replay_endpoint = impl->replay.get(zmq::sockopt::last_endpoint);
       impl->has_replay = true;
