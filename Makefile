@@ -2,8 +2,12 @@
 PRESET ?= default
 BIN := build/$(PRESET)/bin
 JOBS ?= 2
-# The fuzz smoke (CI) runs FUZZ_SECONDS; new inputs it finds go to FUZZ_CORPUS (not committed).
-FUZZ_SECONDS ?= 120
+# The fuzz smoke (CI) runs FUZZ_RUNS inputs from seed FUZZ_SEED (both fixed, so CI walks the
+# very path a developer ran, whatever the machine's speed), at most FUZZ_SECONDS. Exploration:
+# FUZZ_SEED=0 (a new seed) FUZZ_RUNS=-1 (no count). New inputs go to FUZZ_CORPUS (not committed).
+FUZZ_RUNS ?= 20000
+FUZZ_SECONDS ?= 600
+FUZZ_SEED ?= 1
 FUZZ_CORPUS ?= build/fuzz/corpus
 
 .PHONY: setup build demo test asan-test tsan-test fuzz fuzz-coverage soak bench format clean
@@ -29,13 +33,15 @@ asan-test:
 tsan-test:
 	$(MAKE) test PRESET=tsan
 
-# The cache fuzzer (clang, ASan + UBSan) for FUZZ_SECONDS, from the committed seeds; a
+# The cache fuzzer (clang, ASan + UBSan), FUZZ_RUNS inputs from the committed seeds; a
 # failing input is written to build/fuzz/crash-<sha1>.
 fuzz:
 	$(MAKE) build PRESET=fuzz
 	mkdir -p $(FUZZ_CORPUS)
 	build/fuzz/bin/radixtier_cache_fuzzer $(FUZZ_CORPUS) tests/fuzz/corpus \
-	  -max_total_time=$(FUZZ_SECONDS) -timeout=30 -print_final_stats=1 -artifact_prefix=build/fuzz/
+	  -seed=$(FUZZ_SEED) -runs=$(FUZZ_RUNS) -max_total_time=$(FUZZ_SECONDS) -timeout=30 \
+	  -print_final_stats=1 \
+	  -artifact_prefix=build/fuzz/
 
 # Line coverage (llvm-cov) of the cache sources by the committed corpus and FUZZ_CORPUS.
 fuzz-coverage:
@@ -48,7 +54,7 @@ soak:
 	$(MAKE) build
 	RC_PARAMS="max_success=20000 max_size=1000" \
 	  build/default/bin/radixtier_property_tests --gtest_filter='PrefixCacheProperty.*'
-	$(MAKE) fuzz FUZZ_SECONDS=1800
+	$(MAKE) fuzz FUZZ_SECONDS=1800 FUZZ_SEED=0 FUZZ_RUNS=-1
 
 bench: build
 	$(BIN)/radixtier_bench

@@ -6,13 +6,17 @@
 //  - the usable match agrees with the model (rule 1): exactly while nothing was lost, and
 //    once something was dropped or a copy failed, it is still a boundary the model knows
 //    (never a wrong or shorter-than-claimed one, never bytes that are not there).
-// Transfers complete only when a command says so, in any order; some fail.
+// Transfers complete only when a command says so, in any order; some fail. Requests come in
+// two key namespaces whose "model" bytes differ (Harness::salt()) and at random retention
+// priorities: the model keeps one set of prefixes per namespace, so a match or a byte shared
+// across namespaces fails the checks, and priorities reorder eviction without breaking any.
 // Reproduce a failure with RC_PARAMS="seed=N" (rapidcheck prints the seed).
 #include <gtest/gtest.h>
 #include <rapidcheck.h>
 #include <rapidcheck/gtest.h>
 #include <rapidcheck/state.h>
 
+#include <map>
 #include <set>
 
 #include "../tests/cache_harness.hpp"
@@ -36,23 +40,44 @@ std::size_t deepest(const Prefixes& snapshots, const std::vector<Token>& prompt)
 }
 
 struct Model {
-  /// Prefixes inserted with a snapshot if nothing was ever lost: then the cache must agree
-  /// exactly.
-  Prefixes exact;
-  /// Every prefix that may have been inserted with a snapshot whatever was lost (a request
-  /// that found less recomputes more and so places snapshots at other chunk ends).
-  Prefixes possible;
+  /// Per namespace: prefixes inserted with a snapshot if nothing was ever lost: then the
+  /// cache must agree exactly.
+  std::map<std::uint32_t, Prefixes> exact;
+  /// Per namespace: every prefix that may have been inserted with a snapshot whatever was
+  /// lost (a request that found less recomputes more and so places snapshots at other chunk
+  /// ends).
+  std::map<std::uint32_t, Prefixes> possible;
   std::size_t held = 0;  ///< admissions holding their lock
 
-  std::size_t usable(const std::vector<Token>& prompt) const { return deepest(exact, prompt); }
-  bool knows(const std::vector<Token>& prompt, std::size_t b) const {
-    return b == 0 || possible.count(std::vector<Token>(prompt.begin(), prompt.begin() + b));
+  static const Prefixes& of(const std::map<std::uint32_t, Prefixes>& m, std::uint32_t ns) {
+    static const Prefixes kNone;
+    auto it = m.find(ns);
+    return it == m.end() ? kNone : it->second;
   }
+  std::size_t usable(std::uint32_t ns, const std::vector<Token>& prompt) const {
+    return deepest(of(exact, ns), prompt);
+  }
+  bool knows(std::uint32_t ns, const std::vector<Token>& prompt, std::size_t b) const {
+    return b == 0 || of(possible, ns).count(std::vector<Token>(prompt.begin(), prompt.begin() + b));
+  }
+};
+
+/// A request's namespace (two of them) and retention priority.
+struct Key {
+  std::uint32_t ns = *rc::gen::inRange<std::uint32_t>(0, 2);
+  RetentionPriority priority = static_cast<RetentionPriority>(*rc::gen::inRange(0, 101));
+  RequestOptions options() const { return RequestOptions{NamespaceId(ns), priority}; }
 };
 
 struct Sut {
   Harness h;
   std::vector<LockId> held;
+  struct Pinned {
+    PinId pin;
+    std::vector<Token> prefix;
+    NamespaceId ns;
+  };
+  std::vector<Pinned> pins;
   /// A serve stopped at a kOutOfMemory refusal: it inserted less than the model placed.
   bool refused = false;
   explicit Sut(const CacheConfig& c) : h(c) {}
@@ -86,18 +111,25 @@ rc::Gen<std::vector<Token>> gen_prompt() {
       }));
 }
 
-void check_usable(const Model& m, Sut& s, const std::vector<Token>& prompt, std::size_t cached) {
+void check_usable(const Model& m, Sut& s, std::uint32_t ns, const std::vector<Token>& prompt,
+                  std::size_t cached) {
   if (s.lossless()) {
-    RC_ASSERT(cached == m.usable(prompt));
+    RC_ASSERT(cached == m.usable(ns, prompt));
   } else {
-    RC_ASSERT(cached <= deepest(m.possible, prompt));
-    RC_ASSERT(m.knows(prompt, cached));
+    RC_ASSERT(cached <= deepest(Model::of(m.possible, ns), prompt));
+    RC_ASSERT(m.knows(ns, prompt, cached));
   }
 }
 
 void check_invariants(Sut& s) {
   const std::string e = s.h.cache->check_invariants();
   if (!e.empty()) RC_FAIL(e);
+  // A pinned prefix stays usable through any pressure, drop_host() included; only a failed
+  // copy may take it (rule 7).
+  if (s.h.cache->stats().transfers_failed == 0) {
+    for (const auto& p : s.pins)
+      RC_ASSERT(s.h.cache->match(p.prefix, p.ns).usable_tokens == p.prefix.size());
+  }
 }
 
 struct Serve : Cmd {
@@ -105,6 +137,7 @@ struct Serve : Cmd {
   std::vector<std::size_t> snaps = *rc::gen::container<std::vector<std::size_t>>(
       rc::gen::map(rc::gen::inRange<std::size_t>(1, 15), [](std::size_t p) { return p * kPage; }));
   std::size_t chunk = *rc::gen::inRange<std::size_t>(1, 4);
+  Key key;
 
   void checkPreconditions(const Model& m) const override { RC_PRE(m.held <= 1u); }
   /// Snapshots land at the chunk ends the request computes itself, after what it reused.
@@ -117,15 +150,17 @@ struct Serve : Cmd {
     }
   }
   void apply(Model& m) const override {
-    place(m.exact, m.usable(prompt));
+    const std::size_t reused = m.usable(key.ns, prompt);
+    place(m.exact[key.ns], reused);
     Prefixes more;
     for (std::size_t b = 0; b < prompt.size(); b += kPage)
-      if (m.knows(prompt, b)) place(more, b);
-    m.possible.insert(more.begin(), more.end());
-    m.possible.insert(m.exact.begin(), m.exact.end());
+      if (m.knows(key.ns, prompt, b)) place(more, b);
+    m.possible[key.ns].insert(more.begin(), more.end());
+    m.possible[key.ns].insert(m.exact[key.ns].begin(), m.exact[key.ns].end());
   }
   void run(const Model& m, Sut& s) const override {
     const bool lossless = s.lossless();
+    s.h.request_options = key.options();
     auto r = s.h.serve(prompt, snaps, chunk);
     // The one refusal a valid serve may meet: the GPU pool is full of pages pinned by the held
     // requests and this one. It must be a clear out-of-memory that changed nothing; the
@@ -139,35 +174,37 @@ struct Serve : Cmd {
     }
     RC_ASSERT(r.bytes_ok);
     if (lossless && s.lossless()) {
-      RC_ASSERT(r.cached == m.usable(prompt));
+      RC_ASSERT(r.cached == m.usable(key.ns, prompt));
     } else {
-      RC_ASSERT(m.knows(prompt, r.cached));
+      RC_ASSERT(m.knows(key.ns, prompt, r.cached));
     }
     check_invariants(s);
   }
   void show(std::ostream& os) const override {
     os << "Serve(" << prompt.size() << " tokens, chunk " << chunk << " pages, snapshots at";
     for (auto b : snaps) os << ' ' << b;
-    os << ")";
+    os << ", namespace " << key.ns << ", priority " << int(key.priority) << ")";
   }
 };
 
 struct Hold : Cmd {
   std::vector<Token> prompt = *gen_prompt();
+  Key key;
   void checkPreconditions(const Model& m) const override { RC_PRE(m.held < 2u); }
   void apply(Model& m) const override { ++m.held; }
   void run(const Model& m, Sut& s) const override {
     const bool lossless = s.lossless();
-    auto a = s.h.cache->admit(prompt);
+    s.h.request_options = key.options();  // the bytes checked below are this namespace's
+    auto a = s.h.cache->admit(prompt, key.options());
     RC_ASSERT(a.is_ok());
-    if (lossless) RC_ASSERT(a->cached_tokens == m.usable(prompt));
+    if (lossless) RC_ASSERT(a->cached_tokens == m.usable(key.ns, prompt));
     s.held.push_back(a->lock);
     auto resumed = s.h.cache->wait(a->lock);
     RC_ASSERT(resumed.is_ok());
     const std::size_t cached = *resumed;
     // Only a failed promotion makes the request resume below its match.
     RC_ASSERT(cached == a->cached_tokens || (cached < a->cached_tokens && !s.lossless()));
-    check_usable(m, s, prompt, cached);
+    check_usable(m, s, key.ns, prompt, cached);
     if (cached > 0) {
       auto pages = s.h.cache->path_pages(a->lock);
       RC_ASSERT(pages.is_ok());
@@ -180,7 +217,9 @@ struct Hold : Cmd {
     }
     check_invariants(s);
   }
-  void show(std::ostream& os) const override { os << "Hold(" << prompt.size() << " tokens)"; }
+  void show(std::ostream& os) const override {
+    os << "Hold(" << prompt.size() << " tokens, namespace " << key.ns << ")";
+  }
 };
 
 struct Release : Cmd {
@@ -249,6 +288,39 @@ struct FailNext : Cmd {
   void show(std::ostream& os) const override { os << "FailNextCopy"; }
 };
 
+/// Pins a prefix of a prompt (most are not cached prefixes: a clear refusal), or unpins the
+/// oldest pin when two are held.
+struct Pin : Cmd {
+  std::vector<Token> prompt = *gen_prompt();
+  std::size_t pages = *rc::gen::inRange<std::size_t>(1, 15);
+  Key key;
+  void run(const Model&, Sut& s) const override {
+    if (s.pins.size() >= 2) {
+      RC_ASSERT(s.h.cache->unpin(s.pins.front().pin).is_ok());
+      RC_ASSERT(s.h.cache->unpin(s.pins.front().pin).code() == ErrorCode::kNotFound);
+      s.pins.erase(s.pins.begin());
+      check_invariants(s);
+      return;
+    }
+    const std::size_t len = std::min(pages * kPage, prompt.size() / kPage * kPage);
+    if (len == 0) return;
+    std::vector<Token> prefix(prompt.begin(), prompt.begin() + len);
+    const NamespaceId ns(key.ns);
+    auto r = s.h.cache->pin(prefix, ns);
+    if (r) {
+      s.pins.push_back({*r, prefix, ns});
+    } else {
+      const ErrorCode c = r.status().code();
+      RC_ASSERT(c == ErrorCode::kInvalidArgument || c == ErrorCode::kOutOfMemory ||
+                c == ErrorCode::kTransferFailed);
+    }
+    check_invariants(s);
+  }
+  void show(std::ostream& os) const override {
+    os << "Pin(" << pages << " pages, namespace " << key.ns << ")";
+  }
+};
+
 struct DropHost : Cmd {
   void run(const Model&, Sut& s) const override {
     s.h.cache->drop_host();
@@ -257,15 +329,44 @@ struct DropHost : Cmd {
   void show(std::ostream& os) const override { os << "DropHost"; }
 };
 
-void run_property(WritePolicy policy, std::uint32_t host_pages) {
+/// evict() on one tier (issue 15 item 6): on GPU it frees what the free counts show, and at
+/// least what was asked as far as sizes() said was evictable; demotions are not losses.
+struct Evict : Cmd {
+  bool host = *rc::gen::arbitrary<bool>();
+  std::size_t pages = *rc::gen::inRange<std::size_t>(0, 12);
+  std::uint32_t snapshots = *rc::gen::inRange<std::uint32_t>(0, 4);
+  void run(const Model&, Sut& s) const override {
+    s.h.cache->poll();
+    const CacheSizes sizes = s.h.cache->sizes();
+    const Occupancy before = s.h.cache->occupancy();
+    auto r = s.h.cache->evict({pages * kPage, snapshots, host ? Tier::kHost : Tier::kGpu});
+    RC_ASSERT(r.is_ok());
+    if (!host) {
+      const Occupancy after = s.h.cache->occupancy();
+      RC_ASSERT(after.gpu_pages_free - before.gpu_pages_free == r->kv_pages);
+      RC_ASSERT(after.gpu_slots_free - before.gpu_slots_free == r->snapshots);
+      RC_ASSERT(r->kv_pages >= std::min(pages, sizes.gpu.kv_pages_evictable));
+    }
+    check_invariants(s);
+  }
+  void show(std::ostream& os) const override {
+    os << "Evict(" << pages << " pages, " << snapshots << " snapshots, " << (host ? "host" : "gpu")
+       << ")";
+  }
+};
+
+void run_property(WritePolicy policy, std::uint32_t host_pages,
+                  std::uint32_t max_snapshots_per_path = 0) {
   CacheConfig c = testing::small_config(policy);
   c.host_pages = host_pages;
+  c.max_snapshots_per_path = max_snapshots_per_path;
   Sut sut(c);
-  rc::state::check(
-      Model{}, sut,
-      rc::state::gen::execOneOfWithArgs<Serve, Serve, Serve, Hold, Release, Pressure, Pressure,
-                                        CompleteOne, CompleteOne, FailNext, DropHost>());
+  rc::state::check(Model{}, sut,
+                   rc::state::gen::execOneOfWithArgs<Serve, Serve, Serve, Hold, Release, Pressure,
+                                                     Pressure, CompleteOne, CompleteOne, FailNext,
+                                                     DropHost, Evict, Pin>());
   for (LockId l : sut.held) RC_ASSERT(sut.h.cache->release(l).is_ok());
+  for (const auto& p : sut.pins) RC_ASSERT(sut.h.cache->unpin(p.pin).is_ok());
   sut.h.settle();
   check_invariants(sut);
   const CacheStats st = sut.h.cache->stats();
@@ -274,6 +375,7 @@ void run_property(WritePolicy policy, std::uint32_t host_pages) {
   RC_CLASSIFY(st.transfers_failed > 0, "a copy failed");
   RC_CLASSIFY(st.kv_pages_dropped_host > 0, "dropped host KV");
   RC_CLASSIFY(st.dead_kv_pages_dropped > 0, "dropped dead KV");
+  RC_CLASSIFY(!sut.pins.empty(), "a pin held at the end");
 }
 
 RC_GTEST_PROP(PrefixCacheProperty, WriteBackAgreesWithModel, ()) {
@@ -286,6 +388,12 @@ RC_GTEST_PROP(PrefixCacheProperty, WriteThroughAgreesWithModel, ()) {
 
 RC_GTEST_PROP(PrefixCacheProperty, SmallHostAgreesWithModel, ()) {
   run_property(WritePolicy::kWriteBack, 12);
+}
+
+// Issue 15 item 10: with the cap, every path keeps at most 2 snapshots (check_invariants) and
+// what is reused is still byte-exact and a boundary the model knows.
+RC_GTEST_PROP(PrefixCacheProperty, SnapshotCapAgreesWithModel, ()) {
+  run_property(WritePolicy::kWriteBack, 64, 2);
 }
 
 }  // namespace

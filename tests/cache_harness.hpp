@@ -101,6 +101,10 @@ struct Harness {
   std::unique_ptr<PrefixCache> cache;
   LockId side_;
   bool manual_;
+  /// The namespace and priority serve() admits with. The bytes the "model" writes depend on
+  /// the namespace too (as an adapter's KV differs from the base model's), so a page or a
+  /// snapshot shared across namespaces shows as a byte mismatch.
+  RequestOptions request_options;
 
   explicit Harness(const CacheConfig& c,
                    HostTransferEngine::Mode mode = HostTransferEngine::Mode::kManual)
@@ -114,6 +118,8 @@ struct Harness {
   }
 
   std::uint32_t ps() const { return config.page_size; }
+  /// 0 in the default namespace: its bytes are those of a cache without namespaces.
+  std::uint64_t salt() const { return request_options.ns.value() * 0xD6E8FEB86659FD93ull; }
 
   /// The lock of a "side request" that holds pages and slots a test allocates to put the
   /// cache under pressure (allocation belongs to a request, rule 9). Admitted on first use
@@ -130,24 +136,24 @@ struct Harness {
 
   /// Page i of `tokens` as the model would write it.
   void fill_page(GpuPageId id, std::span<const Token> tokens, std::size_t page) {
-    const auto h = prefix_hash(tokens.first((page + 1) * ps()));
+    const auto h = prefix_hash(tokens.first((page + 1) * ps())) ^ salt();
     auto bytes = memory.gpu_page(id);
     for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = expected_byte(h, i, 0x11);
   }
   bool page_ok(GpuPageId id, std::span<const Token> tokens, std::size_t page) {
-    const auto h = prefix_hash(tokens.first((page + 1) * ps()));
+    const auto h = prefix_hash(tokens.first((page + 1) * ps())) ^ salt();
     auto bytes = memory.gpu_page(id);
     for (std::size_t i = 0; i < bytes.size(); ++i)
       if (bytes[i] != expected_byte(h, i, 0x11)) return false;
     return true;
   }
   void fill_snapshot(GpuSlotId id, std::span<const Token> prefix) {
-    const auto h = prefix_hash(prefix);
+    const auto h = prefix_hash(prefix) ^ salt();
     auto bytes = memory.gpu_snapshot(id);
     for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = expected_byte(h, i, 0x77);
   }
   bool snapshot_ok(GpuSlotId id, std::span<const Token> prefix) {
-    const auto h = prefix_hash(prefix);
+    const auto h = prefix_hash(prefix) ^ salt();
     auto bytes = memory.gpu_snapshot(id);
     for (std::size_t i = 0; i < bytes.size(); ++i)
       if (bytes[i] != expected_byte(h, i, 0x77)) return false;
@@ -188,7 +194,7 @@ struct Harness {
     Served out;
     Admission a;
     for (int attempt = 0;; ++attempt) {
-      auto r = cache->admit(prompt);
+      auto r = cache->admit(prompt, request_options);
       if (!r) return failed(true, r.status().to_string());
       a = *r;
       auto resumed = cache->wait(a.lock);  // less than the match when part of it failed

@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <numeric>
 
+#include "cache_harness.hpp"
 #include "radixtier/transfer/host_transfer_engine.hpp"
+#include "side_request.hpp"
 #include "sim/counting_transfer_engine.hpp"
 
 namespace radixtier {
@@ -21,6 +23,28 @@ CacheConfig piece_config() {
   c.snapshot_bytes = 200;  // 5 pages, the last one partly filled
   c.slice_pages = 2;
   return c;
+}
+
+TEST(HostPool, HostBytesFreeIsTheFreePagesOfTheOnePool) {
+  testing::Harness h(testing::small_config());
+  const std::uint64_t page = h.config.page_bytes;
+  EXPECT_EQ(h.cache->host_bytes_free(), std::uint64_t{h.config.host_pool_pages()} * page);
+  const std::size_t snaps[] = {8};
+  ASSERT_EQ(h.serve(testing::seq({{1, 9}}), snaps).error, "");
+  // Everything out of the GPU: its KV and its snapshot now take host pages.
+  testing::give_pages(h, testing::take_pages(h, h.config.gpu_pages));
+  std::vector<GpuSlotId> slots;
+  for (std::uint32_t i = 0; i < h.config.gpu_snapshot_slots; ++i) {
+    slots.push_back(testing::take_slot(h));
+  }
+  for (GpuSlotId s : slots) testing::give_slot(h, s);
+  h.cache->drain();
+  const std::uint64_t free = h.cache->host_bytes_free();
+  EXPECT_LT(free, std::uint64_t{h.config.host_pool_pages()} * page);
+  EXPECT_EQ(free, std::uint64_t{h.cache->occupancy().host_pages_free} * page);
+  h.cache->drop_host();
+  EXPECT_EQ(h.cache->host_bytes_free(), std::uint64_t{h.config.host_pool_pages()} * page);
+  ASSERT_EQ(h.cache->check_invariants(), "");
 }
 
 TEST(HostPool, SnapshotPagesAndPoolSize) {

@@ -154,6 +154,24 @@ TEST(Scheduler, SharedPrefixesAreReusedExactly) {
   }
 }
 
+// Issue 15 item 8: the scheduler admits each request in its own key namespace, so the same
+// prompt under another adapter or tenant recomputes (and stays exact) instead of reusing.
+TEST(Scheduler, RequestsReuseOnlyWithinTheirNamespace) {
+  auto w = workload();
+  const auto a = tokens(1, 100);
+  add(w, a, 5);
+  add(w, a, 5);
+  w.requests.back().ns = NamespaceId(1);
+  w.requests.back().priority = 80;
+  add(w, a, 3);
+  w.requests.back().ns = NamespaceId(1);
+  add(w, a, 3);  // the default namespace again
+  auto out = run_exact(w);
+  EXPECT_EQ(out.results[2].cached_tokens, 0u);
+  EXPECT_EQ(out.results[3].cached_tokens, 96u);
+  EXPECT_EQ(out.results[4].cached_tokens, 96u);
+}
+
 TEST(Scheduler, TurnTwoResumesAtTheFinishBoundary) {
   auto w = workload();
   const model::TinyHybridModel m(small_model());
@@ -188,6 +206,31 @@ TEST(Scheduler, CompactionReplayRecomputesAtMostOneInterval) {
   add(w, prompt, 2);
   add(w, cat({prompt.begin(), prompt.begin() + 257}, tokens(6, 3)), 2);
   EXPECT_EQ(run_exact(w).results[2].cached_tokens, 0u);
+}
+
+TEST(Scheduler, AdaptivePlacementSpendsFreeHostBytesOnIntermediateSnapshots) {
+  // A replay that ends inside a 400-token prompt. With a host tier that holds the prompt's KV
+  // many times over, adaptive keeps a snapshot at every chunk end (32 tokens): the replay
+  // recomputes less than a chunk. With a host tier that holds only the KV, the 1/8 budget
+  // keeps fewer, and the replay recomputes more.
+  const auto prompt = tokens(5, 400);
+  std::size_t recomputed[2] = {0, 0};
+  for (std::uint32_t host_pages : {1024u, 60u}) {
+    SCOPED_TRACE(host_pages);
+    auto w = workload("adaptive");
+    w.cache.host_pages = host_pages;
+    w.cache.host_snapshot_slots = 1;
+    add(w, prompt, 2);
+    add(w, cat({prompt.begin(), prompt.begin() + 257}, tokens(6, 3)), 2);
+    auto out = run_exact(w);
+    recomputed[host_pages == 60u] = out.results[2].recomputed_tokens;
+    if (host_pages == 1024u) {
+      EXPECT_EQ(out.results[2].cached_tokens, 256u);
+      EXPECT_GE(out.results[1].snapshots_kept, 12u);  // 11 chunk ends + the prompt end
+    }
+  }
+  EXPECT_LT(recomputed[0], 32u);
+  EXPECT_GT(recomputed[1], recomputed[0]);
 }
 
 TEST(Scheduler, TailKeepsTheLastChunkBoundaryBelowThePromptAndStaysExact) {

@@ -220,6 +220,31 @@ TEST(SnapshotPolicy, AdaptiveKeepsTheAlignedTailAndTheBranchPointAndCutsThere) {
   EXPECT_TRUE(a.keep(query(992)));
 }
 
+TEST(SnapshotPolicy, AdaptiveSpendsTheHostBytesThatWouldStayFreeOnIntermediateSnapshots) {
+  const auto a = SnapshotPolicy::adaptive();
+  // 1000 tokens computed, 256 B of KV each: 256,000 B of KV. No free host bytes (or a backend
+  // that does not say): 1/8 of that, three snapshots of 8,704 B.
+  SnapshotQuery q = query(0);
+  EXPECT_EQ(a.budget_for(q), 32000u);
+  EXPECT_EQ(a.plan(q).size(), 3u);
+  // A host tier that holds this prompt's KV with 100,000 B to spare: those bytes (11).
+  q.host_free_bytes = 256000 + 100000;
+  EXPECT_EQ(a.budget_for(q), 100000u);
+  EXPECT_EQ(a.plan(q).size(), 11u);
+  // Room for everything: every chunk end below the prompt end (15 of them).
+  q.host_free_bytes = std::uint64_t{1} << 30;
+  EXPECT_EQ(a.plan(q).size(), 15u);
+  // Less to spare than 1/8 of the KV: never below the 1/8.
+  q.host_free_bytes = 256000 + 1000;
+  EXPECT_EQ(a.budget_for(q), 32000u);
+  // The budgeted policy's budget is its own (1/8 of the prompt's KV, or what it was given).
+  EXPECT_EQ(SnapshotPolicy::budgeted().budget_for(q), 32000u);
+  // Only the tokens this request computes count: a cached 900-token prefix leaves 100.
+  q.cached_tokens = 896;
+  q.host_free_bytes = 256000;
+  EXPECT_EQ(a.budget_for(q), 256000u - 104 * 256);
+}
+
 std::vector<Token> tokens(std::uint64_t seed, std::size_t n) {
   std::vector<Token> t(n);
   for (std::size_t i = 0; i < n; ++i) t[i] = static_cast<Token>((seed * 7919 + i * 31) % 50021);
@@ -245,6 +270,34 @@ TEST(PlacementLearner, LearnsTheAlignmentOfBranchPoints) {
   PlacementLearner replay(16);
   for (std::size_t i = 0; i < 100; ++i) replay.observe_admission(prompt, 0, 3984);
   EXPECT_EQ(replay.branch_samples(), 0u);
+}
+
+TEST(PlacementLearner, LearnsTheAlignmentFromItsFirstBranchPoints) {
+  const auto prompt = tokens(1, 4000);
+  // Block-hashed traffic, 16-token pages, 512-token blocks. The first branch point, at 2,048
+  // tokens, allows any G up to 128 pages: the largest is the guess (a tail too coarse lands
+  // below the right boundary, one too fine misses it), not one page until many are seen.
+  PlacementLearner blocks(16);
+  blocks.observe_admission(prompt, 0, 2048);
+  EXPECT_EQ(blocks.alignment(), 2048u);
+  blocks.observe_admission(prompt, 0, 1536);  // 96 pages: gcd 32 pages
+  EXPECT_EQ(blocks.alignment(), 512u);
+  for (std::size_t i = 0; i < 20; ++i) blocks.observe_admission(prompt, 0, 512 * (1 + i % 7));
+  EXPECT_EQ(blocks.alignment(), 512u);
+  // Natural text: branch points at any page; one page from the first odd one on.
+  PlacementLearner text(16);
+  for (std::size_t i = 0; i < 8; ++i) {
+    text.observe_admission(prompt, 0, 16 * (1 + i * 7 % 200));
+    EXPECT_EQ(text.alignment(), 16u);
+  }
+  // A few outliers among many aligned points do not undo it; too many do.
+  PlacementLearner mixed(16);
+  for (std::size_t i = 0; i < 20; ++i) {
+    mixed.observe_admission(prompt, 0, i % 10 == 9 ? 16 * (5 + 2 * i) : 1024 * (1 + i % 3));
+  }
+  EXPECT_EQ(mixed.alignment(), 1024u);
+  for (std::size_t i = 0; i < 10; ++i) mixed.observe_admission(prompt, 0, 16 * (7 + 2 * i));
+  EXPECT_EQ(mixed.alignment(), 16u);
 }
 
 TEST(PlacementLearner, KeepsFinishSnapshotsOnlyWhileContinuationsShareTheOutput) {

@@ -46,6 +46,23 @@ struct CacheConfig {
   std::uint32_t slice_pages = 128;  ///< at most this many pages per copy slice
   WritePolicy write_policy = WritePolicy::kWriteBack;
   SnapshotEviction snapshot_eviction = SnapshotEviction::kCostAware;
+  /// Load-back threshold: an admission promotes from host only when that makes it resume at
+  /// least this many tokens deeper than the deepest boundary usable from the GPU alone (else
+  /// it resumes there and recomputes the rest). 0 (the default): always load back. Why 0:
+  /// reloading a token's KV costs ~1/700 of recomputing it (the brief), a snapshot's copy a
+  /// few tokens' worth, and the tree is page-granular, so a load-back adds at least a page;
+  /// SGLang's HiRadixCache skips load-backs under 10 tokens (load_back_threshold = 10 in
+  /// hiradix_cache.py) at page size 1, which a page of 16 or more tokens already exceeds.
+  /// A larger value saves copy latency for engines that wait on it. At most the GPU pool's
+  /// tokens (gpu_pages x page_size): a larger one would never load anything back.
+  std::uint32_t load_back_min_tokens = 0;
+  /// At most this many snapshots on any one root-to-leaf path (SGLang's
+  /// --mamba-max-states-per-path), so one long conversation cannot take every slot; the
+  /// snapshot whose loss costs the fewest recompute tokens goes first. 0: no cap.
+  std::uint32_t max_snapshots_per_path = 0;
+  /// Host pins (PrefixCache::pin) may hold at most this share of the host pool, in [0, 1]
+  /// (0: no pins); the rest stays for eviction to use.
+  double host_pin_share = 0.5;
 
   /// Rejects nonsense with a message naming the field.
   Status validate() const;

@@ -49,6 +49,12 @@ struct LockTag {
 struct TicketTag {
   static constexpr const char* kName = "ticket";
 };
+struct NamespaceTag {
+  static constexpr const char* kName = "namespace";
+};
+struct PinTag {
+  static constexpr const char* kName = "pin";
+};
 
 using GpuPageId = StrongId<GpuPageTag>;    ///< a page of the GPU KV pool
 using HostPageId = StrongId<HostPageTag>;  ///< a page of the pinned host KV pool
@@ -56,6 +62,13 @@ using GpuSlotId = StrongId<GpuSlotTag>;    ///< a GPU snapshot slot
 using HostSlotId = StrongId<HostSlotTag>;  ///< a host snapshot slot
 using LockId = StrongId<LockTag>;          ///< a running request's lock on its path
 using TicketId = StrongId<TicketTag>;      ///< an async transfer (or a set of them)
+/// A key namespace (LoRA adapter, cache salt, tenant): requests of two namespaces never share
+/// KV or snapshots, whatever their tokens (docs/architecture.md, "Key namespaces").
+using NamespaceId = StrongId<NamespaceTag>;
+using PinId = StrongId<PinTag>;  ///< an operator's host-only pin of a prefix
+
+/// The namespace of every request that names none (existing callers).
+inline constexpr NamespaceId kDefaultNamespace{0};
 
 using Token = std::int32_t;
 

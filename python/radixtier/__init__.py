@@ -5,7 +5,8 @@ The C++ library through pybind11 (the extension radixtier._core):
     CacheConfig            the validated, immutable config
     PrefixCache            admit, poll, wait, path_pages, path_snapshot, alloc_pages,
                            alloc_snapshot_slot, free_pages, free_snapshot_slot, insert,
-                           release; match, stats, occupancy, check_invariants, drain, drop_host
+                           release; match, peek, evict, sizes, stats, occupancy,
+                           check_invariants, drain, drop_host
     HostArenas             the host engine's byte arenas; each an ArenaView (buffer protocol):
                            a model writes K/V straight into the cache's pages
     HostTransferEngine     sliced copies between them, threaded or manual, fault injection
@@ -27,12 +28,14 @@ from radixtier._core import (  # noqa: F401
     Admission,
     ArenaView,
     CacheConfig,
+    CacheSizes,
     CacheStats,
     Copy,
     DeviceLostError,
     Direction,
     Error,
     ErrorCode,
+    EvictResult,
     FailedPreconditionError,
     HostArenas,
     HostEngineStats,
@@ -53,6 +56,8 @@ from radixtier._core import (  # noqa: F401
     Ticket,
     TransferEngine,
     TransferFailedError,
+    Tier,
+    TierSizes,
     TransferState,
     WritePolicy,
     __version__,

@@ -159,14 +159,16 @@ def agent(scale=0.5, policy="budgeted", model: HybridModel | None = None):
 
 
 def faults(scale=0.5, policy="budgeted", model: HybridModel | None = None):
-    """flush with failing copies: some demotions fail (those pages are dropped), and turn 2's
-    first promotion fails (it releases, admits again and matches less): every copy submitted
-    during its first admission (the demotions that make GPU room, then the promotion) fails."""
+    """flush with failing copies: some demotions fail (their victims keep the GPU copy and the
+    next victim makes the room), and turn 2's first promotion fails (it resumes lower and
+    recomputes; the host copy stays): every copy submitted from its first admission on fails
+    (the demotions that make GPU room, each victim tried once and then dropped, then the
+    promotion), 64 being more copies than the rest of the run submits."""
     s = churn(scale, policy, flush=True, model=model)
     s.name = "faults"
     s.description = "flush with failing copies: failed demotions and a failed promotion recompute"
     s.failing_submissions = [1, 3, 6]
-    s.fail_at_admission = {s.requests[-1].id: list(range(12))}
+    s.fail_at_admission = {s.requests[-1].id: list(range(64))}
     return s
 
 

@@ -162,10 +162,83 @@ def test_failed_promotion_degrades_to_recompute():
     assert c.wait(a.lock) < 32  # rule 7: the request resumes below the failed copy
     assert c.poll(a.lock) == rt.TransferState.DONE
     c.release(a.lock)
+    # The failed copy kept the intact host copy (issue 15 item 5): the next admission promotes
+    # it again and gets the same bytes.
+    assert c.match(conv).usable_tokens == 32 and c.match(conv).host_tokens > 0
     b = c.admit(np.append(conv, 1))
-    assert b.cached_tokens < 32
+    assert b.cached_tokens == 32 and b.promoting
+    assert c.wait(b.lock) == 32
     c.release(b.lock)
     assert c.stats().transfers_failed >= 1 and c.check_invariants() == ""
+
+
+def _host_leaf(s):
+    """Serves 16 tokens with snapshots at 8 and 16, then pushes the last 8 to host."""
+    c = s.cache
+    p = np.arange(1, 17, dtype=np.int32)
+    for end in (8, 16):
+        s.serve(p[:end])
+    side = c.admit(np.array([-1], dtype=np.int32))
+    free = c.occupancy().gpu_pages_free
+    c.free_pages(side.lock, c.alloc_pages(side.lock, free + 2))
+    c.release(side.lock)
+    return np.append(p, 0).astype(np.int32)
+
+
+def test_peek_reports_host_hits_and_the_load_back_threshold():
+    s = Stack(mode=rt.HostTransferEngine.Mode.MANUAL)
+    c = s.cache
+    prompt = _host_leaf(s)
+    def state():
+        o = c.occupancy()
+        return c.stats().to_dict(), (o.gpu_pages_free, o.host_pages_free, o.gpu_slots_free)
+
+    before = state()
+    m = c.peek(prompt)
+    assert (m.usable_tokens, m.host_tokens, m.gpu_usable_tokens) == (16, 8, 8)
+    assert m.resume_tokens == 16 and m.load_back
+    assert state() == before and s.engine.pending() == []
+    # Above the host part's 8 tokens the admission resumes at the GPU boundary, copying nothing.
+    t = Stack(small_config(load_back_min_tokens=12), mode=rt.HostTransferEngine.Mode.MANUAL)
+    prompt = _host_leaf(t)
+    assert t.cache.peek(prompt).resume_tokens == 8 and not t.cache.peek(prompt).load_back
+    a = t.cache.admit(prompt)
+    assert a.cached_tokens == 8 and not a.promoting and t.engine.pending() == []
+    t.cache.release(a.lock)
+    with pytest.raises(rt.InvalidArgumentError, match="load_back_min_tokens"):
+        small_config(load_back_min_tokens=16 * 4 + 1)
+    assert t.cache.check_invariants() == ""
+
+
+def test_evict_and_sizes():
+    s = Stack(mode=rt.HostTransferEngine.Mode.MANUAL)
+    c = s.cache
+    s.serve(np.arange(1, 9, dtype=np.int32))
+    sz = c.sizes()
+    assert sz.gpu.kv_pages_evictable == 2 and sz.gpu.snapshots_evictable == 1
+    assert sz.host.kv_pages_evictable == 0 and sz.host.bytes_evictable == 0
+    freed = c.evict(tokens=8, snapshots=1, tier=rt.Tier.GPU)
+    assert freed.kv_pages == 2 and freed.snapshots == 1
+    assert freed.bytes == 2 * 64 + 32
+    assert c.sizes().gpu.kv_pages_evictable == 0 and c.sizes().host.kv_pages_evictable == 2
+    freed = c.evict(tokens=100, tier=rt.Tier.HOST)
+    assert freed.kv_pages == 2 and c.sizes().host.kv_pages_evictable == 0
+    assert c.evict().kv_pages == 0
+    assert c.check_invariants() == ""
+
+
+def test_snapshot_cap_per_path():
+    s = Stack(small_config(max_snapshots_per_path=2), mode=rt.HostTransferEngine.Mode.MANUAL)
+    c = s.cache
+    p = np.arange(1, 25, dtype=np.int32)
+    for end in (8, 16, 24):
+        s.serve(p[:end])
+    kept = [n.snapshot != rt.Residency.NONE for n in c.inspect(p)]
+    assert sum(kept) == 2 and c.stats().snapshots_dropped == 1
+    assert c.config.max_snapshots_per_path == 2
+    with pytest.raises(rt.InvalidArgumentError, match="max_snapshots_per_path"):
+        small_config(max_snapshots_per_path=1000)
+    assert c.check_invariants() == ""
 
 
 def test_out_of_memory_is_an_exception(stack):

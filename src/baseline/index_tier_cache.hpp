@@ -69,6 +69,8 @@ class IndexTierCache final : public CacheBackend, private TreeHooks {
   // --- CacheBackend ----------------------------------------------------------------------
   std::uint32_t page_size() const override { return config_.page_size; }
   Result<Admission> admit(std::span<const Token> prompt) override;
+  /// The default namespace only (CacheBackend's default: the baseline has no namespaces).
+  using CacheBackend::admit;
   Result<TransferState> poll(LockId lock) override;
   Result<std::size_t> wait(LockId lock) override;
   Result<std::vector<GpuPageId>> path_pages(LockId lock) const override;

@@ -32,8 +32,25 @@ Status CacheConfig::validate() const {
   if (slice_pages == 0) return bad("slice_pages", "must be at least 1 page");
   if (host_pool_pages() >= std::size_t{0xFFFFFFFFu})
     return bad("host_pages", "with host_snapshot_slots, the host pool exceeds 2^32 - 1 pages");
+  if (!(host_pin_share >= 0.0 && host_pin_share <= 1.0))
+    return bad("host_pin_share", "must be in [0, 1] (a share of the host pool)");
   if (write_policy == WritePolicy::kWriteThrough && host_pages == 0)
     return bad("write_policy", "write-through needs a host tier (host_pages > 0)");
+  if (std::uint64_t{load_back_min_tokens} > std::uint64_t{gpu_pages} * page_size)
+    return bad("load_back_min_tokens",
+               ("is " + std::to_string(load_back_min_tokens) + ", more than the " +
+                std::to_string(std::uint64_t{gpu_pages} * page_size) +
+                " tokens the GPU pool holds: nothing would ever be loaded back")
+                   .c_str());
+  const std::uint64_t snapshots_held =
+      std::uint64_t{gpu_snapshot_slots} +
+      (snapshot_pages() == 0 ? 0 : host_pool_pages() / snapshot_pages());
+  if (max_snapshots_per_path > snapshots_held)
+    return bad("max_snapshots_per_path",
+               ("is " + std::to_string(max_snapshots_per_path) + ", more than the " +
+                std::to_string(snapshots_held) +
+                " snapshots GPU and host can hold together: the cap would never bind")
+                   .c_str());
   return Status::ok();
 }
 

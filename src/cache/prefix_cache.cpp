@@ -82,6 +82,7 @@ PrefixCache::~PrefixCache() {
   host_kv_order_.clear();
   gpu_snap_order_.clear();
   host_snap_order_.clear();
+  for (auto& [ns, root] : ns_roots_) destroy_subtree(root);
   destroy_subtree(root_);
 }
 
@@ -130,20 +131,49 @@ std::size_t PrefixCache::common_pages(const Node* n, std::span<const Token> toke
   return static_cast<std::size_t>(a - mine) / config_.page_size;
 }
 
-MatchResult PrefixCache::match(std::span<const Token> tokens) const {
-  MatchResult r;
+std::vector<PrefixCache::Candidate> PrefixCache::candidates_along(const Node* from,
+                                                                  std::span<const Token> tokens,
+                                                                  std::size_t* kv_tokens) const {
+  std::vector<Candidate> out;
   std::size_t host_along = 0;
-  walk_kv_path(tokens, [&](const Node* c, std::size_t end) {
-    r.kv_tokens = end;
+  walk_kv_path(from, tokens, [&](const Node* c, std::size_t end) {
+    if (kv_tokens) *kv_tokens = end;
     if (end != c->boundary) return;  // partial: no boundary inside a node
     if (!c->has_gpu_kv() || c->kv_xfer == Xfer::kPromote) host_along += c->tokens.size();
     if (c->has_snapshot()) {
-      r.usable_tokens = end;
-      r.host_tokens = host_along;
-      r.snapshot_on_gpu = c->gpu_snapshot.valid() && c->snap_xfer != Xfer::kPromote;
+      const bool snap_on_gpu = c->gpu_snapshot.valid() && c->snap_xfer != Xfer::kPromote;
+      out.push_back({const_cast<Node*>(c), host_along, snap_on_gpu});
     }
   });
+  return out;
+}
+
+bool PrefixCache::worth_loading(const Candidate& c, std::size_t gpu_usable) const {
+  return !c.needs_copy() || c.node->boundary >= gpu_usable + config_.load_back_min_tokens;
+}
+
+MatchResult PrefixCache::match(std::span<const Token> tokens, NamespaceId ns) const {
+  MatchResult r;
+  const std::vector<Candidate> candidates = candidates_along(root_of(ns), tokens, &r.kv_tokens);
+  if (candidates.empty()) return r;
+  r.usable_tokens = candidates.back().node->boundary;
+  r.host_tokens = candidates.back().host_tokens;
+  r.snapshot_on_gpu = candidates.back().snapshot_on_gpu;
+  for (const Candidate& c : candidates) {
+    if (!c.needs_copy()) r.gpu_usable_tokens = c.node->boundary;
+  }
+  for (auto it = candidates.rbegin(); it != candidates.rend(); ++it) {
+    if (!worth_loading(*it, r.gpu_usable_tokens)) continue;
+    r.resume_tokens = it->node->boundary;
+    r.load_back = it->needs_copy();
+    break;
+  }
   return r;
+}
+
+Result<MatchResult> PrefixCache::peek(std::span<const Token> prompt, NamespaceId ns) const {
+  if (prompt.empty()) return invalid_argument("peek: the prompt is empty");
+  return match(prompt.first(prompt.size() - 1), ns);  // as admit(): the last token is computed
 }
 
 std::vector<Node*> PrefixCache::path_of(Node* n) const {
@@ -229,29 +259,32 @@ void sync(Set& set, Node& n, const OrderHook& hook, OrderKey& stored, bool want,
 }  // namespace
 
 // kLru: time of last use alone (class 1, priority 0 for every node).
+// Every key carries the node's retention level (compared right after the class).
 OrderKey PrefixCache::gpu_kv_key(const Node& n) const {
-  if (!cost_aware_) return {1, 0, n.last_access};
-  return {std::uint8_t(n.kv_live() ? 1 : 0), n.kv_age_gpu + n.kv_uses * kv_value_, n.last_access};
+  if (!cost_aware_) return {1, 0, n.last_access, n.kv_priority};
+  return {std::uint8_t(n.kv_live() ? 1 : 0), n.kv_age_gpu + n.kv_uses * kv_value_, n.last_access,
+          n.kv_priority};
 }
 
 OrderKey PrefixCache::host_kv_key(const Node& n) const {
-  if (!cost_aware_) return {1, 0, n.last_access};
-  return {std::uint8_t(n.kv_live() ? 1 : 0), n.kv_age_host + n.kv_uses * kv_value_, n.last_access};
+  if (!cost_aware_) return {1, 0, n.last_access, n.kv_priority};
+  return {std::uint8_t(n.kv_live() ? 1 : 0), n.kv_age_host + n.kv_uses * kv_value_, n.last_access,
+          n.kv_priority};
 }
 
 OrderKey PrefixCache::gpu_snap_key(const Node& n) const {
-  if (!cost_aware_) return {1, 0, n.snap_access};
+  if (!cost_aware_) return {1, 0, n.snap_access, n.snap_priority};
   // A snapshot whose KV left the GPU cannot be resumed from the GPU: it leaves first.
   return {std::uint8_t(n.has_gpu_kv() ? 1 : 0),
           n.snap_age_gpu + double(n.snap_uses) * double(n.snap_gap) * gpu_snap_value_,
-          n.snap_access};
+          n.snap_access, n.snap_priority};
 }
 
 OrderKey PrefixCache::host_snap_key(const Node& n) const {
-  if (!cost_aware_) return {1, 0, n.snap_access};
+  if (!cost_aware_) return {1, 0, n.snap_access, n.snap_priority};
   return {std::uint8_t(n.has_kv() ? 1 : 0),
           n.snap_age_host + double(n.snap_uses) * double(n.snap_gap) * host_snap_value_,
-          n.snap_access};
+          n.snap_access, n.snap_priority};
 }
 
 void PrefixCache::refresh(Node* n) {
@@ -314,7 +347,7 @@ void PrefixCache::unlock_path(Node* n) {
 
 void PrefixCache::remove_if_empty(Node* n, std::vector<const Node*>* removed) {
   while (n != nullptr && !n->is_root() && n->children.empty() && n->lock_count == 0 &&
-         n->snapshot_lock == 0 && !n->has_kv() && n->kv_xfer == Xfer::kNone &&
+         n->snapshot_lock == 0 && n->host_pin == 0 && !n->has_kv() && n->kv_xfer == Xfer::kNone &&
          n->snap_xfer == Xfer::kNone) {
     // A snapshot without KV below it can never be used: it leaves with the node.
     if (n->gpu_snapshot.valid()) drop_gpu_snapshot(n);
@@ -328,6 +361,7 @@ void PrefixCache::remove_if_empty(Node* n, std::vector<const Node*>* removed) {
     --node_count_;
     n = parent;
   }
+  if (n != nullptr && n->is_root()) remove_root_if_empty(n);
 }
 
 Node* PrefixCache::split(Node* n, std::size_t pages) {
@@ -359,6 +393,8 @@ Node* PrefixCache::split(Node* n, std::size_t pages) {
   upper->kv_age_gpu = n->kv_age_gpu;
   upper->kv_age_host = n->kv_age_host;
   upper->snapshots_below = n->snapshots_below;
+  upper->kv_priority = n->kv_priority;
+  upper->host_pin = n->host_pin;  // the pins through n run through its upper part too
   upper->reported_kv = n->reported_kv;  // the same pages, already reported: no event
   n->parent = upper;
   upper->children.emplace(n->first_page(config_.page_size), n);
@@ -410,10 +446,10 @@ Residency residency(bool gpu, bool host) {
 }
 }  // namespace
 
-std::vector<NodeInfo> PrefixCache::inspect(std::span<const Token> tokens) const {
+std::vector<NodeInfo> PrefixCache::inspect(std::span<const Token> tokens, NamespaceId ns) const {
   std::vector<NodeInfo> out;
-  const Node* n = root_;
-  for (std::size_t pos = 0;;) {
+  const Node* n = root_of(ns);
+  for (std::size_t pos = 0; n != nullptr;) {
     const Node* c = find_child(n, tokens, pos);
     if (c == nullptr) break;
     const std::size_t k = common_pages(c, tokens, pos);
@@ -433,12 +469,19 @@ std::vector<NodeInfo> PrefixCache::inspect(std::span<const Token> tokens) const 
     info.snapshot_copy = c->snap_xfer;
     info.locks = c->lock_count;
     info.snapshot_locks = c->snapshot_lock;
+    info.kv_priority = c->kv_priority;
+    info.snapshot_priority = c->snap_priority;
+    info.pins = c->host_pin;
     out.push_back(info);
     if (k < c->page_count(config_.page_size)) break;
     pos += c->tokens.size();
     n = c;
   }
   return out;
+}
+
+std::uint64_t PrefixCache::host_bytes_free() const {
+  return std::uint64_t{host_pages_.free_count()} * config_.page_bytes;
 }
 
 Occupancy PrefixCache::occupancy() const {

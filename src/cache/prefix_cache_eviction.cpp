@@ -33,19 +33,48 @@ Status PrefixCache::check_gpu_page_room(std::size_t n) const {
 
 Status PrefixCache::make_gpu_page_room(std::size_t n) {
   if (Status s = check_gpu_page_room(n); !s) return s;
+  return reclaim_gpu_pages(n);
+}
+
+namespace {
+/// The first node of an order whose demotion did not fail in `round` (nullptr: none).
+template <class Set>
+Node* first_not_failed(Set& order, std::uint64_t Node::*failed, std::uint64_t round) {
+  for (Node& n : order) {
+    if (n.*failed != round) return &n;
+  }
+  return nullptr;
+}
+}  // namespace
+
+Status PrefixCache::reclaim_gpu_pages(std::size_t n) {
+  // A victim whose demotion fails keeps its GPU copy and is skipped for the rest of this
+  // round; the room comes from the next one. Ends: every pass frees pages, marks a victim
+  // (finitely many) or reaps a transfer (no new ones start but the demotions waited here).
+  const std::uint64_t round = ++room_round_;
   while (gpu_pages_.free_count() < n) {
     if (!gpu_kv_order_.empty()) {
-      // One round takes the current leaves; their parents become leaves once they leave.
+      // One pass takes the current leaves; their parents become leaves once they leave.
       PendingBatch demote;
       demote.batch.direction = Direction::kDeviceToHost;
       std::size_t releasing = 0;
-      while (!gpu_kv_order_.empty() && gpu_pages_.free_count() + releasing < n) {
-        Node* victim = &*gpu_kv_order_.begin();
+      while (gpu_pages_.free_count() + releasing < n) {
+        Node* victim = first_not_failed(gpu_kv_order_, &Node::kv_demote_failed, round);
+        if (victim == nullptr) break;
         if (victim->gpu_kv_key.cls == 1) {
           gpu_kv_age_ = std::max(gpu_kv_age_, victim->gpu_kv_key.priority);
         }
         releasing += victim->gpu_pages.size();
         evict_gpu_kv(victim, demote);
+      }
+      if (releasing == 0) {
+        // Every victim left failed to demote in this round: the room wins, drop the first.
+        Node* victim = &*gpu_kv_order_.begin();
+        stats_.kv_pages_dropped_gpu += victim->gpu_pages.size();
+        drop_gpu_kv(victim);
+        if (!victim->has_kv() && victim->gpu_snapshot_evictable()) drop_gpu_snapshot(victim);
+        remove_if_empty(victim);
+        continue;
       }
       std::optional<std::uint32_t> id;
       if (Status s = submit_batch(std::move(demote), &id); !s) {
@@ -85,11 +114,26 @@ Status PrefixCache::make_gpu_slot_room() {
     ++stats_.snapshot_slot_misses;
     return s;
   }
-  while (gpu_slots_.free_count() == 0) {
+  Status s = reclaim_gpu_slots(1);
+  if (!s) ++stats_.snapshot_slot_misses;
+  return s;
+}
+
+Status PrefixCache::reclaim_gpu_slots(std::size_t n) {
+  // As reclaim_gpu_pages: a snapshot whose demotion failed keeps its slot and is skipped for
+  // the rest of the round; when only such ones are left, the first is dropped.
+  const std::uint64_t round = ++room_round_;
+  while (gpu_slots_.free_count() < n) {
     if (!gpu_snap_order_.empty()) {
+      Node* victim = first_not_failed(gpu_snap_order_, &Node::snap_demote_failed, round);
+      if (victim == nullptr) {
+        victim = &*gpu_snap_order_.begin();
+        drop_gpu_snapshot(victim);
+        remove_if_empty(victim);
+        continue;
+      }
       PendingBatch demote;
       demote.batch.direction = Direction::kDeviceToHost;
-      Node* victim = &*gpu_snap_order_.begin();
       if (victim->gpu_snap_key.cls == 1) {
         gpu_snap_age_ = std::max(gpu_snap_age_, victim->gpu_snap_key.priority);
       }
@@ -102,7 +146,6 @@ Status PrefixCache::make_gpu_slot_room() {
       continue;
     }
     if (!wait_any_transfer()) {
-      ++stats_.snapshot_slot_misses;
       return out_of_memory(
           "GPU snapshot slots: none free and nothing evictable (every slot is pinned by a "
           "running request)");
@@ -447,12 +490,11 @@ void PrefixCache::finish_op(const CopyOp& op, bool ok) {
         for (GpuPageId id : n->gpu_pages) gpu_pages_.reassign(id, Holder::kNode);
         stats_.kv_pages_promoted += np;
         refresh(n);
-      } else {  // rule 7: the node becomes a tombstone
+      } else {
+        // Rule 7: the destination is freed, nothing arrived; the intact host copy stays
+        // (Host), so the request recomputes and the next admission can promote it again.
         for (GpuPageId id : n->gpu_pages) gpu_pages_.give_back(id);
         set_gpu_pages(n, {});
-        stats_.kv_pages_dropped_host += n->host_pages.size();
-        for (HostPageId id : n->host_pages) host_pages_.give_back(id);
-        set_host_pages(n, {});
       }
       return;
     }
@@ -461,15 +503,12 @@ void PrefixCache::finish_op(const CopyOp& op, bool ok) {
     } else {
       for (HostPageId id : n->host_pages) host_pages_.give_back(id);
       set_host_pages(n, {});
+      // The GPU copy is intact and stays; the round that evicts skips it (node.hpp).
+      if (op.kind == Xfer::kDemote) n->kv_demote_failed = room_round_;
     }
-    if (op.kind == Xfer::kDemote && n->lock_count == 0) {
-      // Done: the GPU copy is freed. Failed: it is dropped too (rule 7), which still makes
-      // the room the demotion was for. A node locked meanwhile keeps its GPU copy.
-      if (ok) {
-        stats_.kv_pages_demoted += np;
-      } else {
-        stats_.kv_pages_dropped_gpu += np;
-      }
+    if (ok && op.kind == Xfer::kDemote && n->lock_count == 0) {
+      // Done: the GPU copy is freed. A node locked meanwhile keeps its GPU copy.
+      stats_.kv_pages_demoted += np;
       drop_gpu_kv(n);
     }
     refresh(n);
@@ -482,10 +521,9 @@ void PrefixCache::finish_op(const CopyOp& op, bool ok) {
       gpu_slots_.reassign(n->gpu_snapshot, Holder::kNode);
       ++stats_.snapshots_promoted;
       refresh(n);
-    } else {
+    } else {  // as for KV: the host copy stays, the GPU slot is freed
       gpu_slots_.give_back(n->gpu_snapshot);
       set_gpu_snapshot(n, GpuSlotId());
-      drop_host_snapshot(n);
     }
     return;
   }
@@ -495,8 +533,9 @@ void PrefixCache::finish_op(const CopyOp& op, bool ok) {
   } else {
     for (HostPageId id : n->host_snapshot) host_pages_.give_back(id);
     set_host_snapshot(n, {});
+    if (op.kind == Xfer::kDemote) n->snap_demote_failed = room_round_;
   }
-  if (op.kind == Xfer::kDemote && n->snapshot_lock == 0) drop_gpu_snapshot(n);
+  if (ok && op.kind == Xfer::kDemote && n->snapshot_lock == 0) drop_gpu_snapshot(n);
   refresh(n);
 }
 

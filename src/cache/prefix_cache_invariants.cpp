@@ -2,6 +2,7 @@
 // spirit of an idle-time sanity check. Returns the first violation, or "" when all hold.
 #include <sstream>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "radixtier/cache/prefix_cache.hpp"
 
@@ -79,18 +80,41 @@ std::string PrefixCache::check_invariants() const {
   RefCounter<GpuSlotId> gslots(gpu_slots_, "gpu snapshot slots");
 
   // Rule 3: lock counts rebuilt from the lock records.
-  std::unordered_map<const Node*, std::uint32_t> locks, snap_locks;
+  // Key namespaces: every namespace root is a root, and a lock or a pin lies in the tree of
+  // the root it records.
+  auto top_of = [](const Node* n) {
+    while (n->parent != nullptr) n = n->parent;
+    return n;
+  };
+  std::unordered_map<const Node*, std::uint32_t> locks, snap_locks, pins, snap_pins;
   for (const auto& [id, rec] : locks_) {
+    if (top_of(rec.node) != rec.root) return "a lock lies outside its namespace's tree";
     for (const Node* p = rec.node; p != nullptr; p = p->parent) ++locks[p];
     if (rec.snap_node) ++snap_locks[rec.snap_node];
+    if (rec.priority > kMaxPriority) return "a lock's priority is above the maximum";
   }
-  std::size_t nodes = 0, locked_pages = 0;
+  for (const auto& [id, rec] : pins_) {
+    if (top_of(rec.node) != rec.root) return "a pin lies outside its namespace's tree";
+    for (const Node* p = rec.node; p != nullptr; p = p->parent) ++pins[p];
+    ++snap_pins[rec.node];
+  }
+  std::size_t nodes = 0, locked_pages = 0, pinned_pages = 0;
   std::size_t listed[4] = {0, 0, 0, 0};
   std::vector<const Node*> stack{root_};
+  for (const auto& [ns, r] : ns_roots_) {
+    if (r == root_ || !r->is_root() || ns == kDefaultNamespace.value())
+      return "a namespace root is not a root of its own";
+    if (r->children.empty() && r->lock_count == 0 && r->host_pin == 0)
+      return "an empty namespace root was left";
+    stack.push_back(r);
+  }
+  // No node is reachable from two namespaces (nor twice from one).
+  std::unordered_set<const Node*> seen;
   std::vector<const Node*> preorder;  // parents before children: counts are summed backwards
   while (!stack.empty()) {
     const Node* n = stack.back();
     stack.pop_back();
+    if (!seen.insert(n).second) return "a node is reachable twice (from two namespaces?)";
     preorder.push_back(n);
     ++nodes;
     std::ostringstream where;
@@ -110,8 +134,8 @@ std::string PrefixCache::check_invariants() const {
       const std::size_t np = n->page_count(ps);
       if (n->has_gpu_kv() && n->gpu_pages.size() != np) return fail("GPU page count != pages");
       if (n->has_host_kv() && n->host_pages.size() != np) return fail("host page count != pages");
-      if (n->children.empty() && n->lock_count == 0 && n->snapshot_lock == 0 && !n->has_kv() &&
-          n->kv_xfer == Xfer::kNone && n->snap_xfer == Xfer::kNone)
+      if (n->children.empty() && n->lock_count == 0 && n->snapshot_lock == 0 && n->host_pin == 0 &&
+          !n->has_kv() && n->kv_xfer == Xfer::kNone && n->snap_xfer == Xfer::kNone)
         return fail("an empty leaf was left in the tree");
     }
     // Rule 2 and 5: each id in one place; ids of an in-flight copy are held by it.
@@ -152,11 +176,23 @@ std::string PrefixCache::check_invariants() const {
     const auto sl = snap_locks.find(n);
     if (n->snapshot_lock != (sl == snap_locks.end() ? 0u : sl->second))
       return fail("snapshot lock count is off");
+    // Pins, as locks; a pinned node's host copies are never dropped for room (rule 4 below
+    // keeps them off the host orders).
+    const auto pn = pins.find(n);
+    if (n->host_pin != (pn == pins.end() ? 0u : pn->second)) return fail("pin count is off");
+    const auto sp = snap_pins.find(n);
+    if (n->snap_pin != (sp == snap_pins.end() ? 0u : sp->second))
+      return fail("snapshot pin count is off");
+    if (n->host_pin > 0) pinned_pages += n->page_count(ps);
+    if (n->snap_pin > 0) pinned_pages += config_.snapshot_pages();
+    if (n->kv_priority > kMaxPriority || n->snap_priority > kMaxPriority)
+      return fail("a retention priority is above the maximum");
 
     std::uint32_t gpu_children = 0, host_children = 0;
     for (const auto& [key, c] : n->children) {
       if (c->parent != n) return fail("a child does not point back to its parent");
       if (c->lock_count > n->lock_count) return fail("a child is locked more than its parent");
+      if (c->host_pin > n->host_pin) return fail("a child is pinned more than its parent");
       gpu_children += c->has_gpu_kv();
       host_children += c->has_host_kv();
       stack.push_back(c);
@@ -199,8 +235,26 @@ std::string PrefixCache::check_invariants() const {
     }
   }
 
+  // CacheConfig::max_snapshots_per_path: no root path holds more (parents come first).
+  if (config_.max_snapshots_per_path > 0) {
+    std::unordered_map<const Node*, std::uint32_t> on_path;
+    for (const Node* n : preorder) {
+      const std::uint32_t count =
+          (n->is_root() ? 0 : on_path[n->parent]) + (n->has_snapshot() ? 1 : 0);
+      on_path[n] = count;
+      if (count > config_.max_snapshots_per_path) {
+        std::ostringstream os;
+        os << "node at boundary " << n->boundary << ": " << count
+           << " snapshots on its root path, more than max_snapshots_per_path "
+           << config_.max_snapshots_per_path;
+        return os.str();
+      }
+    }
+  }
   if (nodes != node_count_) return "node count is off";
   if (locked_pages != locked_gpu_pages_) return "locked GPU page count is off";
+  if (pinned_pages != pinned_host_pages_) return "pinned host page count is off";
+  if (pinned_host_pages_ > pin_budget_pages()) return "pins hold more than host_pin_share";
   if (listed[0] != gpu_kv_order_.size() || listed[1] != host_kv_order_.size() ||
       listed[2] != gpu_snap_order_.size() || listed[3] != host_snap_order_.size())
     return "an eviction order holds a node that is not in the tree";

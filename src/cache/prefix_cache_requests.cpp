@@ -45,6 +45,10 @@ Result<const PrefixCache::LockRecord*> PrefixCache::find_lock(LockId id) const {
 // admission
 
 Result<Admission> PrefixCache::admit(std::span<const Token> prompt) {
+  return admit(prompt, RequestOptions{});
+}
+
+Result<Admission> PrefixCache::admit(std::span<const Token> prompt, const RequestOptions& options) {
   // Admission latency for TimingHooks: measured on every return path, only when attached.
   struct Timer {
     TimingHooks* hooks;
@@ -55,27 +59,33 @@ Result<Admission> PrefixCache::admit(std::span<const Token> prompt) {
     }
   } timer{timing_};
   if (prompt.empty()) return invalid_argument("admit: the prompt is empty");
+  if (Status s = options.validate(); !s) return Status(s.code(), "admit: " + s.message());
   poll();
   // Rule 1: the last prompt token is always computed, so match on all but it.
   const auto query = prompt.first(prompt.size() - 1);
-  std::vector<Node*> candidates;  // nodes with a snapshot on the KV-intact path, shallow first
-  std::size_t kv_tokens = 0;      // as match(): where the query leaves the cached KV path
-  walk_kv_path(query, [&](const Node* c, std::size_t end) {
-    kv_tokens = end;
-    if (end == c->boundary && c->has_snapshot()) candidates.push_back(const_cast<Node*>(c));
-  });
+  std::size_t kv_tokens = 0;  // as match(): where the query leaves the cached KV path
+  // Nodes with a snapshot on the KV-intact path, shallow first. Only the request's own
+  // namespace is searched: no node is shared with another one.
+  const std::vector<Candidate> candidates =
+      candidates_along(root_of(options.ns), query, &kv_tokens);
+  std::size_t gpu_usable = 0;
+  for (const Candidate& c : candidates) {
+    if (!c.needs_copy()) gpu_usable = c.node->boundary;
+  }
   ++stats_.admissions;
   stats_.requested_tokens += query.size();
   // Deepest first; a candidate whose promotion cannot get GPU room falls back to a
-  // shallower one (less reuse, never a wrong one).
+  // shallower one (less reuse, never a wrong one), and one whose load-back is below the
+  // threshold is not tried.
   Node* target = nullptr;
   std::optional<Admission> got;
   Status refused;
   bool fell_back = false;
   for (auto it = candidates.rbegin(); it != candidates.rend(); ++it) {
-    Result<Admission> a = try_admit_at(*it);
+    if (!worth_loading(*it, gpu_usable)) continue;
+    Result<Admission> a = try_admit_at(it->node);
     if (a) {
-      target = *it;
+      target = it->node;
       got = std::move(a).value();
       break;
     }
@@ -88,18 +98,26 @@ Result<Admission> PrefixCache::admit(std::span<const Token> prompt) {
   // A candidate that failed may have become an empty leaf (a copy that failed while making
   // room for it left it without KV). Prune only now: inside the loop, freeing it could free
   // a shallower candidate the loop still holds by pointer.
-  if (fell_back) prune_path(query);
+  if (fell_back) prune_path(root_of(options.ns), query);
   if (!refused.is_ok()) return refused;
   const LockId id(next_free_id(next_lock_, locks_));
   if (target == nullptr) {
-    locks_.emplace(id.value(), LockRecord{root_, nullptr});
-    lock_path(root_);
+    // Made (if new) only now: pruning above may have removed an empty namespace root.
+    Node* root = ensure_root(options.ns);
+    locks_.emplace(id.value(), LockRecord{root, nullptr, root, options.priority});
+    lock_path(root);
     Admission a;
     a.lock = id;
     a.kv_tokens = kv_tokens;
     return a;
   }
-  const LockRecord& rec = locks_.emplace(id.value(), LockRecord{target, target}).first->second;
+  Node* const root = root_of(options.ns);  // target's: its tree is alive while it is
+  const LockRecord& rec =
+      locks_.emplace(id.value(), LockRecord{target, target, root, options.priority}).first->second;
+  // Retention: what the request uses is kept at least at its priority (as the recency
+  // refresh of try_admit_at: the KV of the whole path, the snapshot resumed from).
+  for (Node* n : path_of(target)) raise_priority(n, options.priority, true, false);
+  raise_priority(target, options.priority, false, true);
   Admission& a = *got;
   a.lock = id;
   a.kv_tokens = kv_tokens;
@@ -110,8 +128,9 @@ Result<Admission> PrefixCache::admit(std::span<const Token> prompt) {
   return a;
 }
 
-void PrefixCache::prune_path(std::span<const Token> tokens) {
-  Node* n = root_;
+void PrefixCache::prune_path(Node* root, std::span<const Token> tokens) {
+  if (root == nullptr) return;
+  Node* n = root;
   for (std::size_t pos = 0;;) {
     Node* c = find_child(n, tokens, pos);
     if (c == nullptr || common_pages(c, tokens, pos) < c->page_count(config_.page_size)) break;
@@ -132,11 +151,15 @@ Result<Admission> PrefixCache::try_admit_at(Node* target) {
     return why;
   };
   const std::vector<Node*> path = path_of(target);
-  std::size_t need_pages = 0;
-  for (Node* n : path) {
-    if (!n->has_gpu_kv()) need_pages += n->page_count(config_.page_size);
-  }
-  const bool need_slot = !target->gpu_snapshot.valid();
+  auto pages_needed = [&] {
+    std::size_t pages = 0;
+    for (Node* n : path) {
+      if (!n->has_gpu_kv()) pages += n->page_count(config_.page_size);
+    }
+    return pages;
+  };
+  std::size_t need_pages = pages_needed();
+  bool need_slot = !target->gpu_snapshot.valid();
   // A hopeless admission evicts nothing: decide for the pages and the slot together first.
   if (need_pages > 0) {
     if (Status s = check_gpu_page_room(need_pages); !s) return undo(s);
@@ -147,14 +170,26 @@ Result<Admission> PrefixCache::try_admit_at(Node* target) {
       return undo(s);
     }
   }
-  if (need_pages > 0) {
-    if (Status s = make_gpu_page_room(need_pages); !s) return undo(s);
+  // Making room waits on transfers. A promotion of another admission this path rides on may
+  // fail meanwhile: its nodes are host-only again (the host copy stays) and need pages of
+  // this admission, so count again. Each repeat needs such a failure on this path, and a
+  // node cannot fail twice in this call (nothing else starts a promotion meanwhile).
+  for (std::size_t round = 0;; ++round) {
+    if (need_pages > 0) {
+      if (Status s = make_gpu_page_room(need_pages); !s) return undo(s);
+    }
+    if (need_slot) {
+      if (Status s = make_gpu_slot_room(); !s) return undo(s);
+    }
+    need_pages = pages_needed();
+    need_slot = !target->gpu_snapshot.valid();
+    if (gpu_pages_.free_count() >= need_pages && (!need_slot || gpu_slots_.free_count() > 0)) break;
+    if (round > path.size()) {
+      return undo(Status(ErrorCode::kFailedPrecondition,
+                         "admit: promotions this path relied on kept failing while making room"));
+    }
   }
-  if (need_slot) {
-    if (Status s = make_gpu_slot_room(); !s) return undo(s);
-  }
-  // Making room waits on transfers; a failed one may have turned part of this path into a
-  // tombstone. Re-check before planning.
+  // Making room waits on transfers: re-check the path before planning.
   for (Node* n : path) {
     if (!n->has_kv()) {
       return undo(Status(ErrorCode::kFailedPrecondition,
@@ -268,14 +303,15 @@ Status PrefixCache::resume_earlier(LockRecord& rec) {
     }
   }
   // try_admit_at locked and pinned the new target; now leave the old position.
-  if (target == nullptr) lock_path(root_);
+  if (target == nullptr) lock_path(rec.root);
   if (old_snap) {
     --old_snap->snapshot_lock;
     refresh(old_snap);
   }
   unlock_path(old_node);
-  rec.node = target ? target : root_;
+  rec.node = target ? target : rec.root;
   rec.snap_node = target;
+  if (target) raise_priority(target, rec.priority, false, true);
   // The failed nodes below the new position leave the tree (it stops at the new lock);
   // old_node and old_snap may be freed here.
   remove_if_empty(old_node);
@@ -403,7 +439,7 @@ Status PrefixCache::validate_insert(LockId lock, const LockRecord& rec,
   }
   // Walk what the tree already has: the locked path must be a prefix of `tokens`, and a page
   // the caller does not hold must be the tree's own page at that very position.
-  const Node* n = root_;
+  const Node* n = rec.root;
   std::size_t pos = 0;
   bool on_lock_path = true;
   for (;;) {
@@ -458,7 +494,7 @@ Result<InsertResult> PrefixCache::insert(LockId lock, std::span<const Token> tok
   // first. The walk goes through tombstones, as the insert below does.
   for (;;) {
     Node* busy = nullptr;
-    Node* n = root_;
+    Node* n = rec.root;
     for (std::size_t pos = 0; Node* c = find_child(n, tokens, pos); n = c) {
       const std::size_t k = common_pages(c, tokens, pos);
       if (k < c->page_count(ps)) {
@@ -476,7 +512,7 @@ Result<InsertResult> PrefixCache::insert(LockId lock, std::span<const Token> tok
 
   InsertResult out;
   std::vector<Node*> adopted;
-  Node* n = root_;
+  Node* n = rec.root;
   std::size_t pos = 0;
   while (pos < tokens.size()) {
     const auto mine = pages.subspan(pos / ps);
@@ -525,6 +561,12 @@ Result<InsertResult> PrefixCache::insert(LockId lock, std::span<const Token> tok
   for (Node* a : adopted) touch(a);
   touch(n);
   if (out.snapshot_taken) touch_snapshot(n);
+  // Retention: the nodes the request computed and the boundary it reached (as touch above).
+  for (Node* a : adopted) raise_priority(a, rec.priority, true, false);
+  raise_priority(n, rec.priority, true, out.snapshot_taken);
+  // After the priority is set: the cap may drop the one just attached, if it is the least
+  // useful.
+  if (out.snapshot_taken) cap_path_snapshots(n);
   if (config_.write_policy == WritePolicy::kWriteThrough) {
     write_through(adopted, out.snapshot_taken ? n : nullptr);
   }

@@ -27,6 +27,7 @@ struct SimArgs {
   double host_gib = -1, host_snapshot_gib = -1;
   int metrics_port = -1;      ///< < 0: no metrics endpoint
   double metrics_hold_s = 0;  ///< seconds to keep serving after the run
+  int side_priority = sim::ScenarioOptions{}.agent_side_priority;  // CLI11 reads uint8_t as a char
 };
 
 /// A valid element type name (model_config.hpp).
@@ -101,9 +102,22 @@ radixtier::cli::CommandRun setup_sim(CLI::App& app) {
   app.add_option("--host-snapshot-gib", a.host_snapshot_gib,
                  "compaction*: host snapshots as a byte budget, not 32 slots")
       ->check(radixtier::cli::non_negative());
+  app.add_option("--side-priority", a.side_priority,
+                 "agent: retention priority of the side requests, 0-100 (the conversation "
+                 "runs at 35; 35 here: no priorities)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 100));
   app.add_option("--decode-step-s", a.opt.decode_step_s, "seconds of one batched decode step")
       ->capture_default_str()
       ->check(radixtier::cli::non_negative());
+  app.add_option("--load-back-min-tokens", a.opt.load_back_min_tokens,
+                 "node cache: load back from host only when that resumes this many tokens "
+                 "deeper (default 0: always)")
+      ->check(radixtier::cli::count_at_least(0));
+  app.add_option("--max-snapshots-per-path", a.opt.max_snapshots_per_path,
+                 "node cache: at most this many snapshots on one root-to-leaf path (default 0: "
+                 "no cap)")
+      ->check(radixtier::cli::count_at_least(0));
   app.add_flag("--write-through", a.write_through,
                "node cache write policy write-through (default write-back)");
   app.add_flag("--check-invariants", a.opt.check_invariants,
@@ -132,6 +146,7 @@ int run_sim(SimArgs& args) {
                  : args.eviction == "utility"  ? SnapshotEviction::kUtility
                                                : SnapshotEviction::kLru;
   if (args.write_through) opt.write_policy = WritePolicy::kWriteThrough;
+  so.agent_side_priority = static_cast<RetentionPriority>(args.side_priority);
   if (args.host_gib >= 0) {
     so.trace_host_bytes =
         static_cast<std::uint64_t>(args.host_gib * static_cast<double>(sim::kGiB));

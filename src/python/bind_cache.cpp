@@ -87,6 +87,16 @@ class PyPrefixCache {
   mutable std::mutex mu_;
 };
 
+NamespaceId namespace_from(std::int64_t v) {
+  return id_from<NamespaceId>(v, "namespace");
+}
+
+RequestOptions options_from(std::int64_t ns, std::int64_t priority) {
+  if (priority < kMinPriority || priority > kMaxPriority)
+    raise_invalid("priority = " + std::to_string(priority) + " is not in [0, 100]");
+  return RequestOptions{namespace_from(ns), static_cast<RetentionPriority>(priority)};
+}
+
 LockId lock_from(std::int64_t v) {
   return id_from<LockId>(v, "lock");
 }
@@ -189,7 +199,32 @@ void bind_cache(py::module_& m) {
       .def_readonly("usable_tokens", &MatchResult::usable_tokens)
       .def_readonly("kv_tokens", &MatchResult::kv_tokens)
       .def_readonly("host_tokens", &MatchResult::host_tokens)
-      .def_readonly("snapshot_on_gpu", &MatchResult::snapshot_on_gpu);
+      .def_readonly("snapshot_on_gpu", &MatchResult::snapshot_on_gpu)
+      .def_readonly("gpu_usable_tokens", &MatchResult::gpu_usable_tokens,
+                    "deepest usable boundary that needs no copy")
+      .def_readonly("resume_tokens", &MatchResult::resume_tokens,
+                    "where admit resumes under the load-back threshold, GPU room allowing")
+      .def_readonly("load_back", &MatchResult::load_back, "resume_tokens needs a host copy");
+
+  py::enum_<Tier>(m, "Tier", "A tier of the cache, for evict() and sizes().")
+      .value("GPU", Tier::kGpu)
+      .value("HOST", Tier::kHost);
+  py::class_<EvictResult>(m, "EvictResult", "What evict() freed on its tier.")
+      .def_readonly("kv_pages", &EvictResult::kv_pages)
+      .def_readonly("snapshots", &EvictResult::snapshots)
+      .def_readonly("bytes", &EvictResult::bytes)
+      .def("__eq__", [](const EvictResult& a, const EvictResult& b) { return a == b; });
+  py::class_<TierSizes>(m, "TierSizes", "Evictable and locked data of one tier.")
+      .def_readonly("kv_pages_evictable", &TierSizes::kv_pages_evictable)
+      .def_readonly("kv_pages_locked", &TierSizes::kv_pages_locked)
+      .def_readonly("snapshots_evictable", &TierSizes::snapshots_evictable)
+      .def_readonly("snapshots_locked", &TierSizes::snapshots_locked)
+      .def_readonly("bytes_evictable", &TierSizes::bytes_evictable)
+      .def_readonly("bytes_locked", &TierSizes::bytes_locked)
+      .def("__eq__", [](const TierSizes& a, const TierSizes& b) { return a == b; });
+  py::class_<CacheSizes>(m, "CacheSizes", "sizes(): one TierSizes per tier.")
+      .def_readonly("gpu", &CacheSizes::gpu)
+      .def_readonly("host", &CacheSizes::host);
 
   py::enum_<Residency>(m, "Residency", "Where a node's KV or snapshot is.")
       .value("NONE", Residency::kNone)
@@ -211,6 +246,9 @@ void bind_cache(py::module_& m) {
       .def_readonly("snapshot_copy", &NodeInfo::snapshot_copy)
       .def_readonly("locks", &NodeInfo::locks)
       .def_readonly("snapshot_locks", &NodeInfo::snapshot_locks)
+      .def_readonly("kv_priority", &NodeInfo::kv_priority, "retention level of its KV")
+      .def_readonly("snapshot_priority", &NodeInfo::snapshot_priority)
+      .def_readonly("pins", &NodeInfo::pins, "host pins whose prefix includes it")
       .def("__eq__", [](const NodeInfo& a, const NodeInfo& b) { return a == b; });
 
   py::class_<Occupancy>(m, "Occupancy")
@@ -247,13 +285,17 @@ void bind_cache(py::module_& m) {
       // --- the CacheBackend interface -------------------------------------------------------
       .def(
           "admit",
-          [](PyPrefixCache& s, const py::object& prompt) {
+          [](PyPrefixCache& s, const py::object& prompt, std::int64_t ns, std::int64_t priority) {
             TokenArg t(prompt, "prompt");
-            return unwrap(s.locked([&](PrefixCache& c) { return c.admit(t.span()); }));
+            const RequestOptions o = options_from(ns, priority);
+            return unwrap(s.locked([&](PrefixCache& c) { return c.admit(t.span(), o); }));
           },
-          py::arg("prompt"),
-          "Matches on all but the last prompt token, locks the usable match, starts promoting "
-          "what of it is on host.")
+          py::arg("prompt"), py::kw_only(), py::arg("namespace") = 0,
+          py::arg("priority") = kDefaultPriority,
+          "Matches on all but the last prompt token in the key namespace `namespace` (an int: "
+          "an adapter, a cache salt, a tenant; 0 is the default one), locks the usable match, "
+          "starts promoting what of it is on host. What the request uses and inserts is kept "
+          "at least at `priority` (0-100: lower leaves first).")
       .def(
           "poll",
           [](PyPrefixCache& s, std::optional<std::int64_t> lock) -> py::object {
@@ -355,28 +397,83 @@ void bind_cache(py::module_& m) {
       // --- queries and maintenance -------------------------------------------------------------
       .def(
           "match",
-          [](PyPrefixCache& s, const py::object& tokens) {
+          [](PyPrefixCache& s, const py::object& tokens, std::int64_t ns) {
             TokenArg t(tokens);
-            return s.locked([&](PrefixCache& c) { return c.match(t.span()); });
+            const NamespaceId n = namespace_from(ns);
+            return s.locked([&](PrefixCache& c) { return c.match(t.span(), n); });
           },
-          py::arg("tokens"), "Read-only lookup of all the tokens.")
+          py::arg("tokens"), py::kw_only(), py::arg("namespace") = 0,
+          "Read-only lookup of all the tokens.")
+      .def(
+          "peek",
+          [](PyPrefixCache& s, const py::object& prompt) {
+            TokenArg t(prompt);
+            return unwrap(s.locked([&](PrefixCache& c) { return c.peek(t.span()); }));
+          },
+          py::arg("prompt"),
+          "What admit(prompt) would find (all but the last token), read-only: no promotion, "
+          "no change of recency.")
+      .def(
+          "evict",
+          [](PyPrefixCache& s, std::int64_t tokens, std::int64_t snapshots, Tier tier) {
+            EvictRequest r;
+            r.tokens = count_from<std::size_t>(tokens, "evict: tokens");
+            r.snapshots = count_from<std::uint32_t>(snapshots, "evict: snapshots");
+            r.tier = tier;
+            return unwrap(s.locked([&](PrefixCache& c) { return c.evict(r); }));
+          },
+          py::arg("tokens") = 0, py::arg("snapshots") = 0, py::arg("tier") = Tier::kGpu,
+          "Frees at least `tokens` of KV and `snapshots` snapshots on one tier, as far as "
+          "unlocked data allows; returns what it freed.")
+      .def(
+          "sizes",
+          [](PyPrefixCache& s) { return s.query([](const PrefixCache& c) { return c.sizes(); }); },
+          "Evictable and locked KV pages, snapshots and bytes per tier.")
       .def(
           "inspect",
-          [](PyPrefixCache& s, const py::object& tokens) {
+          [](PyPrefixCache& s, const py::object& tokens, std::int64_t ns) {
             TokenArg t(tokens);
-            return s.locked([&](PrefixCache& c) { return c.inspect(t.span()); });
+            const NamespaceId n = namespace_from(ns);
+            return s.locked([&](PrefixCache& c) { return c.inspect(t.span(), n); });
           },
-          py::arg("tokens"),
+          py::arg("tokens"), py::kw_only(), py::arg("namespace") = 0,
           "Per node on the path of `tokens`: residency, locks, copies (read-only).")
       .def(
           "flush",
-          [](PyPrefixCache& s) {
-            s.locked([](PrefixCache& c) {
-              c.flush();
+          [](PyPrefixCache& s, std::optional<std::int64_t> ns) {
+            const std::optional<NamespaceId> n =
+                ns ? std::optional(namespace_from(*ns)) : std::nullopt;
+            s.locked([&](PrefixCache& c) {
+              n ? c.flush(*n) : c.flush();
               return 0;
             });
           },
-          "Drops every unpinned copy on every tier (waits for copies in flight first).")
+          py::kw_only(), py::arg("namespace") = py::none(),
+          "Drops every copy no running request and no pin holds, on every tier (waits for "
+          "copies in flight first); flush(namespace=n): only namespace n's.")
+      .def(
+          "pin",
+          [](PyPrefixCache& s, const py::object& tokens, std::int64_t ns) {
+            TokenArg t(tokens);
+            const NamespaceId n = namespace_from(ns);
+            return unwrap(s.locked([&](PrefixCache& c) { return c.pin(t.span(), n); })).value();
+          },
+          py::arg("tokens"), py::kw_only(), py::arg("namespace") = 0,
+          "Host-only pin of a cached prefix (whole pages, a snapshot at its end): its host "
+          "copies are never dropped until unpin(pin). Returns the pin (an int). "
+          "OutOfMemoryError beyond CacheConfig.host_pin_share of the host pool.")
+      .def(
+          "unpin",
+          [](PyPrefixCache& s, std::int64_t pin) {
+            const PinId p = id_from<PinId>(pin, "pin");
+            check(s.locked([&](PrefixCache& c) { return c.unpin(p); }));
+          },
+          py::arg("pin"), "Ends a pin: its host copies become evictable again.")
+      .def_property_readonly(
+          "pinned_host_pages",
+          [](PyPrefixCache& s) {
+            return s.query([](const PrefixCache& c) { return c.pinned_host_pages(); });
+          })
       .def("stats",
            [](PyPrefixCache& s) { return s.query([](const PrefixCache& c) { return c.stats(); }); })
       .def("occupancy",

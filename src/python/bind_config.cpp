@@ -25,6 +25,9 @@ py::dict to_dict(const CacheConfig& c) {
   d["slice_pages"] = c.slice_pages;
   d["write_policy"] = c.write_policy;
   d["snapshot_eviction"] = c.snapshot_eviction;
+  d["load_back_min_tokens"] = c.load_back_min_tokens;
+  d["max_snapshots_per_path"] = c.max_snapshots_per_path;
+  d["host_pin_share"] = c.host_pin_share;
   return d;
 }
 
@@ -32,7 +35,8 @@ CacheConfig make_config(std::int64_t page_size, std::int64_t gpu_pages, std::int
                         std::int64_t gpu_snapshot_slots, std::int64_t host_snapshot_slots,
                         std::int64_t page_bytes, std::int64_t snapshot_bytes,
                         std::int64_t slice_pages, WritePolicy write_policy,
-                        SnapshotEviction snapshot_eviction) {
+                        SnapshotEviction snapshot_eviction, std::int64_t load_back_min_tokens,
+                        std::int64_t max_snapshots_per_path, double host_pin_share) {
   CacheConfig c;
   c.page_size = count_from<std::uint32_t>(page_size, "CacheConfig.page_size");
   c.gpu_pages = count_from<std::uint32_t>(gpu_pages, "CacheConfig.gpu_pages");
@@ -46,6 +50,11 @@ CacheConfig make_config(std::int64_t page_size, std::int64_t gpu_pages, std::int
   c.slice_pages = count_from<std::uint32_t>(slice_pages, "CacheConfig.slice_pages");
   c.write_policy = write_policy;
   c.snapshot_eviction = snapshot_eviction;
+  c.load_back_min_tokens =
+      count_from<std::uint32_t>(load_back_min_tokens, "CacheConfig.load_back_min_tokens");
+  c.max_snapshots_per_path =
+      count_from<std::uint32_t>(max_snapshots_per_path, "CacheConfig.max_snapshots_per_path");
+  c.host_pin_share = host_pin_share;
   check(c.validate());
   return c;
 }
@@ -89,7 +98,10 @@ void bind_config(py::module_& m) {
            py::arg("host_snapshot_slots") = d.host_snapshot_slots,
            py::arg("page_bytes") = d.page_bytes, py::arg("snapshot_bytes") = d.snapshot_bytes,
            py::arg("slice_pages") = d.slice_pages, py::arg("write_policy") = d.write_policy,
-           py::arg("snapshot_eviction") = d.snapshot_eviction)
+           py::arg("snapshot_eviction") = d.snapshot_eviction,
+           py::arg("load_back_min_tokens") = d.load_back_min_tokens,
+           py::arg("max_snapshots_per_path") = d.max_snapshots_per_path,
+           py::arg("host_pin_share") = d.host_pin_share)
       .def_readonly("page_size", &CacheConfig::page_size, "tokens per page")
       .def_readonly("gpu_pages", &CacheConfig::gpu_pages, "GPU KV pool, in pages")
       .def_readonly("host_pages", &CacheConfig::host_pages, "host KV pool, in pages")
@@ -102,6 +114,13 @@ void bind_config(py::module_& m) {
       .def_readonly("slice_pages", &CacheConfig::slice_pages, "at most this many pages per copy")
       .def_readonly("write_policy", &CacheConfig::write_policy)
       .def_readonly("snapshot_eviction", &CacheConfig::snapshot_eviction)
+      .def_readonly("load_back_min_tokens", &CacheConfig::load_back_min_tokens,
+                    "admit loads back only when that resumes this many tokens deeper than the "
+                    "GPU alone would (0: always)")
+      .def_readonly("max_snapshots_per_path", &CacheConfig::max_snapshots_per_path,
+                    "at most this many snapshots on one root-to-leaf path (0: no cap)")
+      .def_readonly("host_pin_share", &CacheConfig::host_pin_share,
+                    "share of the host pool pins may hold, in [0, 1]")
       .def_property_readonly("slice_bytes", &CacheConfig::slice_bytes)
       .def("to_dict", &to_dict)
       .def(
@@ -126,7 +145,9 @@ void bind_config(py::module_& m) {
            << ", host_snapshot_slots=" << c.host_snapshot_slots << ", page_bytes=" << c.page_bytes
            << ", snapshot_bytes=" << c.snapshot_bytes << ", slice_pages=" << c.slice_pages
            << ", write_policy=" << to_string(c.write_policy)
-           << ", snapshot_eviction=" << to_string(c.snapshot_eviction) << ")";
+           << ", snapshot_eviction=" << to_string(c.snapshot_eviction)
+           << ", load_back_min_tokens=" << c.load_back_min_tokens
+           << ", max_snapshots_per_path=" << c.max_snapshots_per_path << ")";
         return os.str();
       });
 }

@@ -53,7 +53,8 @@ void bind_policy(py::module_& m) {
       .def_readwrite("page_size", &SnapshotQuery::page_size)
       .def_readwrite("chunk_tokens", &SnapshotQuery::chunk_tokens)
       .def_readwrite("alignment", &SnapshotQuery::alignment)
-      .def_readwrite("keep_finish", &SnapshotQuery::keep_finish);
+      .def_readwrite("keep_finish", &SnapshotQuery::keep_finish)
+      .def_readwrite("host_free_bytes", &SnapshotQuery::host_free_bytes);
 
   py::class_<SnapshotPolicy>(m, "SnapshotPolicy",
                              "Snapshot placement: end-only | every-chunk | interval:N | "

@@ -2,6 +2,7 @@
 #include "radixtier/scheduler/placement_learner.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 namespace radixtier::sched {
 
@@ -48,7 +49,7 @@ void PlacementLearner::observe_admission(std::span<const Token> prompt, std::siz
   if (branch > 0 && branch < query_end && branch % page_size_ == 0) {
     branches_.push_back(branch / page_size_);
     if (branches_.size() > options_.window) branches_.pop_front();
-    if (++since_update_ >= 8 || branches_.size() == options_.min_samples) update_alignment();
+    update_alignment();
   }
   bool extends_finish = false;
   if (!finish_keys_.empty()) {
@@ -83,13 +84,11 @@ bool PlacementLearner::keep_finish() const {
 }
 
 void PlacementLearner::update_alignment() {
-  since_update_ = 0;
-  if (branches_.size() < options_.min_samples) {
-    alignment_ = page_size_;
-    return;
-  }
-  const auto need =
-      static_cast<std::size_t>(options_.share * static_cast<double>(branches_.size()));
+  alignment_ = page_size_;
+  const std::size_t n = branches_.size();
+  if (n == 0) return;
+  const auto need = std::max<std::size_t>(
+      1, static_cast<std::size_t>(std::ceil(options_.share * static_cast<double>(n) - 1e-9)));
   for (std::size_t k = options_.max_alignment_pages; k > 1; --k) {
     std::size_t divides = 0;
     for (std::size_t b : branches_) divides += b % k == 0;
@@ -98,7 +97,6 @@ void PlacementLearner::update_alignment() {
       return;
     }
   }
-  alignment_ = page_size_;
 }
 
 }  // namespace radixtier::sched

@@ -17,6 +17,7 @@ struct Scheduler::Running {
   std::size_t done = 0;           ///< positions whose K/V are computed (the live state's position)
   std::size_t inserted = 0;       ///< boundary the lock has moved down to
   std::size_t checkpoint_at = 0;  ///< boundary of the executor's checkpoint (0: none)
+  std::uint64_t host_free_bytes = 0;  ///< at admission: the placement budget's (fixed per run)
   bool prefilled = false;
 };
 
@@ -135,7 +136,7 @@ Status Scheduler::admit(Request request, RequestResult res) {
                                 std::to_string(res.preemptions) + " preemptions)"));
     }
     const CacheStats before = cache_.stats();
-    auto a = cache_.admit(request.prompt);
+    auto a = cache_.admit(request.prompt, RequestOptions{request.ns, request.priority});
     if (!a) return give_up(a.status());
     ++res.admissions;
     ++stats_.admissions;
@@ -203,6 +204,7 @@ Status Scheduler::admit(Request request, RequestResult res) {
     r.owned.assign(r.table.size(), false);
     r.seq = request.prompt;
     r.done = r.inserted = a->cached_tokens;
+    r.host_free_bytes = cache_.host_bytes_free();
     r.req = std::move(request);
     r.res = std::move(res);
     running_.push_back(std::move(running));
@@ -347,6 +349,7 @@ SnapshotQuery Scheduler::query(const Running& r) const {
   q.chunk_tokens = config_.chunk_tokens;
   q.alignment = learner_.alignment();
   q.keep_finish = learner_.keep_finish();
+  q.host_free_bytes = r.host_free_bytes;
   return q;
 }
 

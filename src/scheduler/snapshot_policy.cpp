@@ -162,7 +162,12 @@ std::size_t SnapshotPolicy::budget_for(const SnapshotQuery& q) const {
                                  ? q.prompt_tokens - q.cached_tokens
                                  : q.prompt_tokens;
   if (q.kv_bytes_per_token == 0) return kind_ == Kind::kAdaptive ? 0 : 4 * q.snapshot_bytes;
-  return tokens * q.kv_bytes_per_token / 8;
+  const std::uint64_t kv = std::uint64_t{tokens} * q.kv_bytes_per_token;
+  // Adaptive: also the host bytes that stay free once this KV is there (nothing claims them;
+  // eviction takes them back, lowest-value snapshots first, when something does).
+  const std::uint64_t spare =
+      kind_ == Kind::kAdaptive && q.host_free_bytes > kv ? q.host_free_bytes - kv : 0;
+  return static_cast<std::size_t>(std::max(kv / 8, spare));
 }
 
 std::vector<std::size_t> SnapshotPolicy::plan(const SnapshotQuery& q) const {

@@ -30,7 +30,12 @@ Result<std::unique_ptr<AttentionOnlyCache>> AttentionOnlyCache::create(const Cac
 }
 
 Result<Admission> AttentionOnlyCache::admit(std::span<const Token> prompt) {
-  auto a = inner_->admit(prompt);
+  return admit(prompt, RequestOptions{});
+}
+
+Result<Admission> AttentionOnlyCache::admit(std::span<const Token> prompt,
+                                            const RequestOptions& options) {
+  auto a = inner_->admit(prompt, options);
   if (a) boundary_[a->lock.value()] = a->cached_tokens;
   return a;
 }

@@ -30,6 +30,7 @@ class AttentionOnlyCache final : public CacheBackend {
 
   std::uint32_t page_size() const override { return inner_->page_size(); }
   Result<Admission> admit(std::span<const Token> prompt) override;
+  Result<Admission> admit(std::span<const Token> prompt, const RequestOptions& options) override;
   Result<TransferState> poll(LockId lock) override { return inner_->poll(lock); }
   Result<std::size_t> wait(LockId lock) override;
   Result<std::vector<GpuPageId>> path_pages(LockId lock) const override {

@@ -123,7 +123,7 @@ Scenario compaction_turns(const ScenarioOptions& o) {
 // agent: 8 turns; each sends the conversation 2-3 times with different tails (3 in flight);
 // the next turn diverges 44-148 tokens before the previous end and grows 2,400-4,000 tokens;
 // from turn 2 a side request replays a shorter exact prefix of an earlier, longer prompt.
-Scenario agent() {
+Scenario agent(const ScenarioOptions& o) {
   Builder b = base("agent",
                    "8 turns x 2-3 sends of one prefix with different tails (3 in flight), "
                    "turns diverge 44-148 tokens before the previous end, side requests replay "
@@ -143,8 +143,12 @@ Scenario agent() {
   shape.side_output = 64;
   shape.grow_min = 2'400;
   shape.grow_max = 4'000;
-  for (auto& r : workload::agent_requests(shape, synth_tokens))
+  for (auto& r : workload::agent_requests(shape, synth_tokens)) {
     b.add(r.label, std::move(r.prompt), r.output, r.arrival_s);
+    // The conversation's sends keep the default retention priority; side requests run at
+    // o.agent_side_priority (lower by default), so their own KV and snapshots leave first.
+    if (r.side) b.s.requests.back().request.priority = o.agent_side_priority;
+  }
   return std::move(b.s);
 }
 
@@ -265,7 +269,7 @@ Result<Scenario> make_scenario(const std::string& name, const ModelGeometry& mod
   } else if (name == "compaction-turns") {
     s = compaction_turns(options);
   } else if (name == "agent") {
-    s = agent();
+    s = agent(options);
   } else if (name == "admission-128k") {
     s = admission_128k();
   } else if (name == "trace") {

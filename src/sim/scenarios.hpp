@@ -82,6 +82,10 @@ struct ScenarioOptions {
   std::size_t trace_limit = 0;                 ///< > 0: only the first N requests
   std::size_t trace_max_running = 8;
   std::size_t trace_gpu_kv_tokens = 0;  ///< per instance; 0: from the presets
+  // agent
+  /// Retention priority of the side requests (the sends run at kDefaultPriority, 35): lower
+  /// than the conversation's by default; 35 orders them as the conversation (no priorities).
+  RetentionPriority agent_side_priority = 10;
 };
 
 /// churn | flush | compaction | compaction-turns | agent | trace | admission-128k

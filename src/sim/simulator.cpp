@@ -299,6 +299,8 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
   out.config = cache_config(budget, *model, s.page_size);
   out.config.snapshot_eviction = o.eviction;
   out.config.write_policy = o.write_policy;
+  out.config.load_back_min_tokens = o.load_back_min_tokens;
+  out.config.max_snapshots_per_path = o.max_snapshots_per_path;
   out.total_budget_bytes = total_bytes(out.config);
   if (s.is_trace()) out.ceiling_ratio = infinite_cache_ceiling(s.trace).ratio();
   if (o.cache == CacheKind::kIdeal) {
@@ -454,6 +456,28 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
     }
     out.rows.push_back(std::move(row));
   }
+  {
+    std::vector<sched::Request> prompts;
+    std::vector<MissInput> miss_in;
+    prompts.reserve(n);  // no reallocation: miss_in holds spans into it
+    miss_in.reserve(n);
+    std::size_t alignment = s.page_size;
+    for (const auto& in : inst) alignment = std::max(alignment, in->sched->learner().alignment());
+    for (std::size_t i = 0; i < n; ++i) {
+      const sched::RequestResult* res = inst[where[i]]->sched->result(out.rows[i].id);
+      if (res == nullptr || !res->status.is_ok()) continue;
+      prompts.push_back(request(i));
+      MissInput m;
+      m.admitted_s = res->admitted_s;
+      m.prompt = prompts.back().prompt;
+      m.output = res->output;
+      m.cached_tokens = res->cached_tokens;
+      m.kv_tokens = res->kv_tokens;
+      m.snapshot_boundaries = res->snapshot_boundaries;
+      miss_in.push_back(m);
+    }
+    out.misses = miss_breakdown(miss_in, s.page_size, alignment);
+  }
   double executor_s = 0;
   for (const auto& in : inst) {
     add_stats(out.stats, in->cache->stats());
@@ -531,6 +555,15 @@ std::string to_json(const SimResult& r, bool rows) {
   o["ttft_s_p99"] = num(r.ttft_s_p99);
   o["placement_alignment"] = r.placement_alignment;
   o["keep_finish"] = r.keep_finish;
+  nlohmann::ordered_json& mb = o["misses"];
+  mb["reachable_tokens"] = r.misses.reachable_tokens;
+  mb["cached_tokens"] = r.misses.cached_tokens;
+  mb["no_snapshot_placed"] = r.misses.no_snapshot_placed;
+  mb["no_snapshot_tail"] = r.misses.no_snapshot_tail;
+  mb["no_snapshot_branch"] = r.misses.no_snapshot_branch;
+  mb["no_snapshot_divergence"] = r.misses.no_snapshot_divergence;
+  mb["kv_missing"] = r.misses.kv_missing;
+  mb["snapshot_missing"] = r.misses.snapshot_missing;
   o["status"] = r.status;
   if (rows) {
     nlohmann::ordered_json& list = o["rows"] = nlohmann::ordered_json::array();

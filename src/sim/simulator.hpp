@@ -41,6 +41,7 @@
 #include "radixtier/config.hpp"
 #include "radixtier/scheduler/scheduler.hpp"
 #include "sim/cost_model.hpp"
+#include "sim/miss_breakdown.hpp"
 #include "sim/model_config.hpp"
 #include "sim/router.hpp"
 #include "sim/scenarios.hpp"
@@ -83,6 +84,8 @@ struct SimOptions {
   std::string policy;
   SnapshotEviction eviction = SnapshotEviction::kCostAware;
   WritePolicy write_policy = WritePolicy::kWriteBack;
+  std::uint32_t load_back_min_tokens = 0;    ///< CacheConfig::load_back_min_tokens
+  std::uint32_t max_snapshots_per_path = 0;  ///< CacheConfig::max_snapshots_per_path
   double decode_step_s = 0.025;
   /// Modeled GPUs behind the router; 0: traces default_instances(), other scenarios 1.
   std::size_t instances = 0;
@@ -133,6 +136,7 @@ struct SimResult {
   sched::SchedulerStats sched;
   std::size_t placement_alignment = 0;  ///< what the placement learner ended with (G, tokens)
   bool keep_finish = true;              ///< ... and whether it still kept finish snapshots
+  MissBreakdown misses;                 ///< where reuse was lost (miss_breakdown.hpp)
   std::vector<RequestRow> rows;
   std::string status;  ///< empty: the run completed; else why the scheduler stopped
   // --- the cluster and TTFT percentiles (nearest rank, over the requests that finished) ---

@@ -33,7 +33,8 @@ std::vector<LabeledRequest> agent_requests(const AgentShape& s, const TokenStrea
     if (turn > 0) {  // a side request: an exact prefix of an earlier, longer prompt
       const auto& src = earlier[mix(seed) % (earlier.size() - std::size_t(sends))];
       const std::size_t len = src.size() / 2 + mix(seed + 1) % (src.size() / 2);
-      out.push_back({name + " side", {src.begin(), src.begin() + len}, s.side_output, at + 1.0});
+      out.push_back(
+          {name + " side", {src.begin(), src.begin() + len}, s.side_output, at + 1.0, true});
       ++seed;
     }
     const std::size_t diverge = s.diverge_min + mix(seed++) % (s.diverge_max - s.diverge_min + 1);

@@ -27,6 +27,7 @@ struct LabeledRequest {
   std::vector<Token> prompt;
   std::size_t output = 0;
   double arrival_s = 0;
+  bool side = false;  ///< a side request (agent harness): a scenario may run it at a lower priority
 };
 
 /// The agent harness of workloads.md: each turn sends the conversation 2-3 times with

@@ -32,7 +32,8 @@ class Reader {
 };
 
 /// Header: [flags: bit 0 write-through, bit 1 utility snapshot eviction, bit 2 page size 2
-/// (else 4)] [gpu pages 8 + b % 33] [host pages {0, 12, 24, 64}] [GPU slots 1 + b % 4]
+/// (else 4), bit 3 at most 2 snapshots per path, bit 4 load back only 2 pages or more]
+/// [gpu pages 8 + b % 33] [host pages {0, 12, 24, 64}] [GPU slots 1 + b % 4]
 /// [host slots {0, 2, 8}] [slice pages 1 + b % 4]. Invalid combinations are skipped.
 std::optional<CacheConfig> decode_config(Reader& in) {
   const std::uint8_t flags = in.u8();
@@ -40,6 +41,8 @@ std::optional<CacheConfig> decode_config(Reader& in) {
       testing::small_config(flags & 1 ? WritePolicy::kWriteThrough : WritePolicy::kWriteBack);
   c.snapshot_eviction = flags & 2 ? SnapshotEviction::kUtility : SnapshotEviction::kLru;
   c.page_size = flags & 4 ? 2 : 4;
+  if (flags & 8) c.max_snapshots_per_path = 2;
+  if (flags & 16) c.load_back_min_tokens = 2 * c.page_size;
   c.gpu_pages = 8 + in.u8() % 33;
   static constexpr std::uint32_t kHostPages[] = {0, 12, 24, 64};
   c.host_pages = kHostPages[in.u8() % 4];
@@ -100,6 +103,8 @@ class Driver {
   void drop_host(Reader&) { h_.cache->drop_host(); }
   void settle(Reader& in);
   void bad_argument(Reader& in);
+  void evict(Reader& in);
+  void peek(Reader& in);
 
   static constexpr OpEntry kOps[] = {
       {"admit", &Driver::admit},
@@ -123,6 +128,8 @@ class Driver {
       {"drop host", &Driver::drop_host},
       {"settle", &Driver::settle},
       {"bad argument", &Driver::bad_argument},
+      {"evict", &Driver::evict},
+      {"peek", &Driver::peek},
   };
   static_assert(std::size(kOps) == kOpCount, "one table entry per Op, in order");
 
@@ -720,6 +727,45 @@ void Driver::bad_argument(Reader& in) {
   if (trace_) std::fprintf(stderr, "  bad argument: %s\n", call.c_str());
   expect(rejected, call + " was accepted");
   expect_unchanged(before, call);
+}
+
+void Driver::evict(Reader& in) {
+  const std::uint8_t tier = in.u8(), n = in.u8(), s = in.u8();
+  EvictRequest req;
+  req.tier = tier & 1 ? Tier::kHost : Tier::kGpu;
+  req.tokens = std::size_t{n % 16u} * ps();
+  req.snapshots = s % 4u;
+  h_.cache->poll();
+  const CacheSizes sizes = h_.cache->sizes();
+  const Occupancy before = h_.cache->occupancy();
+  auto freed = h_.cache->evict(req);
+  expect(freed.is_ok(), "evict: " + freed.status().to_string());
+  if (trace_)
+    std::fprintf(stderr, "  evict(%zu tokens, %u snapshots, %s) -> %zu pages, %u snapshots\n",
+                 req.tokens, req.snapshots, to_string(req.tier), freed->kv_pages, freed->snapshots);
+  if (req.tier == Tier::kHost) return;
+  const Occupancy after = h_.cache->occupancy();
+  expect(after.gpu_pages_free - before.gpu_pages_free == freed->kv_pages &&
+             after.gpu_slots_free - before.gpu_slots_free == freed->snapshots,
+         "evict: what it reports freed is not what the free counts show");
+  expect(freed->kv_pages >= std::min(std::size_t{n % 16u}, sizes.gpu.kv_pages_evictable),
+         "evict freed less GPU KV than was asked and evictable");
+}
+
+void Driver::peek(Reader& in) {
+  const std::vector<Token> prompt = decode_prompt(in);
+  const Fingerprint before = settled();
+  auto m = h_.cache->peek(prompt);
+  expect(m.is_ok(), "peek: " + m.status().to_string());
+  expect_unchanged(before, "peek");
+  const MatchResult all = h_.cache->match(std::span(prompt).first(prompt.size() - 1));
+  expect(m->usable_tokens == all.usable_tokens && m->resume_tokens == all.resume_tokens,
+         "peek differs from match of all but the last token");
+  expect(m->gpu_usable_tokens <= m->usable_tokens &&
+             (m->resume_tokens == m->gpu_usable_tokens || m->resume_tokens == m->usable_tokens),
+         "peek: the resume point is neither the GPU-only nor the usable match");
+  expect(m->load_back == (m->resume_tokens != m->gpu_usable_tokens),
+         "peek: load_back does not say whether the resume point needs a copy");
 }
 
 void Driver::run(Reader& in) {

@@ -49,6 +49,10 @@ enum Op : std::uint8_t {
   kDropHost,        // []: cache.drop_host()
   kSettle,          // [flags]: complete every pending copy (flags & 1: newest first)
   kBadArgument,     // [kind, a, b]: an invalid call (see bad_argument) that must change nothing
+  kEvict,           // [tier, n, s]: evict(n % 16 pages of tokens, s % 4 snapshots, tier & 1:
+                    //   host); on GPU it frees exactly what the free count shows, at least
+                    //   what was asked as far as sizes() said was evictable
+  kPeek,            // [prompt]: peek(prompt) changes nothing and agrees with match()
   kOpCount
 };
 

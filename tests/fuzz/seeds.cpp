@@ -10,7 +10,8 @@ namespace {
 
 class Enc {
  public:
-  /// The header: flags (bit 0 write-through, bit 1 utility eviction, bit 2 page size 2),
+  /// The header: flags (bit 0 write-through, bit 1 utility eviction, bit 2 page size 2, bit 3
+  /// two snapshots per path, bit 4 load back only from two pages on),
   /// GPU pages (8..40), host pages index ({0, 12, 24, 64}), GPU slots (1..4), host slots
   /// index ({0, 2, 8}), slice pages (1..4).
   Enc(std::uint8_t flags, std::uint8_t gpu_pages, std::uint8_t host_pages, std::uint8_t gpu_slots,
@@ -190,6 +191,21 @@ std::vector<Seed> seeds() {
     e.op(kPoll).op(kDrain).op(kDropHost);
     e.op(kRelease, {2}).op(kRelease, {1}).op(kRelease, {0});
     out.push_back({"copies-out-of-order", e.bytes()});
+  }
+
+  // Issue 15: the per-path cap and the load-back threshold, explicit eviction on both tiers
+  // (a demotion failing meanwhile), peek before and after, every copy of an admission failing.
+  {
+    Enc e(8 | 16, 24, 2, 3, 2, 2);
+    e.admit(0, 24).finish(0, 6, 1);  // a snapshot at every page: the cap keeps two
+    e.admit(1, 16).finish(0, 2, 2);
+    e.op(kPeek, {kKnownPrompt | 0}).op(kEvict, {0, 3, 1}).op(kPeek, {kKnownPrompt | 0});
+    e.op(kFailNext, {0}).op(kEvict, {0, 15, 3}).op(kPeek, {kKnownPrompt | 1});
+    e.admit_known(0).op(kFailNext, {0}).op(kFailNext, {1}).op(kWait, {0});
+    e.op(kEvict, {1, 15, 3}).op(kPeek, {kKnownPrompt | 0});
+    e.compute(0, 6, 1, true).op(kRelease, {0});
+    e.admit_known(1).op(kWait, {0}).op(kRelease, {0});
+    out.push_back({"cap-threshold-evict-peek", e.bytes()});
   }
   return out;
 }

@@ -7,6 +7,8 @@
 //   admit(prompt)           match on all but the last prompt token, lock the usable match,
 //                           start promoting what of it is on host -> Admission (also how
 //                           deep the prompt follows cached KV: kv_tokens)
+//   admit(prompt, options)  the same in options.ns (key namespace), the nodes it uses and
+//                           inserts kept at options.priority (request_options.hpp)
 //   wait(lock)              wait for the promotion -> the tokens the request resumes from:
 //                           Admission::cached_tokens, or less when part of the match failed
 //                           to arrive (the cache resumed it at the deepest boundary of its
@@ -34,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "radixtier/cache/request_options.hpp"
 #include "radixtier/ids.hpp"
 #include "radixtier/status.hpp"
 #include "radixtier/transfer/transfer_engine.hpp"
@@ -91,7 +94,22 @@ class CacheBackend {
   virtual ~CacheBackend() = default;
 
   virtual std::uint32_t page_size() const = 0;
+  /// Host bytes free now (pages of the host tier on no node, request or transfer); 0 where the
+  /// backend does not say. Adaptive placement spends what stays free on snapshots.
+  virtual std::uint64_t host_bytes_free() const { return 0; }
   virtual Result<Admission> admit(std::span<const Token> prompt) = 0;
+  /// admit() in a key namespace at a retention priority. This default serves backends
+  /// without namespaces or priorities: it ignores the priority (a retention hint) and
+  /// refuses any namespace but the default one (sharing across namespaces would hand one
+  /// tenant's or adapter's KV to another), with kInvalidArgument.
+  virtual Result<Admission> admit(std::span<const Token> prompt, const RequestOptions& options) {
+    if (Status s = options.validate(); !s) return s;
+    if (options.ns != kDefaultNamespace) {
+      return invalid_argument(std::string("admit: this cache has no key namespaces (asked for ") +
+                              "namespace#" + std::to_string(options.ns.value()) + ")");
+    }
+    return admit(prompt);
+  }
   /// kPending while the admission's copies run, kDone when its match is usable as admitted,
   /// kFailed when part of it failed to arrive (wait() then resumes earlier); an unknown lock is
   /// an error (kNotFound), never a state.

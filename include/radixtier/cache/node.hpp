@@ -8,7 +8,7 @@
 //   Host       gpu_pages empty, host_pages set            demotion done (GPU copy freed)
 //   Both       both set (the host copy is clean)          write-through done, promotion done,
 //                                                         demotion done while locked
-//   Gone       both empty: a tombstone                    drop, failed transfer
+//   Gone       both empty: a tombstone                    drop
 // In flight (kv_xfer != kNone) the node is in one of the above plus a copy:
 //   kDemote / kWriteThrough   gpu_pages valid, host_pages are the copy's destinations
 //   kPromote                  host_pages valid, gpu_pages are the copy's destinations
@@ -18,8 +18,16 @@
 //              Host -(admit)-> Host+kPromote -(done)-> Both
 //              Gpu -(insert, write-through)-> Gpu+kWriteThrough -(done)-> Both
 //              Host/Gone -(insert of the same tokens)-> Both/Gpu         (adopt fresh pages)
-//              any+copy -(copy failed)-> Gone (demote, promote) / Gpu (write-through)
+//              any+copy -(copy failed)-> the state before the copy: the intact source stays
+//                  (demote, write-through: Gpu; promote: Host), the destination is freed
 //              any+copy -(batch refused by the engine)-> the state before the copy
+// A failed copy never hands out bytes (rule 7): a request whose promotion failed finds the
+// node host-only, resumes above it and recomputes (wait()); the next admission may promote it
+// again. A failed demotion does not make its room: the victim keeps its GPU copy, is marked
+// (kv_demote_failed / snap_demote_failed = the room-making round) and skipped for the rest of
+// that round, so the room comes from the next victim; when only marked victims are left, the
+// round drops them (GPU copy freed, counted as a drop), so an engine that fails every copy
+// still ends each round, never loops.
 // The snapshot at the boundary follows the same machine (gpu_snapshot, host_snapshot,
 // snap_xfer), with "None" for Gone. A host snapshot lives in snapshot_pages() pages of the
 // one host pool (host_snapshot[i] holds bytes [i * page_bytes, ...) of it), not contiguous.
@@ -34,7 +42,17 @@
 // node stores about its last use, so a node that re-enters a set (a parent exposed by
 // evicting its child, a copy that finished) takes its old place, never the most recent one.
 // Class 0 goes before class 1 whatever the priority: dead KV (no snapshot at or below the
-// node: it cannot be resumed from) and snapshots whose own KV left that tier.
+// node: it cannot be resumed from) and snapshots whose own KV left that tier. Within a class
+// the retention level goes first: kv_priority / snap_priority, the highest priority of the
+// requests that inserted or used the node's KV / snapshot (it never decays while the node is
+// in the tree; with kLru too), so a low-priority node leaves before a high-priority one
+// whatever their value and recency.
+//
+// Host pins (PrefixCache::pin): host_pin counts the pins whose prefix includes the node (a
+// parent is pinned at least as often as a child), snap_pin those that end at its snapshot. A
+// pinned node's host copies are not host-evictable: they are never dropped for room, by
+// drop_host() or flush(); its GPU copies leave as usual (freely: the host copy is clean).
+// A pinned node never leaves the tree; a failed copy may still make it a tombstone (rule 7).
 //
 // A node with no children, no lock, nothing in flight and no KV leaves the tree (its
 // snapshot, unusable without KV, goes with it). A tombstone with children stays: an insert
@@ -81,14 +99,17 @@ enum class Xfer : std::uint8_t { kNone, kDemote, kWriteThrough, kPromote };
 using OrderHook =
     boost::intrusive::set_member_hook<boost::intrusive::link_mode<boost::intrusive::safe_link>>;
 
-/// Position in an eviction order: class first (0 leaves first), then priority, then the
+/// Position in an eviction order: class first (0 leaves first), then the retention level
+/// (the requests' priority, lower first), then priority (the GreedyDual value), then the
 /// time of last use (older first).
 struct OrderKey {
   std::uint8_t cls = 1;
   double priority = 0;
   std::uint64_t stamp = 0;
+  std::uint8_t level = 0;  ///< retention priority, 0..100 (request_options.hpp)
   friend bool operator<(const OrderKey& a, const OrderKey& b) {
     if (a.cls != b.cls) return a.cls < b.cls;
+    if (a.level != b.level) return a.level < b.level;
     if (a.priority != b.priority) return a.priority < b.priority;
     return a.stamp < b.stamp;
   }
@@ -122,6 +143,13 @@ struct Node {
   double snap_age_gpu = 0, snap_age_host = 0;  ///< pool ages at the last use of the snapshot
   std::size_t snap_gap = 0;           ///< tokens back to the snapshot above, at the last use
   std::uint32_t snapshots_below = 0;  ///< nodes at or below this one that have a snapshot
+  /// The room-making round in which a demotion of the KV / the snapshot failed (0: none):
+  /// that round skips it as a victim while others are left (see the state machine above).
+  std::uint64_t kv_demote_failed = 0, snap_demote_failed = 0;
+  std::uint8_t kv_priority = 0;       ///< highest priority of the requests that used the KV
+  std::uint8_t snap_priority = 0;     ///< highest priority of the requests that used the snapshot
+  std::uint32_t host_pin = 0;         ///< pins whose prefix includes this node
+  std::uint32_t snap_pin = 0;         ///< pins that end at this node (they keep its snapshot)
 
   std::unordered_map<PageKey, Node*, PageKeyHash, PageKeyEq> children;
 
@@ -153,13 +181,13 @@ struct Node {
   }
   bool host_kv_evictable() const {
     return !is_root() && has_host_kv() && kv_xfer == Xfer::kNone && lock_count == 0 &&
-           host_kv_children == 0;
+           host_kv_children == 0 && host_pin == 0;
   }
   bool gpu_snapshot_evictable() const {
     return gpu_snapshot.valid() && snap_xfer == Xfer::kNone && snapshot_lock == 0;
   }
   bool host_snapshot_evictable() const {
-    return has_host_snapshot() && snap_xfer == Xfer::kNone && snapshot_lock == 0;
+    return has_host_snapshot() && snap_xfer == Xfer::kNone && snapshot_lock == 0 && snap_pin == 0;
   }
 };
 

@@ -33,14 +33,22 @@
 //     can never mix bytes.
 //  6. path_snapshot() hands out the cached slot read-only; the caller copies it into its
 //     own live state (the cache never gives a request a slot it still references).
-//  7. a failed demotion or promotion turns the node's resource into a tombstone; wait()
-//     resumes the request at the deepest boundary of its path that is still usable (KV that
+//  7. a failed demotion or promotion frees its destination and keeps the intact source (the
+//     GPU copy / the host copy; eviction then takes the next victim); wait() resumes the
+//     request at the deepest boundary of its path that is still usable on GPU (KV that
 //     arrived is kept and used). A batch the engine refuses moved nothing: its nodes return
 //     to their state before it and the refusal's message is the error of the call.
 //  8. every entry point validates first and mutates after: bad input changes nothing.
 //  9. a GPU page or snapshot slot allocated with a lock is that request's alone until insert
 //     adopts it or the request frees it (RequestOwnership); release() frees what it still
 //     owns. Every id is bounds-checked in every build.
+//
+// Key namespaces: each namespace has its own root (root_ is the default namespace's; the
+// others are made by their first admission or pin and leave when their tree is empty), so no
+// node is reachable from two namespaces; the pools and the eviction orders are shared, so
+// eviction stays global. A lock and a pin record their root.
+// Priorities and pins: node.hpp, "Eviction orders"; the pinned host pages never exceed
+// CacheConfig::host_pin_share of the host pool (pin() refuses beyond it).
 //
 // Threading: not thread-safe; one scheduler thread calls it. Copies run on the transfer
 // engine's own threads or streams; the cache reaps them in poll() and at every entry point.
@@ -59,6 +67,7 @@
 #include "radixtier/cache/events.hpp"
 #include "radixtier/cache/id_pool.hpp"
 #include "radixtier/cache/node.hpp"
+#include "radixtier/cache/request_options.hpp"
 #include "radixtier/cache/request_ownership.hpp"
 #include "radixtier/cache/timing_hooks.hpp"
 #include "radixtier/config.hpp"
@@ -66,12 +75,60 @@
 
 namespace radixtier {
 
-/// What the tree holds for a token sequence, without side effects.
+/// What the tree holds for a token sequence, without side effects (no promotion, no
+/// change of recency): match() and peek().
 struct MatchResult {
   std::size_t usable_tokens = 0;  ///< rule 1
   std::size_t kv_tokens = 0;      ///< deepest page-aligned prefix whose KV is all present
   std::size_t host_tokens = 0;    ///< tokens of the usable match whose KV is host-only
   bool snapshot_on_gpu = false;   ///< the usable node's snapshot is on GPU
+  /// Deepest usable boundary that needs no copy: KV and snapshot all on GPU (not arriving).
+  std::size_t gpu_usable_tokens = 0;
+  /// Where an admission resumes under CacheConfig::load_back_min_tokens, GPU room allowing:
+  /// usable_tokens when the load-back is worth it, else gpu_usable_tokens.
+  std::size_t resume_tokens = 0;
+  bool load_back = false;  ///< resume_tokens needs a host-to-GPU copy
+};
+
+/// A tier of the cache, for evict() and sizes().
+enum class Tier : std::uint8_t { kGpu, kHost };
+
+const char* to_string(Tier tier);
+
+/// What evict() is asked to free on one tier.
+struct EvictRequest {
+  std::size_t tokens = 0;       ///< KV to free, in tokens (rounded up to whole pages)
+  std::uint32_t snapshots = 0;  ///< snapshots to free
+  Tier tier = Tier::kGpu;
+};
+
+/// What evict() freed on the tier it was asked for.
+struct EvictResult {
+  std::size_t kv_pages = 0;     ///< KV pages freed (whole nodes: may exceed the request)
+  std::uint32_t snapshots = 0;  ///< snapshots freed (GPU slots, or host snapshots)
+  std::uint64_t bytes = 0;      ///< bytes of the tier's pools freed in all
+
+  bool operator==(const EvictResult&) const = default;
+};
+
+/// One tier's cached data, as a scheduler's admission control reads it. "Evictable" is what
+/// eviction can free (leaf-first; copies in flight counted as if landed), "locked" what the
+/// running requests pin (their paths' KV, the snapshots they resume from). Pages and slots a
+/// running request holds for itself are neither (see Occupancy for the free ones).
+struct TierSizes {
+  std::size_t kv_pages_evictable = 0;
+  std::size_t kv_pages_locked = 0;
+  std::size_t snapshots_evictable = 0;
+  std::size_t snapshots_locked = 0;
+  std::uint64_t bytes_evictable = 0;  ///< KV and snapshots together
+  std::uint64_t bytes_locked = 0;
+
+  bool operator==(const TierSizes&) const = default;
+};
+
+struct CacheSizes {
+  TierSizes gpu, host;
+  bool operator==(const CacheSizes&) const = default;
 };
 
 struct Occupancy {
@@ -101,6 +158,9 @@ struct NodeInfo {
   Xfer snapshot_copy = Xfer::kNone;  ///< the copy of its snapshot in flight
   std::uint32_t locks = 0;           ///< running requests whose path includes it
   std::uint32_t snapshot_locks = 0;  ///< running requests resuming from its snapshot
+  std::uint8_t kv_priority = 0;      ///< retention level of its KV (node.hpp)
+  std::uint8_t snapshot_priority = 0;
+  std::uint32_t pins = 0;  ///< host pins whose prefix includes it
 
   bool operator==(const NodeInfo&) const = default;
 };
@@ -118,7 +178,12 @@ class PrefixCache final : public CacheBackend {
 
   // --- CacheBackend ----------------------------------------------------------------------
   std::uint32_t page_size() const override { return config_.page_size; }
+  std::uint64_t host_bytes_free() const override;
+  /// admit(prompt, {}): the default namespace at the default priority.
   Result<Admission> admit(std::span<const Token> prompt) override;
+  /// In options.ns; the KV of the path and the snapshot resumed from, and later what the
+  /// request inserts, are kept at least at options.priority (request_options.hpp).
+  Result<Admission> admit(std::span<const Token> prompt, const RequestOptions& options) override;
   Result<TransferState> poll(LockId lock) override;
   Result<std::size_t> wait(LockId lock) override;
   Result<std::vector<GpuPageId>> path_pages(LockId lock) const override;
@@ -136,7 +201,17 @@ class PrefixCache final : public CacheBackend {
 
   // --- queries and maintenance -----------------------------------------------------------
   /// Read-only lookup of `tokens` (all of them; admit() is the one that drops the last).
-  MatchResult match(std::span<const Token> tokens) const;
+  MatchResult match(std::span<const Token> tokens, NamespaceId ns = kDefaultNamespace) const;
+  /// What admit(prompt) would find, read-only: match() of all but the last token, so a
+  /// scheduler can decide on GPU room before it commits any (load-back threshold included).
+  Result<MatchResult> peek(std::span<const Token> prompt, NamespaceId ns = kDefaultNamespace) const;
+  /// Frees at least `request.tokens` of KV and `request.snapshots` snapshots on one tier, as
+  /// far as unlocked data allows (less when there is less: not an error), lowest key first:
+  /// on GPU by demotion or drop, exactly as making room does; on host by drop. Fails only
+  /// when the engine refuses a demotion (kTransferFailed, what was freed before stays freed).
+  Result<EvictResult> evict(const EvictRequest& request);
+  /// Evictable and locked sizes per tier (O(locked nodes)).
+  CacheSizes sizes() const;
   /// Reaps finished transfers (applies their state changes). Cheap when none finished.
   void poll();
   /// Waits for every in-flight transfer and reaps it.
@@ -147,9 +222,30 @@ class PrefixCache final : public CacheBackend {
   /// flight, then every KV page and snapshot no running request pins is freed and every node
   /// left empty leaves the tree. With no request running, the cache is as created.
   void flush();
+  /// flush() of one namespace (an adapter unloaded, a tenant gone): every copy of its tree
+  /// that no running request and no pin holds is dropped; the other namespaces keep theirs.
+  void flush(NamespaceId ns);
   /// Read-only: every node along `tokens` (all of them, tombstones included), root excluded,
   /// down to the last one the tokens reach (a partial match included), shallow first.
-  std::vector<NodeInfo> inspect(std::span<const Token> tokens) const;
+  std::vector<NodeInfo> inspect(std::span<const Token> tokens,
+                                NamespaceId ns = kDefaultNamespace) const;
+  /// Host-only pin of a cached prefix (an operator's system prompt): `tokens` (whole pages)
+  /// must be a usable match of `ns` whole (KV on every node, a snapshot at its end). Waits
+  /// for the copies in flight, then gives every node of the prefix and the end snapshot a
+  /// host copy (copying what is GPU-only, making host room as eviction does) and keeps those
+  /// host copies until unpin(): never dropped for room, by drop_host() or flush(). Errors,
+  /// each changing nothing: kInvalidArgument (not whole pages, no such namespace or prefix),
+  /// kOutOfMemory (the pinned host pages would exceed CacheConfig::host_pin_share of the host
+  /// pool, or no host room can be made), kTransferFailed (the copy to host failed).
+  Result<PinId> pin(std::span<const Token> tokens, NamespaceId ns = kDefaultNamespace);
+  /// Ends a pin: its host copies become evictable again (kNotFound: unknown pin).
+  Status unpin(PinId pin);
+  /// Host pool pages held by pinned KV and pinned snapshots (each node counted once).
+  std::size_t pinned_host_pages() const { return pinned_host_pages_; }
+  /// The most pages pins may hold: host_pin_share of the host pool.
+  std::size_t pin_budget_pages() const;
+  /// Namespaces with a tree now (the default one always).
+  std::size_t namespace_count() const { return 1 + ns_roots_.size(); }
   Occupancy occupancy() const;
   const CacheConfig& config() const { return config_; }
   std::size_t in_flight() const { return transfers_.size(); }
@@ -167,6 +263,12 @@ class PrefixCache final : public CacheBackend {
   struct LockRecord {
     Node* node;       ///< deepest node of the locked path
     Node* snap_node;  ///< node whose snapshot the request resumes from (nullptr: none)
+    Node* root;       ///< the root of the request's namespace
+    RetentionPriority priority;
+  };
+  struct PinRecord {
+    Node* node;  ///< the node at the end of the pinned prefix
+    Node* root;  ///< the root of its namespace
   };
   struct CopyOp {
     Node* node;
@@ -195,14 +297,23 @@ class PrefixCache final : public CacheBackend {
   Node* split(Node* n, std::size_t pages);
   /// Removes n and then its ancestors while they are empty leaves; appends what it removed.
   void remove_if_empty(Node* n, std::vector<const Node*>* removed = nullptr);
-  /// remove_if_empty() on the deepest node that `tokens` match whole.
-  void prune_path(std::span<const Token> tokens);
+  /// remove_if_empty() on the deepest node under `root` that `tokens` match whole.
+  void prune_path(Node* root, std::span<const Token> tokens);
   std::vector<Node*> path_of(Node* n) const;
+  /// The root of namespace ns (root_ for the default one); nullptr if it has no tree.
+  Node* root_of(NamespaceId ns) const;
+  /// root_of(ns), made if it has none yet.
+  Node* ensure_root(NamespaceId ns);
+  /// Removes the root of a namespace other than the default one once nothing is left of its
+  /// tree (no child, no lock, no pin).
+  void remove_root_if_empty(Node* root);
+  /// Keeps n's KV and/or snapshot at least at priority p (its retention level).
+  void raise_priority(Node* n, RetentionPriority p, bool kv, bool snapshot);
   /// Calls on_node(node, end) for each node along `tokens` whose KV is present, where `end`
   /// is the token count matched from the root through that node (== node->boundary when the
   /// node matched whole); stops after a partially matched node or before one whose KV is gone.
   template <class F>
-  void walk_kv_path(std::span<const Token> tokens, F&& on_node) const;
+  void walk_kv_path(const Node* from, std::span<const Token> tokens, F&& on_node) const;
 
   // residency setters keep the parent's child counters, the snapshot counts of the
   // ancestors and the eviction orders exact
@@ -234,6 +345,10 @@ class PrefixCache final : public CacheBackend {
   Status check_gpu_slot_room() const;
   Status make_gpu_page_room(std::size_t n);
   Status make_gpu_slot_room();
+  /// Evicts until n GPU pages / slots are free, without the hopeless-request check (one
+  /// room-making round; see node.hpp on demotions that fail). kOutOfMemory: nothing is left.
+  Status reclaim_gpu_pages(std::size_t n);
+  Status reclaim_gpu_slots(std::size_t n);
   /// Frees host pool pages until n can be taken for KV (for_snapshot: for a snapshot): the
   /// lowest key of either kind when the pool is shared, else of that kind within its share.
   bool make_host_page_room(std::size_t n, bool for_snapshot = false);
@@ -248,6 +363,10 @@ class PrefixCache final : public CacheBackend {
   void drop_gpu_kv(Node* n);
   void drop_gpu_snapshot(Node* n);
   void write_through(std::span<Node* const> nodes, Node* snapshot_node);
+  /// CacheConfig::max_snapshots_per_path, after a snapshot was attached at n: while a
+  /// root-to-leaf path through n holds more than the cap, drops the least useful unpinned
+  /// snapshot on the fullest such path (above or below n).
+  void cap_path_snapshots(Node* n);
 
   // transfers
   /// Submits a batch (nothing when empty; `*id` is its transfer, nullopt if none). A batch
@@ -262,10 +381,28 @@ class PrefixCache final : public CacheBackend {
   bool wait_any_transfer();
 
   // admission helpers
+  /// A node with a snapshot on the KV-intact path of a query: an admission candidate.
+  struct Candidate {
+    Node* node;
+    std::size_t host_tokens;  ///< tokens from the root to it whose KV is not on GPU yet
+    bool snapshot_on_gpu;
+    bool needs_copy() const { return host_tokens > 0 || !snapshot_on_gpu; }
+  };
+  /// The candidates along `tokens` from `from` (a namespace's root, or nullptr: none),
+  /// shallow first; *kv_tokens as MatchResult::kv_tokens.
+  std::vector<Candidate> candidates_along(const Node* from, std::span<const Token> tokens,
+                                          std::size_t* kv_tokens) const;
+  /// The load-back threshold: a candidate that needs a copy is taken only when it resumes
+  /// load_back_min_tokens deeper than `gpu_usable` (the deepest one that needs none).
+  bool worth_loading(const Candidate& c, std::size_t gpu_usable) const;
   /// Locks and pins target's path, makes GPU room and starts its promotion. On an error the
   /// path is unlocked again: kTransferFailed (the engine refused) is reported to the caller,
   /// any other error means "fall back to a shallower candidate".
   Result<Admission> try_admit_at(Node* target);
+  /// Pin helpers: the host pages a new pin of the path ending at `end` adds to the budget,
+  /// and the counts of a pin added (+1) or removed (-1).
+  std::size_t pin_cost(const Node* end) const;
+  void add_pin_counts(Node* end, int delta);
   /// kPending / kDone / kFailed of a lock's path and snapshot, as poll(lock) without reaping.
   TransferState lock_state(const LockRecord& rec) const;
   void wait_promotions(const LockRecord& rec);
@@ -298,6 +435,8 @@ class PrefixCache final : public CacheBackend {
   Node* root_;
   std::size_t node_count_ = 0;
   std::uint64_t clock_ = 0;
+  /// Counts reclaim_gpu_*() calls: the round a failed demotion is marked with (node.hpp).
+  std::uint64_t room_round_ = 0;
 
   IdPool<GpuPageId> gpu_pages_;
   IdPool<HostPageId> host_pages_;  ///< the one host pool: KV pages and snapshot pieces
@@ -335,6 +474,11 @@ class PrefixCache final : public CacheBackend {
   }
 
   std::unordered_map<std::uint32_t, LockRecord> locks_;
+  /// Roots of the namespaces other than the default one (root_), by namespace id.
+  std::unordered_map<std::uint32_t, Node*> ns_roots_;
+  std::unordered_map<std::uint32_t, PinRecord> pins_;
+  std::uint32_t next_pin_ = 0;
+  std::size_t pinned_host_pages_ = 0;
   std::uint32_t next_lock_ = 0;
   std::unordered_map<std::uint32_t, InFlight> transfers_;
   std::uint32_t next_transfer_ = 1;
@@ -350,8 +494,10 @@ class PrefixCache final : public CacheBackend {
 };
 
 template <class F>
-inline void PrefixCache::walk_kv_path(std::span<const Token> tokens, F&& on_node) const {
-  const Node* n = root_;
+inline void PrefixCache::walk_kv_path(const Node* from, std::span<const Token> tokens,
+                                      F&& on_node) const {
+  const Node* n = from;
+  if (n == nullptr) return;  // a namespace without a tree
   std::size_t pos = 0;
   for (;;) {
     Node* c = find_child(n, tokens, pos);

@@ -20,6 +20,11 @@ class NoReuseCache final : public CacheBackend {
 
   std::uint32_t page_size() const override { return page_size_; }
   Result<Admission> admit(std::span<const Token> prompt) override;
+  /// Any namespace and priority: nothing is reused, so nothing can be shared.
+  Result<Admission> admit(std::span<const Token> prompt, const RequestOptions& options) override {
+    if (Status s = options.validate(); !s) return s;
+    return admit(prompt);
+  }
   Result<TransferState> poll(LockId lock) override;
   Result<std::size_t> wait(LockId lock) override;
   Result<std::vector<GpuPageId>> path_pages(LockId lock) const override;

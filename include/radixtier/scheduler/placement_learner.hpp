@@ -13,9 +13,18 @@
 //
 //   alignment()    G, the largest page multiple that divides at least `share` (90 %) of the
 //                  recent branch points (Admission::kv_tokens where a prompt leaves the
-//                  cached KV path inside its query). Natural text: one page. Block-hashed
-//                  traces: the block. The policy keeps a snapshot at floor(L / G) * G, the
-//                  last boundary of a prompt of L tokens that a continuation would share.
+//                  cached KV path inside its query), from the first one on: under "branch
+//                  points are multiples of G" the likeliest G is the largest one the samples
+//                  allow (their gcd, up to the `share` of outliers), and guessing G too
+//                  large is cheap (the tail lands less than G below the right boundary, a
+//                  continuation resumes there) where too small is not (one page: the tail
+//                  is the prompt end, a continuation resumes from the snapshot above, often
+//                  nothing). So no warm-up: each instance learns alone, and one that waited
+//                  for 32 samples left its first ~100 prompts without a tail (their next
+//                  turns, minutes later, resumed from nothing). Natural text falls to one
+//                  page within a few samples; block-hashed traces reach the block in 2-3.
+//                  The policy keeps a snapshot at floor(L / G) * G, the last boundary of a
+//                  prompt of L tokens that a continuation would share.
 //   keep_finish()  whether finish snapshots (prompt + output) get resumed from: false once
 //                  `finish_window` admissions in a row extended no recorded finish boundary
 //                  (recorded whether or not a snapshot was kept there, so the answer comes
@@ -38,9 +47,8 @@
 namespace radixtier::sched {
 
 struct PlacementLearnerOptions {
-  std::size_t window = 256;      ///< branch points remembered
-  std::size_t min_samples = 32;  ///< fewer: alignment() is one page
-  double share = 0.9;            ///< of the branch points G must divide
+  std::size_t window = 256;  ///< branch points remembered
+  double share = 0.9;        ///< of the branch points G must divide
   std::size_t max_alignment_pages = 128;
   std::size_t finish_window = 64;    ///< admissions without a finish continuation to skip
   std::size_t finish_memory = 4096;  ///< finish boundaries remembered
@@ -76,7 +84,6 @@ class PlacementLearner {
   std::uint32_t page_size_;
   PlacementLearnerOptions options_;
   std::deque<std::size_t> branches_;  ///< recent branch points, in pages
-  std::size_t since_update_ = 0;
   std::size_t alignment_;
   std::uint64_t admissions_ = 0;
   std::uint64_t finish_hits_ = 0;

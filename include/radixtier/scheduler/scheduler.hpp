@@ -79,6 +79,11 @@ struct Request {
   std::vector<Token> prompt;       ///< at least one token
   std::size_t max_new_tokens = 0;  ///< output tokens to generate (0: prefill only)
   double arrival_s = 0.0;          ///< not admitted before the clock reaches it
+  /// Key namespace (adapter, cache salt, tenant) and retention priority, passed to every
+  /// admission (CacheBackend::admit(prompt, options)); a backend without namespaces fails
+  /// the request when ns is not the default one.
+  NamespaceId ns = kDefaultNamespace;
+  RetentionPriority priority = kDefaultPriority;
 };
 
 struct RequestResult {

@@ -35,13 +35,19 @@
 //                 floor(L / G) * G, G = the learned alignment of branch points
 //                 (SnapshotQuery::alignment); the branch point itself, at page granularity
 //                 (branch_tokens, when above the usable match); and the budgeted plan's
-//                 intermediate snapshots (1/8 of the prompt's KV bytes) for replays that end
-//                 inside a long prompt. The scheduler cuts a chunk at the tail and the branch
-//                 point (next_cut). PlacementLearner learns G and keep_finish from what
-//                 admissions do (placement_learner.hpp); the same rule for every workload.
+//                 intermediate snapshots for replays and divergences that end inside an
+//                 earlier prompt: 1/8 of the KV bytes the request computes, or, when more,
+//                 the host bytes that would stay free once that KV is there
+//                 (SnapshotQuery::host_free_bytes minus the KV): bytes nothing claims cost
+//                 nothing until eviction needs them, and cost-aware eviction then drops the
+//                 snapshots with the smallest gaps first. A full host tier gets the 1/8. The
+//                 scheduler cuts a chunk at the tail and the branch point (next_cut).
+//                 PlacementLearner learns G and keep_finish from what admissions do
+//                 (placement_learner.hpp); the same rule for every workload.
 // Policies are values: cheap to copy, no per-request state (the budgeted plan is a pure
-// function of the prompt's geometry, so keep() answers the same at every chunk; the adaptive
-// policy's learned state reaches it through the query).
+// function of the prompt's geometry, and for adaptive of the free host bytes the scheduler
+// fixes at admission, so keep() answers the same at every chunk; the adaptive policy's
+// learned state reaches it through the query).
 #pragma once
 
 #include <cstddef>
@@ -70,6 +76,9 @@ struct SnapshotQuery {
   std::size_t chunk_tokens = 0;
   std::size_t alignment = 0;  ///< adaptive: learned alignment G of branch points (0: a page)
   bool keep_finish = true;    ///< adaptive: finish snapshots are being resumed from
+  /// adaptive: host bytes free at the request's admission (CacheBackend::host_bytes_free();
+  /// 0: none, or the backend does not say)
+  std::uint64_t host_free_bytes = 0;
 };
 
 class SnapshotPolicy {

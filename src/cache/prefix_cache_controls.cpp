@@ -1,0 +1,192 @@
+// The controls an engine's scheduler calls on PrefixCache besides the request lifecycle:
+// explicit eviction, the evictable / locked sizes per tier, and the per-path snapshot cap.
+#include <algorithm>
+#include <unordered_set>
+
+#include "radixtier/cache/prefix_cache.hpp"
+
+namespace radixtier {
+
+const char* to_string(Tier tier) {
+  return tier == Tier::kGpu ? "gpu" : "host";
+}
+
+// ---------------------------------------------------------------------------------------
+// evict
+
+Result<EvictResult> PrefixCache::evict(const EvictRequest& request) {
+  if (request.tier != Tier::kGpu && request.tier != Tier::kHost)
+    return invalid_argument("evict: unknown tier " + std::to_string(int(request.tier)));
+  poll();
+  const std::size_t ps = config_.page_size;
+  const std::size_t pages = (request.tokens + ps - 1) / ps;
+  EvictResult out;
+  if (request.tier == Tier::kGpu) {
+    const std::size_t pages_before = gpu_pages_.free_count();
+    const std::size_t slots_before = gpu_slots_.free_count();
+    // As far as unlocked data allows: the node-held pages of unlocked nodes (check_gpu_page_room).
+    const std::size_t reclaimable =
+        gpu_pages_.count(Holder::kNode) + gpu_pages_.count(Holder::kTransfer) - locked_gpu_pages_;
+    Status s = Status::ok();
+    if (pages > 0) {
+      s = reclaim_gpu_pages(pages_before + std::min(pages, reclaimable));
+    }
+    if (s.is_ok() && request.snapshots > 0) {
+      // Relative to before the call: a snapshot that left with its KV counts.
+      s = reclaim_gpu_slots(
+          std::min<std::size_t>(slots_before + request.snapshots, gpu_slots_.capacity()));
+    }
+    if (!s && s.code() != ErrorCode::kOutOfMemory) return Status(s.code(), "evict: " + s.message());
+    const std::size_t pages_after = gpu_pages_.free_count(), slots_after = gpu_slots_.free_count();
+    out.kv_pages = pages_after - std::min(pages_after, pages_before);
+    out.snapshots = static_cast<std::uint32_t>(slots_after - std::min(slots_after, slots_before));
+    out.bytes = std::uint64_t{out.kv_pages} * config_.page_bytes +
+                std::uint64_t{out.snapshots} * config_.snapshot_bytes;
+    return out;
+  }
+  // Host: drops, lowest key first, each kind from its own order.
+  const std::size_t kv_before = host_kv_held_, snap_before = host_snap_held_;
+  const std::size_t free_before = host_pages_.free_count();
+  while (kv_before - host_kv_held_ < pages && !host_kv_order_.empty()) {
+    Node* victim = &*host_kv_order_.begin();
+    if (victim->host_kv_key.cls == 1) host_age_ = std::max(host_age_, victim->host_kv_key.priority);
+    if (!victim->kv_live()) stats_.dead_kv_pages_dropped += victim->host_pages.size();
+    drop_host_kv(victim);
+  }
+  const std::size_t per = config_.snapshot_pages();
+  while ((snap_before - host_snap_held_) / per < request.snapshots && !host_snap_order_.empty()) {
+    Node* victim = &*host_snap_order_.begin();
+    if (victim->host_snap_key.cls == 1)
+      host_age_ = std::max(host_age_, victim->host_snap_key.priority);
+    drop_host_snapshot(victim);
+    remove_if_empty(victim);
+  }
+  out.kv_pages = kv_before - host_kv_held_;
+  out.snapshots = static_cast<std::uint32_t>((snap_before - host_snap_held_) / per);
+  out.bytes = std::uint64_t{host_pages_.free_count() - free_before} * config_.page_bytes;
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------
+// sizes
+
+CacheSizes PrefixCache::sizes() const {
+  CacheSizes out;
+  // The locked part: every node on a running request's path, each once (a walk up stops at
+  // a node already seen, whose ancestors were seen with it), and the snapshots resumed from.
+  std::unordered_set<const Node*> seen;
+  std::size_t host_kv_locked = 0;
+  // Host pins protect their prefix's host copies as a lock does (and their snapshot's).
+  for (const auto& [id, rec] : locks_) {
+    for (const Node* n = rec.node; n != nullptr && seen.insert(n).second; n = n->parent) {
+      host_kv_locked += n->host_pages.size();
+    }
+  }
+  for (const auto& [id, pin] : pins_) {
+    for (const Node* n = pin.node; n != nullptr && seen.insert(n).second; n = n->parent) {
+      host_kv_locked += n->host_pages.size();
+    }
+  }
+  std::unordered_set<const Node*> pinned;
+  for (const auto& [id, rec] : locks_) {
+    if (rec.snap_node != nullptr) pinned.insert(rec.snap_node);
+  }
+  std::unordered_set<const Node*> host_pinned;
+  for (const auto& [id, pin] : pins_) host_pinned.insert(pin.node);
+  std::size_t gpu_snaps_locked = 0, host_snaps_locked = 0;
+  for (const Node* n : pinned) {
+    gpu_snaps_locked += n->gpu_snapshot.valid();
+    host_snaps_locked += n->has_host_snapshot();
+  }
+  for (const Node* n : host_pinned) {
+    if (!pinned.count(n)) host_snaps_locked += n->has_host_snapshot();
+  }
+  const std::size_t per = config_.snapshot_pages();
+  const std::size_t gpu_kv_held =
+      gpu_pages_.count(Holder::kNode) + gpu_pages_.count(Holder::kTransfer);
+  const std::size_t gpu_snaps_held =
+      gpu_slots_.count(Holder::kNode) + gpu_slots_.count(Holder::kTransfer);
+  const std::size_t host_snaps_held = per == 0 ? 0 : host_snap_held_ / per;
+
+  TierSizes& g = out.gpu;
+  g.kv_pages_locked = locked_gpu_pages_;
+  g.kv_pages_evictable = gpu_kv_held - locked_gpu_pages_;
+  g.snapshots_locked = gpu_snaps_locked;
+  g.snapshots_evictable = gpu_snaps_held - gpu_snaps_locked;
+  g.bytes_locked = std::uint64_t{g.kv_pages_locked} * config_.page_bytes +
+                   std::uint64_t{g.snapshots_locked} * config_.snapshot_bytes;
+  g.bytes_evictable = std::uint64_t{g.kv_pages_evictable} * config_.page_bytes +
+                      std::uint64_t{g.snapshots_evictable} * config_.snapshot_bytes;
+
+  TierSizes& h = out.host;
+  h.kv_pages_locked = host_kv_locked;
+  h.kv_pages_evictable = host_kv_held_ - host_kv_locked;
+  h.snapshots_locked = host_snaps_locked;
+  h.snapshots_evictable = host_snaps_held - host_snaps_locked;
+  const std::uint64_t host_snapshot_bytes = std::uint64_t{per} * config_.page_bytes;
+  h.bytes_locked = std::uint64_t{h.kv_pages_locked} * config_.page_bytes +
+                   std::uint64_t{h.snapshots_locked} * host_snapshot_bytes;
+  h.bytes_evictable = std::uint64_t{h.kv_pages_evictable} * config_.page_bytes +
+                      std::uint64_t{h.snapshots_evictable} * host_snapshot_bytes;
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------
+// the per-path snapshot cap
+
+namespace {
+/// The downward path from n (exclusive) holding the most snapshots, deepest node last.
+std::vector<Node*> most_snapshots_below(Node* n) {
+  std::vector<Node*> best;
+  std::size_t best_count = 0;
+  for (const auto& [key, c] : n->children) {
+    std::vector<Node*> path = most_snapshots_below(c);
+    path.insert(path.begin(), c);
+    std::size_t count = 0;
+    for (const Node* p : path) count += p->has_snapshot();
+    if (count > best_count) {
+      best_count = count;
+      best = std::move(path);
+    }
+  }
+  return best;
+}
+}  // namespace
+
+void PrefixCache::cap_path_snapshots(Node* n) {
+  const std::size_t cap = config_.max_snapshots_per_path;
+  if (cap == 0) return;
+  // Before this attach every path held at most `cap`, so only paths through n can exceed it:
+  // take the fullest (n's root path and the fullest way down from n) and drop its least
+  // useful snapshot, until it fits. n's own snapshot is on every such path and can always
+  // go, so this ends.
+  for (;;) {
+    std::vector<Node*> path = most_snapshots_below(n);
+    for (Node* p = n; p != nullptr && !p->is_root(); p = p->parent) path.push_back(p);
+    Node* victim = nullptr;
+    double victim_cost = 0;
+    std::size_t on_path = 0;
+    for (Node* p : path) {
+      if (!p->has_snapshot()) continue;
+      ++on_path;
+      // Never the snapshot a running request resumes from, a pinned one, nor one with a copy
+      // in flight.
+      if (p->snapshot_lock > 0 || p->snap_pin > 0 || p->snap_xfer != Xfer::kNone) continue;
+      // Lower retention priority goes first (as in the eviction orders); then the loss:
+      // its users resume at the snapshot above, uses x tokens recomputed.
+      const double cost = double(std::max<std::uint32_t>(p->snap_uses, 1)) * double(gap_above(*p));
+      if (victim == nullptr || p->snap_priority < victim->snap_priority ||
+          (p->snap_priority == victim->snap_priority &&
+           (cost < victim_cost || (cost == victim_cost && p->snap_access < victim->snap_access)))) {
+        victim = p;
+        victim_cost = cost;
+      }
+    }
+    if (on_path <= cap || victim == nullptr) return;
+    // Counted as a drop (CacheStats::snapshots_dropped), once for both copies.
+    if (victim->gpu_snapshot.valid()) drop_gpu_snapshot(victim);
+    if (victim->has_host_snapshot()) drop_host_snapshot(victim);
+  }
+}
+
+}  // namespace radixtier

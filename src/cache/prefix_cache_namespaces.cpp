@@ -1,0 +1,85 @@
+// Key namespaces and retention priorities of PrefixCache.
+//
+// Each namespace other than the default one (root_) has its own root in ns_roots_, made by
+// its first admission or pin (ensure_root) and removed once its tree is empty, with no lock
+// and no pin on the root (remove_root_if_empty, called where remove_if_empty stops at a
+// root). A root is a node without a parent, so everything that walks to "the root" (locks,
+// pins, snapshot counts, path_of) stays inside the namespace; the pools and the four eviction
+// orders are the cache's, so eviction is global across namespaces.
+#include <algorithm>
+#include <unordered_set>
+
+#include "radixtier/cache/prefix_cache.hpp"
+
+namespace radixtier {
+
+Node* PrefixCache::root_of(NamespaceId ns) const {
+  if (ns == kDefaultNamespace) return root_;
+  auto it = ns_roots_.find(ns.value());
+  return it == ns_roots_.end() ? nullptr : it->second;
+}
+
+Node* PrefixCache::ensure_root(NamespaceId ns) {
+  if (Node* r = root_of(ns)) return r;
+  Node* r = new_node(nullptr, {});
+  ns_roots_.emplace(ns.value(), r);
+  return r;
+}
+
+void PrefixCache::remove_root_if_empty(Node* root) {
+  if (root == root_ || !root->children.empty() || root->lock_count > 0 || root->host_pin > 0)
+    return;
+  for (auto it = ns_roots_.begin(); it != ns_roots_.end(); ++it) {
+    if (it->second != root) continue;
+    ns_roots_.erase(it);
+    destroy_subtree(root);
+    return;
+  }
+}
+
+void PrefixCache::raise_priority(Node* n, RetentionPriority p, bool kv, bool snapshot) {
+  if (kv) n->kv_priority = std::max(n->kv_priority, p);
+  if (snapshot) n->snap_priority = std::max(n->snap_priority, p);
+  refresh(n);
+}
+
+void PrefixCache::flush(NamespaceId ns) {
+  Node* root = root_of(ns);
+  if (root == nullptr) return;
+  drain();  // copies in flight pin their nodes
+  // Deepest first, so a node is dropped after its children (leaf-first, as flush()): its
+  // KV is then evictable on each tier unless a lock or a pin keeps it.
+  std::vector<Node*> nodes;
+  std::vector<Node*> stack{root};
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    if (!n->is_root()) nodes.push_back(n);
+    for (auto& [key, c] : n->children) stack.push_back(c);
+  }
+  std::sort(nodes.begin(), nodes.end(),
+            [](const Node* a, const Node* b) { return a->boundary > b->boundary; });
+  std::vector<const Node*> removed_list;
+  std::unordered_set<const Node*> removed;
+  for (Node* n : nodes) {
+    if (removed.count(n) != 0) continue;
+    if (n->gpu_snapshot_evictable()) drop_gpu_snapshot(n);
+    if (n->host_snapshot_evictable()) drop_host_snapshot(n);
+    if (n->gpu_kv_evictable()) {
+      stats_.kv_pages_dropped_gpu += n->gpu_pages.size();
+      drop_gpu_kv(n);
+    }
+    if (n->host_kv_evictable()) {
+      stats_.kv_pages_dropped_host += n->host_pages.size();
+      for (HostPageId id : n->host_pages) host_pages_.give_back(id);
+      set_host_pages(n, {});
+    }
+    // The root is never listed, so this cannot free a node still to be visited but an
+    // ancestor already emptied: those are recorded and skipped.
+    removed_list.clear();
+    remove_if_empty(n, &removed_list);
+    removed.insert(removed_list.begin(), removed_list.end());
+  }
+}
+
+}  // namespace radixtier
