@@ -31,7 +31,7 @@ struct EventMirror {
       if (s->block_size == 0 || s->token_ids.size() != s->block_hashes.size() * s->block_size)
         return fail("BlockStored: token count is not block_hashes x block_size");
       // A router recomputes every hash from the tokens and the parent (block_hash.hpp).
-      std::uint64_t prev = s->parent_block_hash.value_or(0);
+      std::uint64_t prev = s->parent_block_hash.value_or(s->lora_id.value_or(0));
       for (std::size_t i = 0; i < s->block_hashes.size(); ++i) {
         std::span<const Token> page(s->token_ids.data() + i * s->block_size, s->block_size);
         prev = block_hash(prev, page);
@@ -60,7 +60,8 @@ struct EventMirror {
   /// The contents as inspect() reports them along every prompt in `known` (which must cover
   /// every sequence ever inserted, so that every node is reached).
   static EventMirror from_inspect(const PrefixCache& cache,
-                                  std::span<const std::vector<Token>> known) {
+                                  std::span<const std::vector<Token>> known,
+                                  NamespaceId ns = kDefaultNamespace) {
     EventMirror m;
     const std::uint32_t ps = cache.page_size();
     auto media = [](Residency r) {
@@ -70,8 +71,8 @@ struct EventMirror {
       return out;
     };
     for (const auto& tokens : known) {
-      const std::vector<std::uint64_t> hashes = block_hashes(tokens, ps);
-      for (const NodeInfo& n : cache.inspect(tokens)) {
+      const std::vector<std::uint64_t> hashes = block_hashes(tokens, ps, ns.value());
+      for (const NodeInfo& n : cache.inspect(tokens, ns)) {
         for (Medium md : media(n.kv)) {
           for (std::size_t p = (n.boundary - n.tokens) / ps; p < n.matched / ps; ++p)
             m.blocks.try_emplace({hashes[p], md}, tokens.begin() + p * ps,
@@ -83,6 +84,12 @@ struct EventMirror {
       }
     }
     return m;
+  }
+
+  /// Adds another mirror's contents (the contents of several namespaces).
+  void merge(const EventMirror& o) {
+    blocks.insert(o.blocks.begin(), o.blocks.end());
+    snapshots.insert(o.snapshots.begin(), o.snapshots.end());
   }
 
   /// Empty when both hold the same blocks (with the same tokens) and snapshots.

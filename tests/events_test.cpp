@@ -179,6 +179,70 @@ TEST(Events, StoredCarriesTokensParentAndMedium) {
   EXPECT_EQ(second->parent_block_hash, hashes[1]);
 }
 
+/// Inserts `tokens` (whole pages, a snapshot at the end) into namespace `ns`.
+void insert_in(Harness& h, std::span<const Token> tokens, NamespaceId ns) {
+  std::vector<Token> prompt(tokens.begin(), tokens.end());
+  prompt.push_back(0);
+  RequestOptions o;
+  o.ns = ns;
+  auto a = h.cache->admit(prompt, o);
+  ASSERT_TRUE(a) << a.status().to_string();
+  ASSERT_TRUE(h.cache->wait(a->lock));
+  auto table = h.cache->path_pages(a->lock).value();
+  auto more = h.cache->alloc_pages(a->lock, tokens.size() / h.ps() - table.size()).value();
+  table.insert(table.end(), more.begin(), more.end());
+  auto slot = h.cache->alloc_snapshot_slot(a->lock).value();
+  auto ins = h.cache->insert(a->lock, tokens, table, slot);
+  ASSERT_TRUE(ins) << ins.status().to_string();
+  ASSERT_TRUE(h.cache->release(a->lock));
+}
+
+TEST(Events, NamespacesAreDistinctBlocksNamedByLoraId) {
+  Harness h(testing::small_config());
+  EventMirror mirror;
+  std::vector<CacheEvent> events;
+  CallbackSink sink([&](const CacheEvent& e) {
+    events.push_back(e);
+    mirror.apply(e);
+  });
+  h.cache->add_event_sink(&sink);
+  const std::vector<Token> p = testing::seq({{1, 12}});
+  insert_in(h, p, kDefaultNamespace);
+  insert_in(h, p, NamespaceId(7));
+  // Same tokens, two trees: two sets of blocks, each reproducible from its namespace's seed.
+  EXPECT_EQ(mirror.error, "");
+  const std::vector<std::vector<Token>> known = {p};
+  EventMirror want = EventMirror::from_inspect(*h.cache, known);
+  want.merge(EventMirror::from_inspect(*h.cache, known, NamespaceId(7)));
+  EXPECT_EQ(mirror.difference(want), "");
+  EXPECT_EQ(mirror.blocks.size(), 6u) << "3 pages in each namespace";
+  EXPECT_EQ(mirror.snapshots.size(), 2u);
+  bool named = false;
+  for (const auto& e : events)
+    if (const auto* s = std::get_if<BlockStored>(&e); s && s->lora_id == 7u) named = true;
+  EXPECT_TRUE(named) << "BlockStored of namespace 7 carries lora_id 7";
+  // Flushing one namespace removes only its blocks; a sink attached now sees both namespaces.
+  h.cache->flush(NamespaceId(7));
+  EventMirror late;
+  CallbackSink late_sink([&](const CacheEvent& e) { late.apply(e); });
+  h.cache->add_event_sink(&late_sink);
+  const EventMirror now = EventMirror::from_inspect(*h.cache, known);
+  EXPECT_EQ(mirror.error, "");
+  EXPECT_EQ(mirror.difference(now), "");
+  EXPECT_EQ(mirror.blocks.size(), 3u);
+  EXPECT_EQ(late.difference(now), "");
+  insert_in(h, p, NamespaceId(9));
+  EventMirror both = EventMirror::from_inspect(*h.cache, known);
+  both.merge(EventMirror::from_inspect(*h.cache, known, NamespaceId(9)));
+  EXPECT_EQ(mirror.difference(both), "");
+  h.cache->remove_event_sink(&late_sink);
+  EventMirror fresh;
+  CallbackSink fresh_sink([&](const CacheEvent& e) { fresh.apply(e); });
+  h.cache->add_event_sink(&fresh_sink);  // the contents of every namespace
+  EXPECT_EQ(fresh.difference(both), "");
+  h.cache->remove_event_sink(&fresh_sink);
+}
+
 TEST(EventQueue, RejectsZeroCapacity) {
   auto q = EventQueue::create(0);
   ASSERT_FALSE(q);

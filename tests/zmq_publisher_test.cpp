@@ -44,7 +44,7 @@ std::vector<CacheEvent> decode(const zmq::message_t& payload) {
       if (!f[2].is_nil()) e.parent_block_hash = f[2].as<std::uint64_t>();
       e.token_ids = f[3].as<std::vector<Token>>();
       e.block_size = f[4].as<std::uint32_t>();
-      if (!f[5].is_nil()) throw std::runtime_error("lora_id should be nil");
+      if (!f[5].is_nil()) e.lora_id = f[5].as<std::uint32_t>();
       e.medium = medium(f[6]);
       out.push_back(e);
     } else if (tag == "BlockRemoved" && n == 3) {

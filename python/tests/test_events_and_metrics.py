@@ -55,8 +55,8 @@ class Router:
             tag = ev[0]
             if tag == "BlockStored":
                 _, hashes, parent, tokens, block_size, lora, medium = ev
-                assert block_size == self.ps and lora is None and medium in ("GPU", "CPU")
-                h = 0 if parent is None else parent
+                assert block_size == self.ps and medium in ("GPU", "CPU")
+                h = parent if parent is not None else (lora or 0)  # lora_id: the namespace
                 for i, bh in enumerate(hashes):
                     page = tokens[i * block_size:(i + 1) * block_size]
                     h = rt.block_hash(h, np.array(page, dtype=np.int32))

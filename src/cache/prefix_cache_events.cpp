@@ -47,20 +47,36 @@ void PrefixCache::emit(const CacheEvent& event) {
   for (EventSink* s : sinks_) s->on_event(event);
 }
 
+std::uint32_t PrefixCache::namespace_of(const Node* n) const {
+  while (!n->is_root()) n = n->parent;
+  if (n == root_) return kDefaultNamespace.value();
+  for (const auto& [ns, root] : ns_roots_)
+    if (root == n) return ns;
+  return kDefaultNamespace.value();
+}
+
 std::uint64_t PrefixCache::tail_hash(Node* n) {
-  if (n->is_root()) return 0;
-  if (n->tail_hash_known) return n->tail_hash;
+  // A root's "hash" is its namespace id: the first page of namespace k hashes with parent k,
+  // so equal tokens in two namespaces are different blocks (0: the default namespace).
   // Iteratively: a deep tree must not recurse once per node.
   std::vector<Node*> up;
-  for (Node* p = n; !p->is_root() && !p->tail_hash_known; p = p->parent) up.push_back(p);
+  Node* p = n;
+  for (; !p->tail_hash_known; p = p->parent) {
+    if (p->is_root()) {
+      p->tail_hash = namespace_of(p);
+      p->tail_hash_known = true;
+      break;
+    }
+    up.push_back(p);
+  }
   for (auto it = up.rbegin(); it != up.rend(); ++it) {
-    Node* p = *it;
-    std::uint64_t h = p->parent->is_root() ? 0 : p->parent->tail_hash;
-    const std::span<const Token> t(p->tokens);
+    Node* q = *it;
+    std::uint64_t h = q->parent->tail_hash;
+    const std::span<const Token> t(q->tokens);
     for (std::size_t pos = 0; pos < t.size(); pos += config_.page_size)
       h = block_hash(h, t.subspan(pos, config_.page_size));
-    p->tail_hash = h;
-    p->tail_hash_known = true;
+    q->tail_hash = h;
+    q->tail_hash_known = true;
   }
   return n->tail_hash;
 }
@@ -98,7 +114,9 @@ void PrefixCache::emit_changes(Node* n) {
     if (!(old_kv & bit) && (kv & bit)) {
       std::optional<std::uint64_t> parent;
       if (!n->parent->is_root()) parent = tail_hash(n->parent);
-      emit(BlockStored{hashes_of(), parent, n->tokens, config_.page_size, medium_of(bit)});
+      std::optional<std::uint32_t> ns;
+      if (const std::uint32_t k = namespace_of(n); k != kDefaultNamespace.value()) ns = k;
+      emit(BlockStored{hashes_of(), parent, n->tokens, config_.page_size, medium_of(bit), ns});
     }
   }
   for (std::uint8_t bit : {kOnGpu, kOnHost}) {
@@ -110,7 +128,8 @@ void PrefixCache::emit_changes(Node* n) {
 void PrefixCache::emit_contents() {
   events_quiet_ = false;
   emit(AllBlocksCleared{});
-  std::vector<Node*> stack{root_};  // parents before children
+  std::vector<Node*> stack{root_};  // parents before children, every namespace
+  for (const auto& [ns, root] : ns_roots_) stack.push_back(root);
   while (!stack.empty()) {
     Node* n = stack.back();
     stack.pop_back();

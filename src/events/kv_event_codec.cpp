@@ -30,7 +30,11 @@ struct Encode {
     p.pack_array(static_cast<std::uint32_t>(e.token_ids.size()));
     for (Token t : e.token_ids) p.pack_int32(t);
     p.pack_uint32(e.block_size);
-    p.pack_nil();  // lora_id
+    if (e.lora_id) {  // the key namespace
+      p.pack_uint32(*e.lora_id);
+    } else {
+      p.pack_nil();
+    }
     pack_str(p, to_string(e.medium));
   }
   void operator()(const BlockRemoved& e) const {

@@ -1,7 +1,7 @@
 // msgpack encoding of KV events as vLLM's KVEventBatch (msgspec array_like, tagged structs):
 //   batch    [ts: float64, events: [event...], data_parallel_rank: int]  (rank omitted if < 0)
 //   events   ["BlockStored", block_hashes, parent_block_hash|nil, token_ids, block_size,
-//             lora_id (nil), medium]
+//             lora_id (the key namespace; nil for the default one), medium]
 //            ["BlockRemoved", block_hashes, medium]    ["AllBlocksCleared"]
 //            ["SnapshotStored", block_hash, boundary, medium]   (radixtier's own)
 //            ["SnapshotRemoved", block_hash, boundary, medium]  (radixtier's own)

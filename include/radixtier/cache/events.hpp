@@ -11,7 +11,9 @@
 //   SnapshotStored / SnapshotRemoved   the snapshot at a node's boundary, per medium
 // A block is a page (block_size = page_size tokens), named by its content hash: hashes chain
 // from the parent page (block_hash.hpp), so a router can compute them from a prompt's tokens
-// alone. A snapshot is named by the hash of the last page before its boundary.
+// alone. A snapshot is named by the hash of the last page before its boundary. Each key
+// namespace hashes from its own seed (its id), so equal tokens in two namespaces are two
+// blocks; BlockStored names the namespace (lora_id).
 //
 // With no sink attached the cache does no event work at all (one branch per state change).
 #pragma once
@@ -38,6 +40,9 @@ struct BlockStored {
   std::vector<Token> token_ids;                    ///< block_hashes.size() x block_size
   std::uint32_t block_size = 0;
   Medium medium = Medium::kGpu;
+  /// The key namespace (RequestOptions::ns: LoRA adapter, cache salt, tenant); none for the
+  /// default one. vLLM's lora_id field; the first page's parent hash is this id (or 0).
+  std::optional<std::uint32_t> lora_id;
   bool operator==(const BlockStored&) const = default;
 };
 

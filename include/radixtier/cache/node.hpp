@@ -146,10 +146,10 @@ struct Node {
   /// The room-making round in which a demotion of the KV / the snapshot failed (0: none):
   /// that round skips it as a victim while others are left (see the state machine above).
   std::uint64_t kv_demote_failed = 0, snap_demote_failed = 0;
-  std::uint8_t kv_priority = 0;       ///< highest priority of the requests that used the KV
-  std::uint8_t snap_priority = 0;     ///< highest priority of the requests that used the snapshot
-  std::uint32_t host_pin = 0;         ///< pins whose prefix includes this node
-  std::uint32_t snap_pin = 0;         ///< pins that end at this node (they keep its snapshot)
+  std::uint8_t kv_priority = 0;    ///< highest priority of the requests that used the KV
+  std::uint8_t snap_priority = 0;  ///< highest priority of the requests that used the snapshot
+  std::uint32_t host_pin = 0;      ///< pins whose prefix includes this node
+  std::uint32_t snap_pin = 0;      ///< pins that end at this node (they keep its snapshot)
 
   std::unordered_map<PageKey, Node*, PageKeyHash, PageKeyEq> children;
 

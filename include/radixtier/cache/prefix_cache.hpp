@@ -424,6 +424,8 @@ class PrefixCache final : public CacheBackend {
   /// AllBlocksCleared, then every node's usable residency as stored events (parents first).
   void emit_contents();
   std::uint64_t tail_hash(Node* n);
+  /// The namespace whose tree holds n (O(depth + namespaces); only while a sink is attached).
+  std::uint32_t namespace_of(const Node* n) const;
   std::vector<std::uint64_t> page_hashes(Node* n);
   std::vector<EventSink*> sinks_;
   bool events_quiet_ = false;  ///< flush(): update the reports, send AllBlocksCleared after
