@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Installs the Debian packages radixtier needs, only those missing, when run as root: the
 # C++ toolchain and test libraries, liburing and xxHash (the disk store, found with
-# pkg-config), and for the Python module and its tests pybind11, Python's headers, and
+# pkg-config), ZeroMQ, msgpack and prometheus-cpp (KV events, metrics), and for the Python
+# module and its tests pybind11, Python's headers, python3-zmq, python3-msgpack and
 # Debian's torch, numpy and pytest for /usr/bin/python3.
 #   scripts/setup.sh [PRESET]   the fuzz presets also need clang and libFuzzer (and llvm-cov)
 set -euo pipefail
 preset=${1:-default}
 pkgs=(cmake g++ make libboost-dev libgtest-dev librapidcheck-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev liburing-dev libxxhash-dev pkg-config
-  pybind11-dev python3-dev python3-torch python3-pytest python3-numpy)
+  pybind11-dev python3-dev python3-torch python3-pytest python3-numpy
+  libzmq3-dev cppzmq-dev libmsgpack-cxx-dev prometheus-cpp-dev python3-zmq python3-msgpack)
 case "$preset" in
   fuzz) pkgs+=(clang libclang-rt-14-dev) ;;
   fuzz-coverage) pkgs+=(clang libclang-rt-14-dev llvm-14) ;;

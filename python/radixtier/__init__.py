@@ -13,6 +13,9 @@ The C++ library through pybind11 (the extension radixtier._core):
     SnapshotPolicy         the snapshot placement policies of the C++ scheduler
     cuda                   the CUDA engine over an engine's own device tensors (HAVE_CUDA)
     Error                  base of the exceptions a Status that is not ok becomes
+    block_hash(es)         the KV events' chained block hashes, from tokens
+    EventPublisher         KV events over ZMQ PUB, vLLM's wire format (HAVE_EVENTS)
+    MetricsServer          Prometheus metrics over HTTP (HAVE_METRICS)
 
 Ids cross as ints and int64 numpy arrays (torch.from_numpy shares them); token and page
 arguments take numpy arrays, CPU torch tensors or sequences of ints.
@@ -20,6 +23,8 @@ arguments take numpy arrays, CPU torch tensors or sequences of ints.
 
 from radixtier._core import (  # noqa: F401
     HAVE_CUDA,
+    HAVE_EVENTS,
+    HAVE_METRICS,
     Admission,
     ArenaView,
     CacheConfig,
@@ -56,10 +61,16 @@ from radixtier._core import (  # noqa: F401
     TransferState,
     WritePolicy,
     __version__,
+    block_hash,
+    block_hashes,
 )
 
 if HAVE_CUDA:
     from radixtier._core import cuda  # noqa: F401
+if HAVE_EVENTS:
+    from radixtier._core import EventPublisher  # noqa: F401
+if HAVE_METRICS:
+    from radixtier._core import MetricsServer  # noqa: F401
 
 
 def as_tensor(view, dtype=None, shape=None):

@@ -56,6 +56,9 @@ class EngineConfig:
     max_admissions: int = 8
     check_invariants: bool = False
     engine_mode: rt.HostTransferEngine.Mode = rt.HostTransferEngine.Mode.THREADED
+    metrics_bind: str | None = None  # "host:port": serve Prometheus metrics (rt.MetricsServer)
+    events_endpoint: str | None = None  # ZMQ PUB address for KV events (rt.EventPublisher)
+    events_replay_endpoint: str = ""  # its replay socket ("": none)
 
 
 @dataclass
@@ -131,6 +134,11 @@ class Engine:
         for n in failing_submissions:
             self.transfers.fail_nth_submission(n)
         self.cache = rt.PrefixCache(cache_config, self.transfers)
+        self.metrics = rt.MetricsServer(self.cache, config.metrics_bind) \
+            if config.metrics_bind is not None else None
+        self.events = rt.EventPublisher(self.cache, config.events_endpoint,
+                                        config.events_replay_endpoint) \
+            if config.events_endpoint is not None else None
         self.fail_at_admission = dict(fail_at_admission or {})
         # The model computes straight in the cache's memory.
         self.kv = model.kv_pool(self.arenas.gpu_kv, config.gpu_pages)
@@ -156,6 +164,8 @@ class Engine:
     def run(self) -> dict[int, Result]:
         while self.queue or self.running:
             self.step()
+            if self.metrics is not None:
+                self.metrics.update()
         err = self.cache.check_invariants()
         if err:
             raise AssertionError(f"cache invariant broken: {err}")

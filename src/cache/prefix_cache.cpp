@@ -296,6 +296,8 @@ void PrefixCache::refresh(Node* n) {
        gs ? gpu_snap_key(*n) : OrderKey{});
   sync(host_snap_order_, *n, n->host_snap_hook, n->host_snap_key, hs,
        hs ? host_snap_key(*n) : OrderKey{});
+  if (!sinks_.empty()) [[unlikely]]
+    emit_changes(n);
 }
 
 void PrefixCache::touch(Node* n) {
@@ -393,6 +395,7 @@ Node* PrefixCache::split(Node* n, std::size_t pages) {
   upper->snapshots_below = n->snapshots_below;
   upper->kv_priority = n->kv_priority;
   upper->host_pin = n->host_pin;  // the pins through n run through its upper part too
+  upper->reported_kv = n->reported_kv;  // the same pages, already reported: no event
   n->parent = upper;
   upper->children.emplace(n->first_page(config_.page_size), n);
   parent->children.emplace(upper->first_page(config_.page_size), upper);

@@ -295,11 +295,14 @@ void PrefixCache::drop_host() {
   poll();
   while (!host_kv_order_.empty()) drop_host_kv(&*host_kv_order_.begin());
   while (!host_snap_order_.empty()) drop_host_snapshot(&*host_snap_order_.begin());
+  if (events_quiet_) emit_contents();
 }
 
 void PrefixCache::flush() {
   // Copies in flight pin their nodes; let them land (or fail) first.
   drain();
+  // One AllBlocksCleared (and what survives) instead of an event per node dropped.
+  events_quiet_ = !sinks_.empty();
   // Leaf-first: dropping a leaf's last copy removes it, which makes its parent a leaf.
   while (!gpu_kv_order_.empty()) {
     Node* n = &*gpu_kv_order_.begin();
@@ -310,6 +313,7 @@ void PrefixCache::flush() {
   while (!host_kv_order_.empty()) drop_host_kv(&*host_kv_order_.begin());
   while (!gpu_snap_order_.empty()) drop_gpu_snapshot(&*gpu_snap_order_.begin());
   while (!host_snap_order_.empty()) drop_host_snapshot(&*host_snap_order_.begin());
+  if (events_quiet_) emit_contents();
 }
 
 // Write-through: give freshly inserted GPU data a host copy in the background, so a later
@@ -375,7 +379,12 @@ Status PrefixCache::submit_batch(PendingBatch&& pending, std::optional<std::uint
   const std::uint32_t id = next_free_id(next_transfer_, transfers_);
   for (const CopyOp& op : pending.ops)
     (op.snapshot ? op.node->snap_xfer_id : op.node->kv_xfer_id) = id;
-  transfers_.emplace(id, InFlight{std::move(*ticket), std::move(pending.ops)});
+  InFlight& f = transfers_.emplace(id, InFlight{std::move(*ticket), std::move(pending.ops)})
+                   .first->second;
+  if (timing_) {
+    f.timing = CopyTiming{d2h, bytes, static_cast<std::size_t>(copies), false, {}};
+    f.started = std::chrono::steady_clock::now();
+  }
   if (id_out) *id_out = id;
   return Status::ok();
 }
@@ -445,6 +454,11 @@ void PrefixCache::finish_transfer(std::uint32_t id, bool ok) {
   InFlight& t = handle.mapped();
   t.ticket.reset();
   if (!ok) ++stats_.transfers_failed;
+  if (timing_ && t.started != std::chrono::steady_clock::time_point{}) {
+    t.timing.ok = ok;
+    t.timing.elapsed = std::chrono::steady_clock::now() - t.started;
+    timing_->on_copy(t.timing);
+  }
   finish_ops(t.ops, ok);
 }
 

@@ -49,6 +49,15 @@ Result<Admission> PrefixCache::admit(std::span<const Token> prompt) {
 }
 
 Result<Admission> PrefixCache::admit(std::span<const Token> prompt, const RequestOptions& options) {
+  // Admission latency for TimingHooks: measured on every return path, only when attached.
+  struct Timer {
+    TimingHooks* hooks;
+    std::chrono::steady_clock::time_point start =
+        hooks ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+    ~Timer() {
+      if (hooks) hooks->on_admit(std::chrono::steady_clock::now() - start);
+    }
+  } timer{timing_};
   if (prompt.empty()) return invalid_argument("admit: the prompt is empty");
   if (Status s = options.validate(); !s) return Status(s.code(), "admit: " + s.message());
   poll();

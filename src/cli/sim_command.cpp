@@ -5,6 +5,12 @@
 #include <string>
 
 #include "commands.hpp"
+#ifdef RADIXTIER_CLI_METRICS
+#include <chrono>
+#include <thread>
+
+#include "radixtier/metrics/cache_metrics.hpp"
+#endif
 #include "radixtier/scheduler/snapshot_policy.hpp"
 #include "sim/progress.hpp"
 #include "sim/simulator.hpp"
@@ -19,6 +25,8 @@ struct SimArgs {
   sim::ScenarioOptions so;
   bool json = false, rows = false, write_through = false;
   double host_gib = -1, host_snapshot_gib = -1;
+  int metrics_port = -1;      ///< < 0: no metrics endpoint
+  double metrics_hold_s = 0;  ///< seconds to keep serving after the run
   int side_priority = sim::ScenarioOptions{}.agent_side_priority;  // CLI11 reads uint8_t as a char
 };
 
@@ -114,6 +122,13 @@ radixtier::cli::CommandRun setup_sim(CLI::App& app) {
                "node cache write policy write-through (default write-back)");
   app.add_flag("--check-invariants", a.opt.check_invariants,
                "check the cache's invariants after every step (slow)");
+#ifdef RADIXTIER_CLI_METRICS
+  app.add_option("--metrics-port", a.metrics_port,
+                 "serve Prometheus metrics on 127.0.0.1:P/metrics during the run (0: any free "
+                 "port, printed on stderr)");
+  app.add_option("--metrics-hold", a.metrics_hold_s,
+                 "with --metrics-port: keep serving this many seconds after the run");
+#endif
   app.add_flag("--json", a.json, "one JSON object on stdout");
   app.add_flag("--rows", a.rows, "per-request rows (in the table and the JSON)");
   return [args] { return run_sim(*args); };
@@ -162,13 +177,50 @@ int run_sim(SimArgs& args) {
   meter.phase(std::string("sim ") + scenario + "/" + sim::to_string(opt.cache), s->size(),
               "requests");
   opt.progress = [&](const sched::Progress& p) { meter.update(p.finished + p.failed); };
+#ifdef RADIXTIER_CLI_METRICS
+  // One registry, one CacheMetrics per instance (label instance="k"), one HTTP exposer.
+  auto registry = std::make_shared<prometheus::Registry>();
+  std::vector<std::unique_ptr<CacheMetrics>> metrics;
+  std::unique_ptr<prometheus::Exposer> exposer;
+  if (args.metrics_port >= 0) {
+    try {
+      exposer =
+          std::make_unique<prometheus::Exposer>("127.0.0.1:" + std::to_string(args.metrics_port));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "radixtier sim: --metrics-port %d: %s\n", args.metrics_port, e.what());
+      return 2;
+    }
+    exposer->RegisterCollectable(registry);
+    std::fprintf(stderr, "radixtier sim: metrics on http://127.0.0.1:%d/metrics\n",
+                 exposer->GetListeningPorts().front());
+    opt.on_cache = [&](PrefixCache& cache, std::size_t k) {
+      metrics.push_back(std::make_unique<CacheMetrics>(
+          *registry, cache, prometheus::Labels{{"instance", std::to_string(k)}}));
+      cache.set_timing_hooks(metrics.back().get());
+    };
+    // Every step (a few dozen atomic stores), so the last one, after the run, is exact.
+    opt.on_step = [&] {
+      for (auto& m : metrics) m->update();
+    };
+  }
   auto r = sim::simulate(*s, opt);
+#else
+  auto r = sim::simulate(*s, opt);
+#endif
   if (r) meter.update(r->requests);
   meter.finish();
   if (!r) {
     std::fprintf(stderr, "radixtier sim: %s\n", r.status().message().c_str());
     return 1;
   }
+#ifdef RADIXTIER_CLI_METRICS
+  auto hold = [&] {
+    if (exposer && args.metrics_hold_s > 0)
+      std::this_thread::sleep_for(std::chrono::duration<double>(args.metrics_hold_s));
+  };
+#else
+  auto hold = [] {};
+#endif
   if (json) {
     std::printf("%s\n", sim::to_json(*r, rows).c_str());
   } else {
@@ -213,6 +265,8 @@ int run_sim(SimArgs& args) {
           r->config.gpu_pages, r->ttft_s_p50, r->ttft_s_p90, r->ttft_s_p99);
     }
   }
+  std::fflush(stdout);
+  hold();  // the output is out: a scraper can compare it with the endpoint
   return r->status.empty() ? 0 : 1;
 }
 

@@ -10,6 +10,7 @@
 #include <pybind11/stl.h>
 
 #include <chrono>
+#include <functional>
 #include <iterator>
 #include <memory>
 #include <mutex>
@@ -158,6 +159,13 @@ double admit_release_loop(PyPrefixCache& self, const py::object& tokens, std::in
 }
 
 }  // namespace
+
+void with_cache(py::handle cache, const std::function<void(PrefixCache&)>& f) {
+  py::cast<PyPrefixCache&>(cache).locked([&](PrefixCache& c) {
+    f(c);
+    return 0;
+  });
+}
 
 void bind_cache(py::module_& m) {
   py::class_<Admission>(m, "Admission", "What admit() matched and locked.")

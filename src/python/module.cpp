@@ -26,6 +26,7 @@ PYBIND11_MODULE(_core, m) {
   rp::register_errors(m);
   rp::bind_host(m);
   rp::bind_cache(m);
+  rp::bind_observers(m);
   rp::bind_policy(m);
 #ifdef RADIXTIER_PYTHON_CUDA
   auto cuda = m.def_submodule("cuda", "The CUDA transfer engine (built with nvcc).");

@@ -347,6 +347,7 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
     if (o.cache == CacheKind::kNode || o.cache == CacheKind::kSglangLike) {
       auto c = PrefixCache::create(config, *in->engine);
       if (!c) return c.status();
+      if (o.on_cache) o.on_cache(**c, k);
       in->cache = std::move(*c);
     } else if (o.cache == CacheKind::kAttentionOnly) {
       auto c = AttentionOnlyCache::create(config, *in->engine);
@@ -384,6 +385,7 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
       sched::Scheduler& sched = *in->sched;
       while (!sched.idle() && sched.next_step_s() < t) {
         if (Status st = sched.step(); !st) return st;
+        if (o.on_step) o.on_step();
         if (o.progress && ++steps % 4096 == 0) {
           sched::Progress p;
           p.submitted = n;
@@ -415,6 +417,7 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
   }
   if (run_status) run_status = advance_until(std::numeric_limits<double>::infinity());
   if (!run_status) out.status = run_status.to_string();
+  if (o.on_step) o.on_step();
 
   out.rows.reserve(n);
   for (std::size_t i = 0; i < n; ++i) {

@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "radixtier/cache/cache_backend.hpp"
+#include "radixtier/cache/prefix_cache.hpp"
 #include "radixtier/config.hpp"
 #include "radixtier/scheduler/scheduler.hpp"
 #include "sim/cost_model.hpp"
@@ -91,6 +92,11 @@ struct SimOptions {
   RouterKind router = RouterKind::kPrefix;
   bool check_invariants = false;  ///< the cache's invariants after every scheduler step
   std::function<void(const sched::Progress&)> progress;
+  /// Observers (radixtier sim --metrics-port): called with each instance's PrefixCache as it
+  /// is created (node and sglang-like caches), then after every scheduler step and once
+  /// when the run ends, while the caches still exist.
+  std::function<void(PrefixCache& cache, std::size_t instance)> on_cache;
+  std::function<void()> on_step;
 };
 
 /// The node cache's default placement policy: learned placement (snapshot_policy.hpp,

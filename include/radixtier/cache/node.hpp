@@ -146,15 +146,21 @@ struct Node {
   /// The room-making round in which a demotion of the KV / the snapshot failed (0: none):
   /// that round skips it as a victim while others are left (see the state machine above).
   std::uint64_t kv_demote_failed = 0, snap_demote_failed = 0;
-  std::uint8_t kv_priority = 0;       ///< highest priority of the requests that used the KV
-  std::uint8_t snap_priority = 0;     ///< highest priority of the requests that used the snapshot
-  std::uint32_t host_pin = 0;         ///< pins whose prefix includes this node
-  std::uint32_t snap_pin = 0;         ///< pins that end at this node (they keep its snapshot)
+  std::uint8_t kv_priority = 0;    ///< highest priority of the requests that used the KV
+  std::uint8_t snap_priority = 0;  ///< highest priority of the requests that used the snapshot
+  std::uint32_t host_pin = 0;      ///< pins whose prefix includes this node
+  std::uint32_t snap_pin = 0;      ///< pins that end at this node (they keep its snapshot)
 
   std::unordered_map<PageKey, Node*, PageKeyHash, PageKeyEq> children;
 
   OrderHook gpu_kv_hook, host_kv_hook, gpu_snap_hook, host_snap_hook;
   OrderKey gpu_kv_key, host_kv_key, gpu_snap_key, host_snap_key;  ///< valid while linked
+
+  // KV events (events.hpp), kept only while an event sink is attached: the residency last
+  // reported (bit 0 GPU, bit 1 host) and the hash of the node's last page, computed lazily.
+  std::uint8_t reported_kv = 0, reported_snapshot = 0;
+  bool tail_hash_known = false;
+  std::uint64_t tail_hash = 0;
 
   std::size_t page_count(std::uint32_t page_size) const { return tokens.size() / page_size; }
   bool has_gpu_kv() const { return !gpu_pages.empty(); }

@@ -55,6 +55,7 @@
 #pragma once
 
 #include <boost/pool/pool.hpp>
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <span>
@@ -63,10 +64,12 @@
 #include <vector>
 
 #include "radixtier/cache/cache_backend.hpp"
+#include "radixtier/cache/events.hpp"
 #include "radixtier/cache/id_pool.hpp"
 #include "radixtier/cache/node.hpp"
 #include "radixtier/cache/request_options.hpp"
 #include "radixtier/cache/request_ownership.hpp"
+#include "radixtier/cache/timing_hooks.hpp"
 #include "radixtier/config.hpp"
 #include "radixtier/transfer/transfer_engine.hpp"
 
@@ -247,6 +250,15 @@ class PrefixCache final : public CacheBackend {
   const CacheConfig& config() const { return config_; }
   std::size_t in_flight() const { return transfers_.size(); }
 
+  // --- observation (events.hpp, timing_hooks.hpp; prefix_cache_events.cpp) --------------
+  /// Attaches a sink (not owned; it must outlive its attachment). It first receives
+  /// AllBlocksCleared and then what the cache holds now, as stored events, so its copy of the
+  /// contents is exact from here on. Attaching one already attached restarts its stream.
+  void add_event_sink(EventSink* sink);
+  void remove_event_sink(EventSink* sink);
+  /// Attaches latency hooks (not owned; nullptr detaches).
+  void set_timing_hooks(TimingHooks* hooks) { timing_ = hooks; }
+
  private:
   struct LockRecord {
     Node* node;       ///< deepest node of the locked path
@@ -266,6 +278,8 @@ class PrefixCache final : public CacheBackend {
   struct InFlight {
     Ticket ticket;
     std::vector<CopyOp> ops;
+    CopyTiming timing{};  ///< filled while timing hooks are attached
+    std::chrono::steady_clock::time_point started{};
   };
   /// A batch under construction, submitted at once by submit_batch().
   struct PendingBatch {
@@ -402,6 +416,20 @@ class PrefixCache final : public CacheBackend {
   std::string check_ownership(const IdPool<Id>& pool, const RequestOwnership<Id>& owners,
                               const char* name) const;
   void note_host_usage();
+
+  // KV events (prefix_cache_events.cpp)
+  /// Reports what changed in n's usable residency since its last report (called by refresh).
+  void emit_changes(Node* n);
+  void emit(const CacheEvent& event);
+  /// AllBlocksCleared, then every node's usable residency as stored events (parents first).
+  void emit_contents();
+  std::uint64_t tail_hash(Node* n);
+  /// The namespace whose tree holds n (O(depth + namespaces); only while a sink is attached).
+  std::uint32_t namespace_of(const Node* n) const;
+  std::vector<std::uint64_t> page_hashes(Node* n);
+  std::vector<EventSink*> sinks_;
+  bool events_quiet_ = false;  ///< flush(): update the reports, send AllBlocksCleared after
+  TimingHooks* timing_ = nullptr;
 
   CacheConfig config_;
   TransferEngine& engine_;

@@ -1,0 +1,144 @@
+// KV events (events.hpp): refresh() calls emit_changes() after every state change of a node
+// while a sink is attached, so the stream follows each node's usable residency exactly (what
+// inspect() reports: the destination of a copy in flight is not usable yet).
+#include <algorithm>
+
+#include "radixtier/cache/block_hash.hpp"
+#include "radixtier/cache/prefix_cache.hpp"
+
+namespace radixtier {
+
+namespace {
+constexpr std::uint8_t kOnGpu = 1, kOnHost = 2;
+
+std::uint8_t usable_kv(const Node& n) {
+  const bool to_host = n.kv_xfer == Xfer::kDemote || n.kv_xfer == Xfer::kWriteThrough;
+  return std::uint8_t((n.has_gpu_kv() && n.kv_xfer != Xfer::kPromote ? kOnGpu : 0) |
+                      (n.has_host_kv() && !to_host ? kOnHost : 0));
+}
+
+std::uint8_t usable_snapshot(const Node& n) {
+  const bool to_host = n.snap_xfer == Xfer::kDemote || n.snap_xfer == Xfer::kWriteThrough;
+  return std::uint8_t((n.gpu_snapshot.valid() && n.snap_xfer != Xfer::kPromote ? kOnGpu : 0) |
+                      (n.has_host_snapshot() && !to_host ? kOnHost : 0));
+}
+
+Medium medium_of(std::uint8_t bit) {
+  return bit == kOnGpu ? Medium::kGpu : Medium::kHost;
+}
+}  // namespace
+
+void PrefixCache::add_event_sink(EventSink* sink) {
+  if (sink == nullptr) return;
+  if (std::find(sinks_.begin(), sinks_.end(), sink) == sinks_.end()) sinks_.push_back(sink);
+  // The reports are not kept while no sink is attached: emit_contents() sets them afresh.
+  std::vector<EventSink*> all;
+  all.swap(sinks_);
+  sinks_.push_back(sink);
+  emit_contents();
+  sinks_.swap(all);
+}
+
+void PrefixCache::remove_event_sink(EventSink* sink) {
+  sinks_.erase(std::remove(sinks_.begin(), sinks_.end(), sink), sinks_.end());
+}
+
+void PrefixCache::emit(const CacheEvent& event) {
+  for (EventSink* s : sinks_) s->on_event(event);
+}
+
+std::uint32_t PrefixCache::namespace_of(const Node* n) const {
+  while (!n->is_root()) n = n->parent;
+  if (n == root_) return kDefaultNamespace.value();
+  for (const auto& [ns, root] : ns_roots_)
+    if (root == n) return ns;
+  return kDefaultNamespace.value();
+}
+
+std::uint64_t PrefixCache::tail_hash(Node* n) {
+  // A root's "hash" is its namespace id: the first page of namespace k hashes with parent k,
+  // so equal tokens in two namespaces are different blocks (0: the default namespace).
+  // Iteratively: a deep tree must not recurse once per node.
+  std::vector<Node*> up;
+  Node* p = n;
+  for (; !p->tail_hash_known; p = p->parent) {
+    if (p->is_root()) {
+      p->tail_hash = namespace_of(p);
+      p->tail_hash_known = true;
+      break;
+    }
+    up.push_back(p);
+  }
+  for (auto it = up.rbegin(); it != up.rend(); ++it) {
+    Node* q = *it;
+    std::uint64_t h = q->parent->tail_hash;
+    const std::span<const Token> t(q->tokens);
+    for (std::size_t pos = 0; pos < t.size(); pos += config_.page_size)
+      h = block_hash(h, t.subspan(pos, config_.page_size));
+    q->tail_hash = h;
+    q->tail_hash_known = true;
+  }
+  return n->tail_hash;
+}
+
+std::vector<std::uint64_t> PrefixCache::page_hashes(Node* n) {
+  std::vector<std::uint64_t> out = block_hashes(n->tokens, config_.page_size, tail_hash(n->parent));
+  n->tail_hash = out.empty() ? tail_hash(n->parent) : out.back();
+  n->tail_hash_known = true;
+  return out;
+}
+
+void PrefixCache::emit_changes(Node* n) {
+  if (n->is_root()) return;
+  const std::uint8_t kv = usable_kv(*n), snap = usable_snapshot(*n);
+  if (kv == n->reported_kv && snap == n->reported_snapshot) return;
+  const std::uint8_t old_kv = n->reported_kv, old_snap = n->reported_snapshot;
+  n->reported_kv = kv;
+  n->reported_snapshot = snap;
+  if (events_quiet_) return;
+  std::vector<std::uint64_t> hashes;
+  auto hashes_of = [&]() -> const std::vector<std::uint64_t>& {
+    if (hashes.empty()) hashes = page_hashes(n);
+    return hashes;
+  };
+  // Removals first and a snapshot before its KV, stores the other way round, so a router
+  // never holds a snapshot whose KV it has not seen.
+  for (std::uint8_t bit : {kOnGpu, kOnHost}) {
+    if ((old_snap & bit) && !(snap & bit))
+      emit(SnapshotRemoved{tail_hash(n), n->boundary, medium_of(bit)});
+  }
+  for (std::uint8_t bit : {kOnGpu, kOnHost}) {
+    if ((old_kv & bit) && !(kv & bit)) emit(BlockRemoved{hashes_of(), medium_of(bit)});
+  }
+  for (std::uint8_t bit : {kOnGpu, kOnHost}) {
+    if (!(old_kv & bit) && (kv & bit)) {
+      std::optional<std::uint64_t> parent;
+      if (!n->parent->is_root()) parent = tail_hash(n->parent);
+      std::optional<std::uint32_t> ns;
+      if (const std::uint32_t k = namespace_of(n); k != kDefaultNamespace.value()) ns = k;
+      emit(BlockStored{hashes_of(), parent, n->tokens, config_.page_size, medium_of(bit), ns});
+    }
+  }
+  for (std::uint8_t bit : {kOnGpu, kOnHost}) {
+    if (!(old_snap & bit) && (snap & bit))
+      emit(SnapshotStored{tail_hash(n), n->boundary, medium_of(bit)});
+  }
+}
+
+void PrefixCache::emit_contents() {
+  events_quiet_ = false;
+  emit(AllBlocksCleared{});
+  std::vector<Node*> stack{root_};  // parents before children, every namespace
+  for (const auto& [ns, root] : ns_roots_) stack.push_back(root);
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    for (auto& [key, child] : n->children) stack.push_back(child);
+    if (n->is_root()) continue;
+    n->reported_kv = 0;
+    n->reported_snapshot = 0;
+    emit_changes(n);
+  }
+}
+
+}  // namespace radixtier

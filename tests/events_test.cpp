@@ -1,0 +1,308 @@
+// KV events: the contents rebuilt from the events alone equal inspect() after every step of
+// a long random workload (copies completing and failing in any order, host drops, flushes,
+// sinks attached late); the bounded queue drops and counts, never blocks.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <set>
+#include <thread>
+
+#include "cache_harness.hpp"
+#include "event_mirror.hpp"
+#include "radixtier/cache/event_queue.hpp"
+
+namespace radixtier {
+namespace {
+
+using testing::EventMirror;
+using testing::Harness;
+
+TEST(BlockHash, ChainsFromTheParentPage) {
+  const std::vector<Token> t = testing::seq({{100, 12}});
+  const auto h = block_hashes(t, 4);
+  ASSERT_EQ(h.size(), 3u);
+  EXPECT_EQ(h[0], block_hash(0, std::span(t).subspan(0, 4)));
+  EXPECT_EQ(h[1], block_hash(h[0], std::span(t).subspan(4, 4)));
+  EXPECT_EQ(h[2], block_hash(h[1], std::span(t).subspan(8, 4)));
+  // The same page after a different prefix is a different block.
+  EXPECT_NE(block_hash(1, std::span(t).subspan(4, 4)), h[1]);
+  EXPECT_EQ(block_hashes(std::span(t).first(11), 4).size(), 2u) << "a partial page has no hash";
+}
+
+/// A random workload of `ops` requests and maintenance calls; after each, the mirror fed by
+/// events must equal inspect().
+void run_workload(WritePolicy policy, HostTransferEngine::Mode mode, int ops, std::uint64_t seed) {
+  CacheConfig c = testing::small_config(policy);
+  c.gpu_pages = 40;
+  c.host_pages = 80;
+  Harness h(c, mode);
+  std::mt19937_64 rng(seed);
+  auto pick = [&](std::size_t n) { return static_cast<std::size_t>(rng() % n); };
+  EventMirror mirror, late;
+  CallbackSink sink([&](const CacheEvent& e) { mirror.apply(e); });
+  CallbackSink late_sink([&](const CacheEvent& e) { late.apply(e); });
+  std::set<std::vector<Token>> seen;
+  std::vector<std::vector<Token>> known;
+  std::size_t stored = 0;
+  for (int op = 0; op < ops; ++op) {
+    if (op == ops / 10) h.cache->add_event_sink(&sink);  // attached to a full cache
+    if (op == ops / 2) h.cache->add_event_sink(&late_sink);
+    const std::size_t what = pick(100);
+    if (what < 2) {
+      h.cache->drop_host();
+    } else if (what < 3) {
+      h.cache->flush();
+    } else if (what < 8 && mode == HostTransferEngine::Mode::kManual) {
+      // Finish one pending copy, maybe failing it, in any order.
+      const auto pending = h.engine.pending();
+      if (!pending.empty()) {
+        const TicketId id = pending[pick(pending.size())];
+        if (pick(4) == 0) h.engine.fail_ticket(id);
+        h.engine.complete(id);
+        h.cache->poll();
+      }
+    } else {
+      const int base = static_cast<int>(pick(5));
+      std::vector<Token> prompt;
+      const std::size_t cut = pick(72);
+      for (std::size_t i = 0; i < cut; ++i) prompt.push_back(Token(10'000 * (base + 1) + Token(i)));
+      for (std::size_t i = pick(6); i > 0; --i) prompt.push_back(Token(1 + pick(3)));
+      prompt.push_back(7);
+      if (seen.insert(prompt).second) known.push_back(prompt);
+      std::vector<std::size_t> snaps;
+      for (std::size_t b = 4; b <= prompt.size(); b += 4)
+        if (pick(3) == 0) snaps.push_back(b);
+      if (pick(30) == 0) h.engine.fail_nth_submission(pick(3));
+      const auto served = h.serve(prompt, snaps, 1 + pick(4));
+      ASSERT_TRUE(served.error.empty() || served.refused) << "op " << op << ": " << served.error;
+    }
+    if (mode == HostTransferEngine::Mode::kThreaded && pick(2) == 0) h.cache->poll();
+    // Every 10th step, and after every maintenance call or finished copy.
+    if (op < ops / 10 || (op % 10 != 0 && what >= 8)) continue;
+    ASSERT_EQ(mirror.error, "") << "op " << op;
+    const EventMirror want = EventMirror::from_inspect(*h.cache, known);
+    ASSERT_EQ(mirror.difference(want), "") << "op " << op;
+    if (op >= ops / 2) {
+      ASSERT_EQ(late.error, "") << "op " << op;
+      ASSERT_EQ(late.difference(want), "") << "op " << op << " (sink attached late)";
+    }
+    stored = std::max(stored, mirror.blocks.size());
+  }
+  h.cache->drain();
+  h.cache->remove_event_sink(&late_sink);
+  const std::size_t late_events = late.events;
+  h.cache->flush();
+  EXPECT_EQ(late.events, late_events) << "a removed sink receives nothing";
+  EXPECT_TRUE(mirror.blocks.empty() && mirror.snapshots.empty());
+  EXPECT_GT(mirror.cleared, 1u) << "flush reports AllBlocksCleared";
+  EXPECT_GT(stored, 20u) << "the workload should hold many blocks at once";
+  const CacheStats s = h.cache->stats();
+  EXPECT_GT(s.kv_pages_demoted + s.kv_pages_promoted, 0u);
+  EXPECT_GT(s.transfers_failed, 0u);
+  EXPECT_EQ(h.cache->check_invariants(), "");
+}
+
+struct Case {
+  WritePolicy policy;
+  HostTransferEngine::Mode mode;
+};
+
+class EventRebuild : public ::testing::TestWithParam<Case> {};
+
+TEST_P(EventRebuild, ContentsFromEventsEqualInspectAfterTenThousandOps) {
+  run_workload(GetParam().policy, GetParam().mode, 10'000, 20261201);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Engines, EventRebuild,
+    ::testing::Values(Case{WritePolicy::kWriteBack, HostTransferEngine::Mode::kManual},
+                      Case{WritePolicy::kWriteThrough, HostTransferEngine::Mode::kManual},
+                      Case{WritePolicy::kWriteBack, HostTransferEngine::Mode::kThreaded}),
+    [](const auto& info) {
+      return std::string(info.param.policy == WritePolicy::kWriteBack ? "WriteBack"
+                                                                      : "WriteThrough") +
+             (info.param.mode == HostTransferEngine::Mode::kManual ? "Manual" : "Threaded");
+    });
+
+TEST(Events, FlushWithALockReportsClearedThenWhatIsPinned) {
+  Harness h(testing::small_config());
+  const std::vector<Token> p = testing::seq({{1, 17}});
+  const std::size_t snaps[] = {8, 16};
+  ASSERT_EQ(h.serve(p, snaps).error, "");
+  std::vector<CacheEvent> events;
+  CallbackSink sink([&](const CacheEvent& e) { events.push_back(e); });
+  h.cache->add_event_sink(&sink);
+  auto a = h.cache->admit(p);  // pins the path to 16 and its snapshot
+  ASSERT_TRUE(a);
+  ASSERT_EQ(a->cached_tokens, 16u);
+  ASSERT_TRUE(h.cache->wait(a->lock));
+  events.clear();
+  h.cache->flush();
+  ASSERT_FALSE(events.empty());
+  EXPECT_TRUE(std::holds_alternative<AllBlocksCleared>(events.front()));
+  EventMirror m;
+  for (const auto& e : events) m.apply(e);
+  const std::vector<std::vector<Token>> known = {p};
+  EXPECT_EQ(m.error, "");
+  EXPECT_EQ(m.difference(EventMirror::from_inspect(*h.cache, known)), "");
+  EXPECT_FALSE(m.blocks.empty()) << "the pinned path survives the flush";
+  EXPECT_EQ(m.snapshots.size(), 1u) << "only the pinned snapshot (at 16) survives";
+  ASSERT_TRUE(h.cache->release(a->lock));
+}
+
+TEST(Events, StoredCarriesTokensParentAndMedium) {
+  Harness h(testing::small_config());
+  std::vector<CacheEvent> events;
+  CallbackSink sink([&](const CacheEvent& e) { events.push_back(e); });
+  h.cache->add_event_sink(&sink);
+  const std::vector<Token> p = testing::seq({{1, 13}});
+  const std::size_t snaps[] = {8};
+  ASSERT_EQ(h.serve(p, snaps, 2).error, "");
+  const auto hashes = block_hashes(p, 4);
+  // First the AllBlocksCleared of the attachment, then chunk 1 (pages 0-1), chunk 2 with the
+  // snapshot at 8, chunk 3 (page 2).
+  ASSERT_GE(events.size(), 4u);
+  EXPECT_TRUE(std::holds_alternative<AllBlocksCleared>(events[0]));
+  const auto* first = std::get_if<BlockStored>(&events[1]);
+  ASSERT_NE(first, nullptr);
+  EXPECT_EQ(first->block_hashes, (std::vector<std::uint64_t>{hashes[0], hashes[1]}));
+  EXPECT_FALSE(first->parent_block_hash.has_value());
+  EXPECT_EQ(first->token_ids, std::vector<Token>(p.begin(), p.begin() + 8));
+  EXPECT_EQ(first->block_size, 4u);
+  EXPECT_EQ(first->medium, Medium::kGpu);
+  const auto* snap = std::get_if<SnapshotStored>(&events[2]);
+  ASSERT_NE(snap, nullptr);
+  EXPECT_EQ(*snap, (SnapshotStored{hashes[1], 8, Medium::kGpu}));
+  const auto* second = std::get_if<BlockStored>(&events[3]);
+  ASSERT_NE(second, nullptr);
+  EXPECT_EQ(second->block_hashes, std::vector<std::uint64_t>{hashes[2]});
+  EXPECT_EQ(second->parent_block_hash, hashes[1]);
+}
+
+/// Inserts `tokens` (whole pages, a snapshot at the end) into namespace `ns`.
+void insert_in(Harness& h, std::span<const Token> tokens, NamespaceId ns) {
+  std::vector<Token> prompt(tokens.begin(), tokens.end());
+  prompt.push_back(0);
+  RequestOptions o;
+  o.ns = ns;
+  auto a = h.cache->admit(prompt, o);
+  ASSERT_TRUE(a) << a.status().to_string();
+  ASSERT_TRUE(h.cache->wait(a->lock));
+  auto table = h.cache->path_pages(a->lock).value();
+  auto more = h.cache->alloc_pages(a->lock, tokens.size() / h.ps() - table.size()).value();
+  table.insert(table.end(), more.begin(), more.end());
+  auto slot = h.cache->alloc_snapshot_slot(a->lock).value();
+  auto ins = h.cache->insert(a->lock, tokens, table, slot);
+  ASSERT_TRUE(ins) << ins.status().to_string();
+  ASSERT_TRUE(h.cache->release(a->lock));
+}
+
+TEST(Events, NamespacesAreDistinctBlocksNamedByLoraId) {
+  Harness h(testing::small_config());
+  EventMirror mirror;
+  std::vector<CacheEvent> events;
+  CallbackSink sink([&](const CacheEvent& e) {
+    events.push_back(e);
+    mirror.apply(e);
+  });
+  h.cache->add_event_sink(&sink);
+  const std::vector<Token> p = testing::seq({{1, 12}});
+  insert_in(h, p, kDefaultNamespace);
+  insert_in(h, p, NamespaceId(7));
+  // Same tokens, two trees: two sets of blocks, each reproducible from its namespace's seed.
+  EXPECT_EQ(mirror.error, "");
+  const std::vector<std::vector<Token>> known = {p};
+  EventMirror want = EventMirror::from_inspect(*h.cache, known);
+  want.merge(EventMirror::from_inspect(*h.cache, known, NamespaceId(7)));
+  EXPECT_EQ(mirror.difference(want), "");
+  EXPECT_EQ(mirror.blocks.size(), 6u) << "3 pages in each namespace";
+  EXPECT_EQ(mirror.snapshots.size(), 2u);
+  bool named = false;
+  for (const auto& e : events)
+    if (const auto* s = std::get_if<BlockStored>(&e); s && s->lora_id == 7u) named = true;
+  EXPECT_TRUE(named) << "BlockStored of namespace 7 carries lora_id 7";
+  // Flushing one namespace removes only its blocks; a sink attached now sees both namespaces.
+  h.cache->flush(NamespaceId(7));
+  EventMirror late;
+  CallbackSink late_sink([&](const CacheEvent& e) { late.apply(e); });
+  h.cache->add_event_sink(&late_sink);
+  const EventMirror now = EventMirror::from_inspect(*h.cache, known);
+  EXPECT_EQ(mirror.error, "");
+  EXPECT_EQ(mirror.difference(now), "");
+  EXPECT_EQ(mirror.blocks.size(), 3u);
+  EXPECT_EQ(late.difference(now), "");
+  insert_in(h, p, NamespaceId(9));
+  EventMirror both = EventMirror::from_inspect(*h.cache, known);
+  both.merge(EventMirror::from_inspect(*h.cache, known, NamespaceId(9)));
+  EXPECT_EQ(mirror.difference(both), "");
+  h.cache->remove_event_sink(&late_sink);
+  EventMirror fresh;
+  CallbackSink fresh_sink([&](const CacheEvent& e) { fresh.apply(e); });
+  h.cache->add_event_sink(&fresh_sink);  // the contents of every namespace
+  EXPECT_EQ(fresh.difference(both), "");
+  h.cache->remove_event_sink(&fresh_sink);
+}
+
+TEST(EventQueue, RejectsZeroCapacity) {
+  auto q = EventQueue::create(0);
+  ASSERT_FALSE(q);
+  EXPECT_NE(q.status().message().find("capacity"), std::string::npos);
+}
+
+TEST(EventQueue, AFullQueueDropsAndCountsWithoutBlockingTheCache) {
+  Harness h(testing::small_config());
+  auto q = EventQueue::create(8);
+  ASSERT_TRUE(q);
+  std::vector<CacheEvent> all;
+  CallbackSink sink([&](const CacheEvent& e) { all.push_back(e); });
+  h.cache->add_event_sink(q->get());
+  h.cache->add_event_sink(&sink);
+  // Nobody pops: the workload still completes (the queue cannot block), and every event past
+  // the first 8 is counted as dropped.
+  for (int i = 0; i < 20; ++i) {
+    const std::vector<Token> p = testing::seq({{1000 * (i + 1), 13}});
+    const std::size_t snaps[] = {8};
+    ASSERT_EQ(h.serve(p, snaps).error, "");
+  }
+  // The queue saw its own AllBlocksCleared and then what the sink saw after its own.
+  const std::size_t emitted = all.size();
+  EXPECT_EQ((*q)->size(), 8u);
+  EXPECT_EQ((*q)->pushed(), 8u);
+  EXPECT_EQ((*q)->dropped(), emitted - 8);
+  // What it kept is the oldest events, in order.
+  CacheEvent e;
+  ASSERT_TRUE((*q)->pop(e));
+  EXPECT_TRUE(std::holds_alternative<AllBlocksCleared>(e));
+  for (std::size_t i = 0; i < 7; ++i) {
+    ASSERT_TRUE((*q)->pop(e));
+    EXPECT_EQ(e, all[i + 1]) << i;  // `all` started with the sink's own AllBlocksCleared
+  }
+  EXPECT_FALSE((*q)->pop(e));
+  h.cache->remove_event_sink(q->get());
+}
+
+TEST(EventQueue, ConcurrentConsumerSeesEveryKeptEventInOrder) {
+  auto q = EventQueue::create(64);
+  ASSERT_TRUE(q);
+  constexpr std::size_t kEvents = 200'000;
+  std::atomic<bool> done{false};
+  std::vector<std::size_t> got;
+  std::thread consumer([&] {
+    CacheEvent e;
+    for (;;) {
+      const bool finished = done.load(std::memory_order_acquire);
+      while ((*q)->pop(e)) got.push_back(std::get<SnapshotStored>(e).boundary);
+      if (finished) return;
+    }
+  });
+  for (std::size_t i = 0; i < kEvents; ++i) (*q)->on_event(SnapshotStored{i, i, Medium::kHost});
+  done.store(true, std::memory_order_release);
+  consumer.join();
+  EXPECT_EQ(got.size() + (*q)->dropped(), kEvents);
+  EXPECT_EQ(got.size(), (*q)->pushed());
+  EXPECT_TRUE(std::is_sorted(got.begin(), got.end()));
+  EXPECT_EQ(std::adjacent_find(got.begin(), got.end()), got.end()) << "an event came twice";
+}
+
+}  // namespace
+}  // namespace radixtier
