@@ -25,7 +25,9 @@ CacheConfig watermark_config(double low, double high) {
 }
 
 // Prompt i: 16 tokens (4 pages) of its own, then the token that is always computed.
-std::vector<Token> prompt(int i) { return seq({{1000 * (i + 1), 16}, {7, 1}}); }
+std::vector<Token> prompt(int i) {
+  return seq({{1000 * (i + 1), 16}, {7, 1}});
+}
 
 struct ChurnRun {
   CacheStats stats;
@@ -126,7 +128,7 @@ TEST(Watermarks, BadWatermarksAreRejectedByName) {
   EXPECT_NE(c.validate().message().find("gpu_free_high_watermark"), std::string::npos);
   c.gpu_free_high_watermark = 0.5;
   EXPECT_TRUE(c.validate());
-  EXPECT_EQ(c.low_watermark(32), 9u);
+  EXPECT_EQ(c.low_watermark(32), 10u);
   EXPECT_EQ(c.high_watermark(32), 16u);
 }
 
