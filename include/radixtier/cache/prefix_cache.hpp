@@ -10,11 +10,12 @@
 //   gpu_snap_order_  GPU snapshots
 //   host_kv_order_   host KV leaves     } the host pool's order: the lower of the two heads
 //   host_snap_order_ host snapshots     }
-// Victims cost O(log n). Evicting from GPU demotes to host (write-back: a sliced async copy;
-// write-through: the clean host copy already exists, so it is free) or drops when host has
-// no room or the KV is dead (no snapshot at or below it). What refreshes a key: an admission
-// refreshes the KV of its whole path and only the snapshot it resumes from; an insert
-// refreshes what it adopted and the snapshot it attached.
+// Victims cost O(log n). GPU free room is kept above a low watermark by demoting ahead of need
+// without waiting (config.hpp; docs/architecture.md, "Watermarks"). Evicting from GPU demotes to
+// host (write-back: a sliced async copy; write-through: the clean host copy already exists, so it
+// is free) or drops when host has no room or the KV is dead (no snapshot at or below it). What
+// refreshes a key: an admission refreshes the KV of its whole path and only the snapshot it resumes
+// from; an insert refreshes what it adopted and the snapshot it attached.
 //
 // Rules kept (numbers as in the brief), checked by check_invariants():
 //  1. usable match = deepest node on the path whose root path has KV everywhere and which
