@@ -360,6 +360,9 @@ void run_property(WritePolicy policy, std::uint32_t host_pages,
   CacheConfig c = testing::small_config(policy);
   c.host_pages = host_pages;
   c.max_snapshots_per_path = max_snapshots_per_path;
+  // Off, or demoting ahead of need (the watermark step runs in the same commands).
+  c.gpu_free_low_watermark = *rc::gen::element(0.0, 0.125, 0.25);
+  c.gpu_free_high_watermark = 2 * c.gpu_free_low_watermark;
   Sut sut(c);
   rc::state::check(Model{}, sut,
                    rc::state::gen::execOneOfWithArgs<Serve, Serve, Serve, Hold, Release, Pressure,

@@ -45,6 +45,11 @@ inline CacheConfig small_config(WritePolicy policy = WritePolicy::kWriteBack) {
   c.snapshot_bytes = 200;
   c.slice_pages = 3;
   c.write_policy = policy;
+  // The unit tests pin exact victims of eviction on demand in a 32-page, 4-slot pool, where
+  // the default watermarks (rounded up) would keep a page and a slot free ahead of need.
+  // watermark_test.cpp sets its own; the property tests and the fuzz corpus keep the default.
+  c.gpu_free_low_watermark = 0;
+  c.gpu_free_high_watermark = 0;
   return c;
 }
 

@@ -279,6 +279,9 @@ TEST(Scheduler, ChurnKeepsTheConversationSnapshot) {
     auto w = workload();
     w.cache.gpu_snapshot_slots = 2;
     w.cache.host_snapshot_slots = host_slots;
+    // Which snapshot the order keeps in two slots: the watermark would keep one of the two
+    // free ahead of need (ceil of 2%), demoting the conversation's to host early.
+    w.cache.gpu_free_low_watermark = w.cache.gpu_free_high_watermark = 0;
     const model::TinyHybridModel m(small_model());
     const auto turn1 = tokens(7, 120);
     add(w, turn1, 4);

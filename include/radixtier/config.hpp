@@ -1,6 +1,8 @@
 // One validated configuration struct for the cache.
 #pragma once
 
+#include <cmath>
+
 #include <cstddef>
 #include <cstdint>
 
@@ -63,6 +65,29 @@ struct CacheConfig {
   /// Host pins (PrefixCache::pin) may hold at most this share of the host pool, in [0, 1]
   /// (0: no pins); the rest stays for eviction to use.
   double host_pin_share = 0.5;
+  /// Watermarks of free GPU room (docs/architecture.md, "Watermarks: demoting ahead of
+  /// need"), as fractions of each GPU pool: when the free GPU KV pages (the free GPU snapshot
+  /// slots), counting the demotions already in flight, fall below ceil(low x pool), the
+  /// cache demotes the next victims of that pool's eviction order without waiting, until
+  /// ceil(high x pool) are free or on their way; an allocation that fits in the free room
+  /// then never waits for a copy. 0 <= low <= high < 1; low 0 turns it off. Why 2% and 4%, for
+  /// every workload: an allocation is a prefill chunk or a decode page, a small part of a pool
+  /// sized for many requests, and what is demoted ahead stays one promotion away on host, so at
+  /// most 4% of the GPU pool moves early (Linux keeps its min/low/high free-page watermarks at a
+  /// fraction of memory for the same reason: kswapd frees ahead so an allocation need not reclaim).
+  /// The host tier has no lower tier yet: making host room drops at once, nothing to wait for.
+  double gpu_free_low_watermark = 0.02;
+  double gpu_free_high_watermark = 0.04;
+  /// The low / high watermark of a pool of `capacity` pages or slots, in pages or slots.
+  /// Rounded up, so a small pool (GPU snapshot slots are tens) keeps one free slot.
+  std::size_t low_watermark(std::size_t capacity) const {
+    return static_cast<std::size_t>(
+        std::ceil(gpu_free_low_watermark * static_cast<double>(capacity)));
+  }
+  std::size_t high_watermark(std::size_t capacity) const {
+    return static_cast<std::size_t>(
+        std::ceil(gpu_free_high_watermark * static_cast<double>(capacity)));
+  }
 
   /// Rejects nonsense with a message naming the field.
   Status validate() const;

@@ -33,7 +33,10 @@ Status PrefixCache::check_gpu_page_room(std::size_t n) const {
 
 Status PrefixCache::make_gpu_page_room(std::size_t n) {
   if (Status s = check_gpu_page_room(n); !s) return s;
-  return reclaim_gpu_pages(n);
+  alloc_room_ = true;
+  Status s = reclaim_gpu_pages(n);
+  alloc_room_ = false;
+  return s;
 }
 
 namespace {
@@ -114,7 +117,9 @@ Status PrefixCache::make_gpu_slot_room() {
     ++stats_.snapshot_slot_misses;
     return s;
   }
+  alloc_room_ = true;
   Status s = reclaim_gpu_slots(1);
+  alloc_room_ = false;
   if (!s) ++stats_.snapshot_slot_misses;
   return s;
 }
@@ -152,6 +157,79 @@ Status PrefixCache::reclaim_gpu_slots(std::size_t n) {
     }
   }
   return Status::ok();
+}
+
+// ---------------------------------------------------------------------------------------
+// the watermark step: demoting ahead of need
+
+std::size_t PrefixCache::gpu_pages_demoting() const {
+  std::size_t n = 0;
+  for (const auto& [id, t] : transfers_) {
+    for (const CopyOp& op : t.ops) {
+      if (!op.snapshot && op.kind == Xfer::kDemote) n += op.node->gpu_pages.size();
+    }
+  }
+  return n;
+}
+
+std::size_t PrefixCache::gpu_slots_demoting() const {
+  std::size_t n = 0;
+  for (const auto& [id, t] : transfers_) {
+    for (const CopyOp& op : t.ops) n += op.snapshot && op.kind == Xfer::kDemote;
+  }
+  return n;
+}
+
+void PrefixCache::demote_ahead() {
+  // As kswapd: below the low watermark, evict what the order takes next (nothing else, so
+  // nothing that would have stayed) until the high watermark is free or on its way; the
+  // copies land while the scheduler computes and are reaped by the next entry point.
+  const std::size_t page_low = config_.low_watermark(gpu_pages_.capacity());
+  const std::size_t slot_low = config_.low_watermark(gpu_slots_.capacity());
+  const std::size_t pages_coming = gpu_pages_.free_count() + gpu_pages_demoting();
+  const std::size_t slots_coming = gpu_slots_.free_count() + gpu_slots_demoting();
+  const bool pages_short = pages_coming < page_low && !gpu_kv_order_.empty();
+  const bool slots_short = slots_coming < slot_low && !gpu_snap_order_.empty();
+  if (!pages_short && !slots_short) return;
+  ++room_round_;  // a victim whose copy fails is marked with this round (node.hpp)
+  PendingBatch demote;
+  demote.batch.direction = Direction::kDeviceToHost;
+  std::uint64_t evicted = 0;
+  if (pages_short) {
+    const std::size_t high = config_.high_watermark(gpu_pages_.capacity());
+    const std::size_t demoting = pages_coming - gpu_pages_.free_count();
+    while (gpu_pages_.free_count() + demoting + demote.batch.pages.size() < high &&
+           !gpu_kv_order_.empty()) {
+      Node* victim = &*gpu_kv_order_.begin();
+      if (victim->gpu_kv_key.cls == 1) {
+        gpu_kv_age_ = std::max(gpu_kv_age_, victim->gpu_kv_key.priority);
+      }
+      evict_gpu_kv(victim, demote);  // takes victim off the order (copy in flight, or dropped)
+      ++evicted;
+    }
+  }
+  if (slots_short) {
+    const std::size_t high = config_.high_watermark(gpu_slots_.capacity());
+    const std::size_t demoting = slots_coming - gpu_slots_.free_count();
+    auto pending_slots = [&] {
+      std::size_t n = 0;
+      for (const CopyOp& op : demote.ops) n += op.snapshot;
+      return n;
+    };
+    while (gpu_slots_.free_count() + demoting + pending_slots() < high &&
+           !gpu_snap_order_.empty()) {
+      Node* victim = &*gpu_snap_order_.begin();
+      if (victim->gpu_snap_key.cls == 1) {
+        gpu_snap_age_ = std::max(gpu_snap_age_, victim->gpu_snap_key.priority);
+      }
+      evict_gpu_snapshot(victim, demote);
+      ++evicted;
+    }
+  }
+  // Refused: the planned copies are cancelled (their nodes keep their GPU copies) and the
+  // allocation that needs the room makes it itself; nothing waits here either way.
+  const bool copies = !demote.batch.empty();
+  if (!copies || submit_batch(std::move(demote))) stats_.background_evictions += evicted;
 }
 
 bool PrefixCache::make_host_page_room(std::size_t n, bool for_snapshot) {
@@ -379,8 +457,9 @@ Status PrefixCache::submit_batch(PendingBatch&& pending, std::optional<std::uint
   const std::uint32_t id = next_free_id(next_transfer_, transfers_);
   for (const CopyOp& op : pending.ops)
     (op.snapshot ? op.node->snap_xfer_id : op.node->kv_xfer_id) = id;
-  InFlight& f = transfers_.emplace(id, InFlight{std::move(*ticket), std::move(pending.ops)})
-                   .first->second;
+  InFlight& f =
+      transfers_.emplace(id, InFlight{std::move(*ticket), std::move(pending.ops), bytes, copies})
+          .first->second;
   if (timing_) {
     f.timing = CopyTiming{d2h, bytes, static_cast<std::size_t>(copies), false, {}};
     f.started = std::chrono::steady_clock::now();
@@ -420,6 +499,11 @@ void PrefixCache::cancel_ops(std::span<const CopyOp> ops) {
 void PrefixCache::wait_transfer(std::uint32_t id) {
   auto it = transfers_.find(id);
   if (it == transfers_.end()) return;
+  if (alloc_room_) {
+    ++stats_.alloc_copy_waits;
+    stats_.alloc_wait_bytes += it->second.bytes;
+    stats_.alloc_wait_copies += it->second.copies;
+  }
   const TransferState state = it->second.ticket.wait();
   finish_transfer(id, state == TransferState::kDone);
 }
@@ -433,6 +517,11 @@ bool PrefixCache::wait_any_transfer() {
 }
 
 void PrefixCache::poll() {
+  reap_transfers();
+  demote_ahead();
+}
+
+void PrefixCache::reap_transfers() {
   if (transfers_.empty()) return;
   std::vector<std::pair<std::uint32_t, bool>> done;
   for (auto& [id, t] : transfers_) {

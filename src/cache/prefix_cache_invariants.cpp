@@ -271,6 +271,12 @@ std::string PrefixCache::check_invariants() const {
       if (state != op.kind || xid != id) return "a transfer record disagrees with its node";
     }
   }
+  // The watermark step counts what demotions in flight will free: node-held ids, each once.
+  if (gpu_pages_demoting() > gpu_pages_.count(Holder::kNode))
+    return "GPU pages being demoted exceed the node-held pages";
+  if (gpu_slots_demoting() > gpu_slots_.count(Holder::kNode))
+    return "GPU snapshot slots being demoted exceed the node-held slots";
+  if (alloc_room_) return "alloc_room_ left set outside make_gpu_*_room";
   return {};
 }
 

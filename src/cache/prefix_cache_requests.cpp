@@ -354,7 +354,7 @@ Result<std::vector<GpuPageId>> PrefixCache::alloc_pages(LockId lock, std::size_t
                             " pages asked, the GPU pool has " +
                             std::to_string(gpu_pages_.capacity()));
   }
-  poll();
+  reap_transfers();  // not poll(): a refused allocation must change nothing
   if (Status s = make_gpu_page_room(n); !s) return s;
   std::vector<GpuPageId> pages;
   pages.reserve(n);
@@ -367,7 +367,7 @@ Result<std::vector<GpuPageId>> PrefixCache::alloc_pages(LockId lock, std::size_t
 
 Result<GpuSlotId> PrefixCache::alloc_snapshot_slot(LockId lock) {
   if (auto rec = find_lock(lock); !rec) return rec.status();
-  poll();
+  reap_transfers();
   if (Status s = make_gpu_slot_room(); !s) return s;
   const GpuSlotId slot = *gpu_slots_.take(Holder::kRequest);
   slot_owner_.add(lock, slot);
@@ -590,6 +590,7 @@ Status PrefixCache::release(LockId lock) {
   // snap_node is rec.node or one of its ancestors (insert only moves the lock down), so the
   // walk up from rec.node covers it, and may free it: it must not be touched again.
   remove_if_empty(rec.node);
+  demote_ahead();  // what the request held may now be evictable: keep the free room
   return Status::ok();
 }
 

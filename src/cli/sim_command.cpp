@@ -118,6 +118,15 @@ radixtier::cli::CommandRun setup_sim(CLI::App& app) {
                  "node cache: at most this many snapshots on one root-to-leaf path (default 0: "
                  "no cap)")
       ->check(radixtier::cli::count_at_least(0));
+  app.add_option("--gpu-low-watermark", a.opt.gpu_free_low_watermark,
+                 "node cache: demote ahead of need when free GPU pages or snapshot slots fall "
+                 "below this fraction of their pool (0: never)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 0.999));
+  app.add_option("--gpu-high-watermark", a.opt.gpu_free_high_watermark,
+                 "node cache: ... until this fraction of the pool is free or on its way")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 0.999));
   app.add_flag("--write-through", a.write_through,
                "node cache write policy write-through (default write-back)");
   app.add_flag("--check-invariants", a.opt.check_invariants,

@@ -127,6 +127,10 @@ constexpr StatField kStatFields[] = {
     {"host_bytes_peak", &CacheStats::host_bytes_peak},
     {"snapshot_slot_misses", &CacheStats::snapshot_slot_misses},
     {"dead_kv_pages_dropped", &CacheStats::dead_kv_pages_dropped},
+    {"alloc_copy_waits", &CacheStats::alloc_copy_waits},
+    {"alloc_wait_bytes", &CacheStats::alloc_wait_bytes},
+    {"alloc_wait_copies", &CacheStats::alloc_wait_copies},
+    {"background_evictions", &CacheStats::background_evictions},
 };
 static_assert(sizeof(CacheStats) == std::size(kStatFields) * sizeof(std::uint64_t),
               "a CacheStats counter is missing from kStatFields");

@@ -95,6 +95,12 @@ void Scheduler::note_stats(RequestResult& result, const CacheStats& before) {
   const CacheStats after = cache_.stats();
   result.bytes_h2d += after.bytes_h2d - before.bytes_h2d;
   result.bytes_d2h += after.bytes_d2h - before.bytes_d2h;
+  // Where the cache waited for a copy on this thread, the step could not go on meanwhile.
+  const double wait_s =
+      executor_.copy_wait_seconds(after.alloc_wait_copies - before.alloc_wait_copies,
+                                  after.alloc_wait_bytes - before.alloc_wait_bytes);
+  now_ += wait_s;
+  stats_.copy_wait_s += wait_s;
 }
 
 Progress Scheduler::progress() const {

@@ -49,6 +49,11 @@ class CostExecutor final : public sched::Executor {
   Status checkpoint(sched::RequestId request) override;
   Status save_checkpoint(sched::RequestId request, GpuSlotId slot) override;
   void end(sched::RequestId request) override { live_.erase(request); }
+  /// reload_seconds() of the copies waited for: a wait inside alloc_pages starts from the
+  /// submission (the cache submits and waits at once), so the whole copy is on the clock.
+  double copy_wait_seconds(std::uint64_t copies, std::uint64_t bytes) const override {
+    return reload_seconds(hw_, copies, bytes);
+  }
 
   /// Tokens are drawn from [0, kVocabulary) (Qwen3's vocabulary size).
   static constexpr std::uint32_t kVocabulary = 151'936;

@@ -217,6 +217,10 @@ void add_stats(CacheStats& a, const CacheStats& b) {
   a.snapshots_dropped += b.snapshots_dropped;
   a.snapshots_inserted += b.snapshots_inserted;
   a.transfers_failed += b.transfers_failed;
+  a.alloc_copy_waits += b.alloc_copy_waits;
+  a.alloc_wait_bytes += b.alloc_wait_bytes;
+  a.alloc_wait_copies += b.alloc_wait_copies;
+  a.background_evictions += b.background_evictions;
   a.host_bytes_peak = std::max(a.host_bytes_peak, b.host_bytes_peak);  // per instance
 }
 
@@ -232,6 +236,7 @@ void add_sched_stats(sched::SchedulerStats& a, const sched::SchedulerStats& b) {
   a.snapshots_offered += b.snapshots_offered;
   a.snapshots_kept += b.snapshots_kept;
   a.snapshot_slot_misses += b.snapshot_slot_misses;
+  a.copy_wait_s += b.copy_wait_s;
 }
 
 double percentile(std::vector<double> v, double p) {
@@ -301,6 +306,8 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
   out.config.write_policy = o.write_policy;
   out.config.load_back_min_tokens = o.load_back_min_tokens;
   out.config.max_snapshots_per_path = o.max_snapshots_per_path;
+  out.config.gpu_free_low_watermark = o.gpu_free_low_watermark;
+  out.config.gpu_free_high_watermark = o.gpu_free_high_watermark;
   out.total_budget_bytes = total_bytes(out.config);
   if (s.is_trace()) out.ceiling_ratio = infinite_cache_ceiling(s.trace).ratio();
   if (o.cache == CacheKind::kIdeal) {
@@ -546,6 +553,10 @@ std::string to_json(const SimResult& r, bool rows) {
   o["snapshots_dropped"] = r.stats.snapshots_dropped;
   o["preemptions"] = r.sched.preemptions;
   o["snapshot_slot_misses"] = r.sched.snapshot_slot_misses;
+  o["alloc_copy_waits"] = r.stats.alloc_copy_waits;
+  o["alloc_wait_bytes"] = r.stats.alloc_wait_bytes;
+  o["copy_wait_s"] = num(r.sched.copy_wait_s);
+  o["background_evictions"] = r.stats.background_evictions;
   o["instances"] = r.instances;
   o["router"] = r.router;
   o["utilization"] = num(r.utilization);

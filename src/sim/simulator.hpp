@@ -86,6 +86,9 @@ struct SimOptions {
   WritePolicy write_policy = WritePolicy::kWriteBack;
   std::uint32_t load_back_min_tokens = 0;    ///< CacheConfig::load_back_min_tokens
   std::uint32_t max_snapshots_per_path = 0;  ///< CacheConfig::max_snapshots_per_path
+  /// CacheConfig::gpu_free_low_watermark / gpu_free_high_watermark (node cache).
+  double gpu_free_low_watermark = CacheConfig{}.gpu_free_low_watermark;
+  double gpu_free_high_watermark = CacheConfig{}.gpu_free_high_watermark;
   double decode_step_s = 0.025;
   /// Modeled GPUs behind the router; 0: traces default_instances(), other scenarios 1.
   std::size_t instances = 0;

@@ -32,7 +32,8 @@ class Reader {
 };
 
 /// Header: [flags: bit 0 write-through, bit 1 utility snapshot eviction, bit 2 page size 2
-/// (else 4), bit 3 at most 2 snapshots per path, bit 4 load back only 2 pages or more]
+/// (else 4), bit 3 at most 2 snapshots per path, bit 4 load back only 2 pages or more, bit 5
+/// GPU watermarks 25% / 50%]
 /// [gpu pages 8 + b % 33] [host pages {0, 12, 24, 64}] [GPU slots 1 + b % 4]
 /// [host slots {0, 2, 8}] [slice pages 1 + b % 4]. Invalid combinations are skipped.
 std::optional<CacheConfig> decode_config(Reader& in) {
@@ -43,6 +44,10 @@ std::optional<CacheConfig> decode_config(Reader& in) {
   c.page_size = flags & 4 ? 2 : 4;
   if (flags & 8) c.max_snapshots_per_path = 2;
   if (flags & 16) c.load_back_min_tokens = 2 * c.page_size;
+  if (flags & 32) {  // the watermark step: demote ahead of need
+    c.gpu_free_low_watermark = 0.25;
+    c.gpu_free_high_watermark = 0.5;
+  }
   c.gpu_pages = 8 + in.u8() % 33;
   static constexpr std::uint32_t kHostPages[] = {0, 12, 24, 64};
   c.host_pages = kHostPages[in.u8() % 4];

@@ -85,6 +85,15 @@ struct CacheStats {
   /// held by a request), or a host snapshot not promoted for want of one.
   std::uint64_t snapshot_slot_misses = 0;
   std::uint64_t dead_kv_pages_dropped = 0;  ///< KV pages dropped as dead (no snapshot below)
+  /// Waits on a copy while making GPU room for an allocation (alloc_pages,
+  /// alloc_snapshot_slot, and the promotion destinations of an admission): one per transfer
+  /// waited for. 0 while every allocation fits in the free room (the watermarks' goal).
+  std::uint64_t alloc_copy_waits = 0;
+  std::uint64_t alloc_wait_bytes = 0;   ///< bytes of the transfers those waits waited for
+  std::uint64_t alloc_wait_copies = 0;  ///< their slices (what a copy's latency is paid for)
+  /// KV nodes and snapshots the watermark step evicted ahead of need (demotions started
+  /// without waiting, or drops where host had no room or the data was dead or clean).
+  std::uint64_t background_evictions = 0;
 
   bool operator==(const CacheStats&) const = default;
 };

@@ -28,6 +28,9 @@
 // that round, so the room comes from the next victim; when only marked victims are left, the
 // round drops them (GPU copy freed, counted as a drop), so an engine that fails every copy
 // still ends each round, never loops.
+// Eviction from GPU runs on demand (make_gpu_*_room, for an allocation: submits, then waits)
+// or ahead of need (PrefixCache::demote_ahead, the watermark step: submits, never waits; the
+// copy lands and is reaped later). Both take the order's head and use the transitions above.
 // The snapshot at the boundary follows the same machine (gpu_snapshot, host_snapshot,
 // snap_xfer), with "None" for Gone. A host snapshot lives in snapshot_pages() pages of the
 // one host pool (host_snapshot[i] holds bytes [i * page_bytes, ...) of it), not contiguous.

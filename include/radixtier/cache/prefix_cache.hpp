@@ -10,11 +10,12 @@
 //   gpu_snap_order_  GPU snapshots
 //   host_kv_order_   host KV leaves     } the host pool's order: the lower of the two heads
 //   host_snap_order_ host snapshots     }
-// Victims cost O(log n). Evicting from GPU demotes to host (write-back: a sliced async copy;
-// write-through: the clean host copy already exists, so it is free) or drops when host has
-// no room or the KV is dead (no snapshot at or below it). What refreshes a key: an admission
-// refreshes the KV of its whole path and only the snapshot it resumes from; an insert
-// refreshes what it adopted and the snapshot it attached.
+// Victims cost O(log n). GPU free room is kept above a low watermark by demoting ahead of need
+// without waiting (config.hpp; docs/architecture.md, "Watermarks"). Evicting from GPU demotes to
+// host (write-back: a sliced async copy; write-through: the clean host copy already exists, so it
+// is free) or drops when host has no room or the KV is dead (no snapshot at or below it). What
+// refreshes a key: an admission refreshes the KV of its whole path and only the snapshot it resumes
+// from; an insert refreshes what it adopted and the snapshot it attached.
 //
 // Rules kept (numbers as in the brief), checked by check_invariants():
 //  1. usable match = deepest node on the path whose root path has KV everywhere and which
@@ -278,7 +279,9 @@ class PrefixCache final : public CacheBackend {
   struct InFlight {
     Ticket ticket;
     std::vector<CopyOp> ops;
-    CopyTiming timing{};  ///< filled while timing hooks are attached
+    std::uint64_t bytes = 0;   ///< what the batch moves (CacheStats::alloc_wait_bytes)
+    std::uint64_t copies = 0;  ///< its slices
+    CopyTiming timing{};       ///< filled while timing hooks are attached
     std::chrono::steady_clock::time_point started{};
   };
   /// A batch under construction, submitted at once by submit_batch().
@@ -349,6 +352,18 @@ class PrefixCache final : public CacheBackend {
   /// room-making round; see node.hpp on demotions that fail). kOutOfMemory: nothing is left.
   Status reclaim_gpu_pages(std::size_t n);
   Status reclaim_gpu_slots(std::size_t n);
+  /// The watermark step (config.hpp, docs/architecture.md): when free GPU pages / slots plus
+  /// those demotions in flight will free are below the low watermark, evicts the orders'
+  /// next victims, submitting their demotions without waiting, up to the high watermark.
+  /// Run by poll(), so by every entry point that reaps (admit, insert, poll, wait, evict) and
+  /// at the end of release(); never inside alloc_pages / alloc_snapshot_slot, whose refusal
+  /// must change nothing.
+  void demote_ahead();
+  /// GPU pages / slots that the demotions in flight free when they land.
+  std::size_t gpu_pages_demoting() const;
+  std::size_t gpu_slots_demoting() const;
+  /// Reaps finished transfers without the watermark step (poll() = reap + demote_ahead()).
+  void reap_transfers();
   /// Frees host pool pages until n can be taken for KV (for_snapshot: for a snapshot): the
   /// lowest key of either kind when the pool is shared, else of that kind within its share.
   bool make_host_page_room(std::size_t n, bool for_snapshot = false);
@@ -439,6 +454,9 @@ class PrefixCache final : public CacheBackend {
   std::uint64_t clock_ = 0;
   /// Counts reclaim_gpu_*() calls: the round a failed demotion is marked with (node.hpp).
   std::uint64_t room_round_ = 0;
+  /// True while make_gpu_*_room() makes room for an allocation: its waits are counted
+  /// (CacheStats::alloc_copy_waits).
+  bool alloc_room_ = false;
 
   IdPool<GpuPageId> gpu_pages_;
   IdPool<HostPageId> host_pages_;  ///< the one host pool: KV pages and snapshot pieces

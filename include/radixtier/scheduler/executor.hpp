@@ -63,6 +63,16 @@ class Executor {
 
   /// Forgets the request (its live state and checkpoint). Unknown ids are ignored.
   virtual void end(RequestId request) = 0;
+
+  /// Seconds the scheduler's thread was blocked while the cache waited for `copies` slices
+  /// moving `bytes` (CacheStats::alloc_wait_*) inside an allocation or an admission. A real
+  /// executor runs on the wall clock, where such a wait has already been paid: 0. A cost
+  /// model charges it to its virtual clock.
+  virtual double copy_wait_seconds(std::uint64_t copies, std::uint64_t bytes) const {
+    (void)copies;
+    (void)bytes;
+    return 0;
+  }
 };
 
 }  // namespace radixtier::sched

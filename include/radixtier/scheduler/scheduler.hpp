@@ -135,6 +135,9 @@ struct SchedulerStats {
   std::uint64_t snapshots_offered = 0;     ///< boundaries where the policy said keep
   std::uint64_t snapshots_kept = 0;        ///< of which the cache adopted
   std::uint64_t snapshot_slot_misses = 0;  ///< keep, but no GPU snapshot slot free
+  /// Seconds the cache's copy waits (CacheStats::alloc_wait_*) held the scheduler's thread,
+  /// as Executor::copy_wait_seconds() reports them; charged to the virtual clock.
+  double copy_wait_s = 0;
 };
 
 /// Reported by run_until_idle() after each step.
