@@ -556,10 +556,17 @@ void Driver::drain(Reader&) {
 }
 
 void Driver::settle(Reader& in) {
-  std::vector<TicketId> pending = h_.engine.pending();
-  if (in.u8() & 1) std::reverse(pending.begin(), pending.end());
-  for (TicketId id : pending) expect(h_.engine.complete(id), "complete() of a pending copy");
-  h_.cache->poll();
+  const bool reverse = in.u8() & 1;
+  // poll() may start demotions ahead of need (the watermarks); each round takes evictable
+  // nodes out of the GPU, so they stop within as many rounds as the GPU has pages and slots.
+  const std::size_t rounds = h_.config.gpu_pages + h_.config.gpu_snapshot_slots + 1;
+  for (std::size_t round = 0; round < rounds; ++round) {
+    std::vector<TicketId> pending = h_.engine.pending();
+    if (reverse) std::reverse(pending.begin(), pending.end());
+    for (TicketId id : pending) expect(h_.engine.complete(id), "complete() of a pending copy");
+    h_.cache->poll();
+    if (h_.cache->in_flight() == 0) break;
+  }
   expect(h_.cache->in_flight() == 0, "poll after every copy finished left copies in flight");
   delayed_.clear();
 }
