@@ -394,7 +394,7 @@ Node* PrefixCache::split(Node* n, std::size_t pages) {
   upper->kv_age_host = n->kv_age_host;
   upper->snapshots_below = n->snapshots_below;
   upper->kv_priority = n->kv_priority;
-  upper->host_pin = n->host_pin;  // the pins through n run through its upper part too
+  upper->host_pin = n->host_pin;        // the pins through n run through its upper part too
   upper->reported_kv = n->reported_kv;  // the same pages, already reported: no event
   n->parent = upper;
   upper->children.emplace(n->first_page(config_.page_size), n);

@@ -305,15 +305,7 @@ void PrefixCache::evict_gpu_kv(Node* n, PendingBatch& demote) {
     stats_.kv_pages_demoted += np;
     drop_gpu_kv(n);
   } else if (make_host_page_room(np)) {
-    std::vector<HostPageId> dst;
-    dst.reserve(np);
-    for (std::size_t i = 0; i < np; ++i) {
-      dst.push_back(*host_pages_.take(Holder::kTransfer));
-      demote.batch.pages.push_back({n->gpu_pages[i], dst.back()});
-    }
-    n->kv_xfer = Xfer::kDemote;
-    set_host_pages(n, std::move(dst));
-    demote.ops.push_back({n, false, Xfer::kDemote});
+    plan_kv_to_host(n, Xfer::kDemote, demote);
   } else {
     stats_.kv_pages_dropped_gpu += np;
     drop_gpu_kv(n);
@@ -339,10 +331,28 @@ void PrefixCache::evict_gpu_snapshot(Node* n, PendingBatch& demote) {
     remove_if_empty(n);
     return;
   }
-  n->snap_xfer = Xfer::kDemote;
+  plan_snapshot_to_host(n, std::move(dst), Xfer::kDemote, demote);
+}
+
+void PrefixCache::plan_kv_to_host(Node* n, Xfer kind, PendingBatch& batch) {
+  const std::size_t np = n->gpu_pages.size();
+  std::vector<HostPageId> dst;
+  dst.reserve(np);
+  for (std::size_t i = 0; i < np; ++i) {
+    dst.push_back(*host_pages_.take(Holder::kTransfer));
+    batch.batch.pages.push_back({n->gpu_pages[i], dst.back()});
+  }
+  n->kv_xfer = kind;
+  set_host_pages(n, std::move(dst));
+  batch.ops.push_back({n, false, kind});
+}
+
+void PrefixCache::plan_snapshot_to_host(Node* n, std::vector<HostPageId> dst, Xfer kind,
+                                        PendingBatch& batch) {
+  n->snap_xfer = kind;
   set_host_snapshot(n, std::move(dst));
-  add_snapshot_pieces(demote.batch, n);
-  demote.ops.push_back({n, true, Xfer::kDemote});
+  add_snapshot_pieces(batch.batch, n);
+  batch.ops.push_back({n, true, kind});
 }
 
 void PrefixCache::drop_gpu_kv(Node* n) {
@@ -401,26 +411,13 @@ void PrefixCache::write_through(std::span<Node* const> nodes, Node* snapshot_nod
   copy.batch.direction = Direction::kDeviceToHost;
   for (Node* n : nodes) {
     if (!n->has_gpu_kv() || n->has_host_kv() || n->kv_xfer != Xfer::kNone) continue;
-    const std::size_t np = n->gpu_pages.size();
-    if (!make_host_page_room(np)) continue;
-    std::vector<HostPageId> dst;
-    for (std::size_t i = 0; i < np; ++i) {
-      dst.push_back(*host_pages_.take(Holder::kTransfer));
-      copy.batch.pages.push_back({n->gpu_pages[i], dst.back()});
-    }
-    n->kv_xfer = Xfer::kWriteThrough;
-    set_host_pages(n, std::move(dst));
-    copy.ops.push_back({n, false, Xfer::kWriteThrough});
+    if (!make_host_page_room(n->gpu_pages.size())) continue;
+    plan_kv_to_host(n, Xfer::kWriteThrough, copy);
   }
   Node* s = snapshot_node;
   if (s && s->gpu_snapshot.valid() && !s->has_host_snapshot() && s->snap_xfer == Xfer::kNone) {
     std::vector<HostPageId> dst = take_host_snapshot_pages(s);
-    if (!dst.empty()) {
-      s->snap_xfer = Xfer::kWriteThrough;
-      set_host_snapshot(s, std::move(dst));
-      add_snapshot_pieces(copy.batch, s);
-      copy.ops.push_back({s, true, Xfer::kWriteThrough});
-    }
+    if (!dst.empty()) plan_snapshot_to_host(s, std::move(dst), Xfer::kWriteThrough, copy);
   }
   // Refused: the nodes stay GPU-only (cancel_ops), the insert that asked for the copy has
   // already succeeded; the demotion that evicts them later reports a refusal then.

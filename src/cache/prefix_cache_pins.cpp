@@ -106,25 +106,12 @@ Result<PinId> PrefixCache::pin(std::span<const Token> tokens, NamespaceId ns) {
   copy.batch.direction = Direction::kDeviceToHost;
   for (Node* n : path) {
     if (n->has_host_kv()) continue;
-    const std::size_t np = n->gpu_pages.size();
-    if (!make_host_page_room(np)) break;  // checked above: does not happen
-    std::vector<HostPageId> dst;
-    for (std::size_t i = 0; i < np; ++i) {
-      dst.push_back(*host_pages_.take(Holder::kTransfer));
-      copy.batch.pages.push_back({n->gpu_pages[i], dst.back()});
-    }
-    n->kv_xfer = Xfer::kWriteThrough;
-    set_host_pages(n, std::move(dst));
-    copy.ops.push_back({n, false, Xfer::kWriteThrough});
+    if (!make_host_page_room(n->gpu_pages.size())) break;  // checked above: does not happen
+    plan_kv_to_host(n, Xfer::kWriteThrough, copy);
   }
   if (!end->has_host_snapshot()) {
     std::vector<HostPageId> dst = take_host_snapshot_pages(end);
-    if (!dst.empty()) {
-      end->snap_xfer = Xfer::kWriteThrough;
-      set_host_snapshot(end, std::move(dst));
-      add_snapshot_pieces(copy.batch, end);
-      copy.ops.push_back({end, true, Xfer::kWriteThrough});
-    }
+    if (!dst.empty()) plan_snapshot_to_host(end, std::move(dst), Xfer::kWriteThrough, copy);
   }
   std::optional<std::uint32_t> id;
   Status submitted = submit_batch(std::move(copy), &id);

@@ -370,6 +370,11 @@ class PrefixCache final : public CacheBackend {
   /// Host pages for a snapshot copy of n: made room for and taken (empty: no room). n is
   /// pinned while room is made, so it cannot leave the tree meanwhile.
   std::vector<HostPageId> take_host_snapshot_pages(Node* n);
+  /// Plans the copy of n's GPU KV into newly taken host pages (the room must be made) as
+  /// `kind` (a demotion or a write-through) in `batch`.
+  void plan_kv_to_host(Node* n, Xfer kind, PendingBatch& batch);
+  /// Plans the copy of n's GPU snapshot into `dst` (take_host_snapshot_pages) in `batch`.
+  void plan_snapshot_to_host(Node* n, std::vector<HostPageId> dst, Xfer kind, PendingBatch& batch);
   void add_snapshot_pieces(TransferBatch& batch, const Node* n) const;
   void evict_gpu_kv(Node* n, PendingBatch& demote);
   void evict_gpu_snapshot(Node* n, PendingBatch& demote);
