@@ -186,6 +186,9 @@ void PrefixCache::demote_ahead() {
   // copies land while the scheduler computes and are reaped by the next entry point.
   const std::size_t page_low = config_.low_watermark(gpu_pages_.capacity());
   const std::size_t slot_low = config_.low_watermark(gpu_slots_.capacity());
+  // Free room alone at or above the low watermark is the common case: it returns before
+  // walking the copies in flight (poll() runs this on every entry point).
+  if (gpu_pages_.free_count() >= page_low && gpu_slots_.free_count() >= slot_low) return;
   const std::size_t pages_coming = gpu_pages_.free_count() + gpu_pages_demoting();
   const std::size_t slots_coming = gpu_slots_.free_count() + gpu_slots_demoting();
   const bool pages_short = pages_coming < page_low && !gpu_kv_order_.empty();
