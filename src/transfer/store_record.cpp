@@ -1,12 +1,14 @@
-#include "radixtier/disk/record.hpp"
+#include "radixtier/transfer/store_record.hpp"
 
+// Header-only xxHash, as block_hash.cpp: the core library gains no link dependency.
+#define XXH_INLINE_ALL
 #include <xxhash.h>
 
 #include <cstdio>
 #include <cstring>
 #include <vector>
 
-namespace radixtier::disk {
+namespace radixtier {
 
 const char* to_string(RecordKind kind) {
   switch (kind) {
@@ -58,4 +60,4 @@ PathHash RecordDesc::node_path() const {
   return kind == RecordKind::kKvPage ? extend_path(parent, tokens) : path;
 }
 
-}  // namespace radixtier::disk
+}  // namespace radixtier
