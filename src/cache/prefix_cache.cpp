@@ -56,6 +56,17 @@ Result<std::unique_ptr<PrefixCache>> PrefixCache::create(const CacheConfig& conf
   return std::unique_ptr<PrefixCache>(new PrefixCache(config, engine));
 }
 
+Result<std::unique_ptr<PrefixCache>> PrefixCache::create(const CacheConfig& config,
+                                                         TransferEngine& engine,
+                                                         StoreEngine* store) {
+  if (store == nullptr) return create(config, engine);
+  return Status(ErrorCode::kFailedPrecondition, "the store tier is being built");  // next commit
+}
+
+Status PrefixCache::persist() {
+  return Status(ErrorCode::kFailedPrecondition, "persist: this cache has no store tier");
+}
+
 PrefixCache::PrefixCache(const CacheConfig& config, TransferEngine& engine)
     : config_(config),
       engine_(engine),

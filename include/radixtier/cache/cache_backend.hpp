@@ -94,6 +94,24 @@ struct CacheStats {
   /// KV nodes and snapshots the watermark step evicted ahead of need (demotions started
   /// without waiting, or drops where host had no room or the data was dead or clean).
   std::uint64_t background_evictions = 0;
+  // The store tier below host (PrefixCache with a StoreEngine; transfer/store_engine.hpp).
+  std::uint64_t bytes_to_store = 0;       ///< host -> store bytes (records written)
+  std::uint64_t bytes_from_store = 0;     ///< store -> host bytes (records read)
+  std::uint64_t store_writes = 0;         ///< records written (a KV page or a snapshot each)
+  std::uint64_t store_reads = 0;          ///< records read
+  std::uint64_t kv_pages_stored = 0;      ///< KV pages given a store copy
+  std::uint64_t kv_pages_loaded = 0;      ///< KV pages read back from the store
+  std::uint64_t snapshots_stored = 0;
+  std::uint64_t snapshots_loaded = 0;
+  std::uint64_t kv_pages_dropped_store = 0;  ///< store KV records erased for room or flush
+  std::uint64_t store_records_lost = 0;      ///< reads that failed their check (tombstones)
+  std::uint64_t store_failures = 0;          ///< writes or reads that failed (I/O, full)
+  /// Waits on a store write while making host room on demand (the host watermark's goal: 0).
+  std::uint64_t store_copy_waits = 0;
+  std::uint64_t store_wait_bytes = 0;
+  std::uint64_t restored_kv_pages = 0;   ///< KV pages the tree rebuilt from the store at create()
+  std::uint64_t restored_snapshots = 0;  ///< snapshots it rebuilt
+  std::uint64_t hit_tokens_store = 0;    ///< usable-match tokens loaded from the store
 
   bool operator==(const CacheStats&) const = default;
 };

@@ -72,6 +72,7 @@
 #include "radixtier/cache/request_ownership.hpp"
 #include "radixtier/cache/timing_hooks.hpp"
 #include "radixtier/config.hpp"
+#include "radixtier/transfer/store_engine.hpp"
 #include "radixtier/transfer/transfer_engine.hpp"
 
 namespace radixtier {
@@ -173,6 +174,13 @@ class PrefixCache final : public CacheBackend {
   /// The engine must outlive the cache.
   static Result<std::unique_ptr<PrefixCache>> create(const CacheConfig& config,
                                                      TransferEngine& engine);
+  /// As above, with the tier below host: `store` (not owned; it must outlive the cache) takes
+  /// what host evicts and gives it back at admission (store -> host -> GPU). Its records are
+  /// the tree after a restart: create() rebuilds the default namespace's tree from them (store
+  /// residency only) and erases the records that cannot be placed. kInvalidArgument when the
+  /// store's geometry (page tokens, page and snapshot bytes) differs from the config.
+  static Result<std::unique_ptr<PrefixCache>> create(const CacheConfig& config,
+                                                     TransferEngine& engine, StoreEngine* store);
   ~PrefixCache() override;
   PrefixCache(const PrefixCache&) = delete;
   PrefixCache& operator=(const PrefixCache&) = delete;
@@ -217,8 +225,13 @@ class PrefixCache final : public CacheBackend {
   void poll();
   /// Waits for every in-flight transfer and reaps it.
   void drain();
-  /// Drops every unpinned host copy (host memory reclaimed); GPU copies stay.
+  /// Drops every unpinned host copy (host memory reclaimed); GPU and store copies stay.
   void drop_host();
+  /// Gives every KV node and snapshot of the default namespace that the store has room for a
+  /// store copy (parents first; GPU-only data goes through host), then syncs the store: what a
+  /// graceful shutdown calls, so that the next create() on the same store serves all of it.
+  /// kFailedPrecondition without a store; a store error is returned (what was written stays).
+  Status persist();
   /// Drops every unpinned copy on every tier (SGLang's flush_cache): waits for the copies in
   /// flight, then every KV page and snapshot no running request pins is freed and every node
   /// left empty leaves the tree. With no request running, the cache is as created.
