@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -84,7 +85,16 @@ struct Fingerprint {
     // Every field of both structs compares bytewise (no padding, checked here).
     static_assert(std::has_unique_object_representations_v<Occupancy>);
     static_assert(std::has_unique_object_representations_v<CacheStats>);
-    if (std::memcmp(&occupancy, &o.occupancy, sizeof occupancy) != 0) return "occupancy changed";
+    if (std::memcmp(&occupancy, &o.occupancy, sizeof occupancy) != 0) {
+      auto pair = [](const char* what, std::size_t a, std::size_t b) {
+        return std::string(" ") + what + " " + std::to_string(a) + " -> " + std::to_string(b);
+      };
+      return "occupancy changed:" +
+             pair("GPU pages free", occupancy.gpu_pages_free, o.occupancy.gpu_pages_free) +
+             pair("host pages free", occupancy.host_pages_free, o.occupancy.host_pages_free) +
+             pair("GPU slots free", occupancy.gpu_slots_free, o.occupancy.gpu_slots_free) +
+             pair("nodes", occupancy.nodes, o.occupancy.nodes);
+    }
     if (std::memcmp(&stats, &o.stats, sizeof stats) != 0) return "stats changed";
     if (matches.size() != o.matches.size()) return "prompt count changed";
     for (std::size_t i = 0; i < matches.size(); ++i) {
@@ -128,9 +138,10 @@ struct Harness {
   }
 
   /// A process restart: the cache goes (after persist() when `graceful`), every byte of GPU
-  /// and host memory is poisoned (a new process has none of it) and a new cache is made on
+  /// and host memory is poisoned (a new process has none of it), `exited` runs (the moment
+  /// between the two processes: a crashed store reopens there) and a new cache is made on
   /// the same store. Returns create()'s status.
-  Status restart(bool graceful) {
+  Status restart(bool graceful, const std::function<void()>& exited = {}) {
     Status s = graceful ? cache->persist() : Status::ok();
     side_ = LockId();
     cache.reset();
@@ -140,6 +151,7 @@ struct Harness {
       std::memset(memory.host_page(HostPageId(i)).data(), 0xDB, memory.page_bytes());
     for (std::uint32_t i = 0; i < memory.gpu_slots(); ++i)
       std::memset(memory.gpu_snapshot(GpuSlotId(i)).data(), 0xDB, memory.snapshot_bytes());
+    if (exited) exited();
     auto r = PrefixCache::create(config, engine, store);
     if (!r) return r.status();
     cache = std::move(r).value();
@@ -208,6 +220,22 @@ struct Harness {
     return s;
   }
 
+  /// poll() until a poll changes nothing more. With a store whose copies finish at once, one
+  /// poll() may submit writes ahead of need (the host watermark) that only the next one
+  /// reaps; what a rejected call must leave unchanged is measured from here.
+  void quiesce() {
+    for (int round = 0; round < 64; ++round) {
+      const Occupancy occupancy = cache->occupancy();
+      const CacheStats stats = cache->stats();
+      const std::size_t in_flight = cache->in_flight();
+      cache->poll();
+      const CacheStats now = cache->stats();
+      if (cache->occupancy() == occupancy && cache->in_flight() == in_flight &&
+          std::memcmp(&now, &stats, sizeof stats) == 0)
+        return;
+    }
+  }
+
   Fingerprint fingerprint(std::span<const std::vector<Token>> prompts) const {
     return Fingerprint::of(*cache, engine, prompts);
   }
@@ -253,7 +281,7 @@ struct Harness {
       std::optional<Fingerprint> before;
       const std::vector<Token> known[] = {std::vector<Token>(prompt.begin(), prompt.end())};
       if (manual_) {
-        cache->poll();
+        quiesce();
         before = fingerprint(known);
       }
       auto pages = cache->alloc_pages(a.lock, n);

@@ -9,10 +9,17 @@
 // corrupt(id) (a flipped byte: the read reports kDataLoss and the record is erased),
 // io_error_next_reads(n) (kTransferFailed, the record kept), refuse_next(n) (submit refused).
 // The records outlive a cache: a test "restarts" by making a new cache on the same store.
+// crash(seed) is a kill -9 at that instant (what a real store promises, docs/architecture.md
+// "What a caller can rely on"): writes in flight commit nothing, each record committed since
+// the last sync() survives or not (whole or absent; the seed picks), and nothing the dying
+// process does afterwards (its destructor) reaches the store until reopen(). Not modelled: an
+// erase since the last sync coming back (the memory store reuses an erased record's slots at
+// once, so there is nothing to bring back).
 #pragma once
 
 #include <cstring>
 #include <map>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -45,6 +52,7 @@ class MemoryStoreEngine final : public StoreEngine {
   }
 
   Result<std::uint64_t> submit_writes(std::vector<StoreWrite> batch) override {
+    if (crashed_) return Status(ErrorCode::kTransferFailed, "memory store: the process crashed");
     if (refuse_ > 0) {
       --refuse_;
       return Status(ErrorCode::kTransferFailed, "memory store: refused (injected)");
@@ -66,6 +74,7 @@ class MemoryStoreEngine final : public StoreEngine {
   }
 
   Result<std::uint64_t> submit_reads(std::vector<StoreRead> batch) override {
+    if (crashed_) return Status(ErrorCode::kTransferFailed, "memory store: the process crashed");
     if (refuse_ > 0) {
       --refuse_;
       return Status(ErrorCode::kTransferFailed, "memory store: refused (injected)");
@@ -89,6 +98,7 @@ class MemoryStoreEngine final : public StoreEngine {
   Result<std::vector<RecordId>> finish_writes(std::uint64_t ticket) override {
     Pending t = take(ticket);
     reserved_slots_ -= t.slots;
+    if (crashed_) return Status(ErrorCode::kTransferFailed, "memory store: the process crashed");
     if (fail_writes_ > 0) {
       --fail_writes_;
       ++failed_writes;
@@ -111,6 +121,7 @@ class MemoryStoreEngine final : public StoreEngine {
       r.slots = w.pages.size();
       used_slots_ += r.slots;
       ids.push_back(RecordId(next_id_));
+      unsynced_.insert(next_id_);
       records_.emplace(next_id_++, std::move(r));
     }
     ++written_batches;
@@ -121,6 +132,10 @@ class MemoryStoreEngine final : public StoreEngine {
     Pending t = take(ticket);
     std::vector<Status> out;
     for (const StoreRead& rd : t.reads) {
+      if (crashed_) {
+        out.push_back(Status(ErrorCode::kTransferFailed, "memory store: the process crashed"));
+        continue;
+      }
       auto it = records_.find(rd.record.value());
       if (it == records_.end()) {
         out.push_back(Status(ErrorCode::kDataLoss, "memory store: the record is gone"));
@@ -151,15 +166,19 @@ class MemoryStoreEngine final : public StoreEngine {
   }
 
   Status erase(RecordId id) override {
+    if (crashed_) return Status::ok();  // the process is gone: nothing reaches the store
     auto it = records_.find(id.value());
     if (it == records_.end()) return not_found("memory store: no such record");
     used_slots_ -= it->second.slots;
     records_.erase(it);
+    unsynced_.erase(id.value());
     ++erased;
     return Status::ok();
   }
   Status sync() override {
+    if (crashed_) return Status::ok();
     ++syncs;
+    unsynced_.clear();
     return Status::ok();
   }
 
@@ -175,10 +194,33 @@ class MemoryStoreEngine final : public StoreEngine {
     for (auto& [id, t] : pending_) t.held = false;
   }
   std::size_t pending_count() const { return pending_.size(); }
+
+  /// A kill -9 now (see the top): drops each record committed since the last sync() with
+  /// probability 1/2 (by `seed`), and ignores every call until reopen().
+  void crash(std::uint64_t seed) {
+    for (std::uint64_t id : unsynced_) {
+      std::uint64_t x = (id + 1) * 0x9E3779B97F4A7C15ull ^ seed;
+      x = (x ^ (x >> 31)) * 0xBF58476D1CE4E5B9ull;
+      if ((x >> 33) & 1) continue;
+      auto it = records_.find(id);
+      if (it == records_.end()) continue;  // erased after its check failed
+      used_slots_ -= it->second.slots;
+      records_.erase(it);
+      ++crash_lost;
+    }
+    unsynced_.clear();
+    crashed_ = true;
+  }
+  /// The next process opens the store: the dead one's tickets are gone.
+  void reopen() {
+    crashed_ = false;
+    pending_.clear();
+    reserved_slots_ = 0;
+  }
   std::size_t record_count() const { return records_.size(); }
 
   std::uint64_t written_batches = 0, failed_writes = 0, reads_ok = 0, lost = 0, erased = 0,
-                syncs = 0;
+                syncs = 0, crash_lost = 0;
 
  private:
   struct Record {
@@ -221,10 +263,12 @@ class MemoryStoreEngine final : public StoreEngine {
   StoreGeometry geometry_;
   std::map<std::uint64_t, Record> records_;
   std::map<std::uint64_t, Pending> pending_;
+  std::set<std::uint64_t> unsynced_;  ///< records committed since the last sync()
   std::uint64_t next_id_ = 0, next_ticket_ = 1;
   std::uint64_t used_slots_ = 0, reserved_slots_ = 0;
   int fail_writes_ = 0, io_errors_ = 0, refuse_ = 0;
   bool hold_ = false;
+  bool crashed_ = false;
 };
 
 }  // namespace radixtier::testing

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "../cache_harness.hpp"
+#include "../memory_store_engine.hpp"
 
 namespace radixtier::fuzz {
 namespace {
@@ -31,13 +32,17 @@ class Reader {
   std::size_t pos_ = 0;
 };
 
+/// The store tier's size in slots by header flags bits 6-7 (0: none).
+constexpr std::uint64_t kStoreSlots[] = {0, 24, 60, 200};
+
 /// Header: [flags: bit 0 write-through, bit 1 utility snapshot eviction, bit 2 page size 2
 /// (else 4), bit 3 at most 2 snapshots per path, bit 4 load back only 2 pages or more, bit 5
-/// GPU watermarks 25% / 50%]
+/// GPU watermarks 25% / 50%, bits 6-7 a store of kStoreSlots slots]
 /// [gpu pages 8 + b % 33] [host pages {0, 12, 24, 64}] [GPU slots 1 + b % 4]
 /// [host slots {0, 2, 8}] [slice pages 1 + b % 4]. Invalid combinations are skipped.
-std::optional<CacheConfig> decode_config(Reader& in) {
+std::optional<CacheConfig> decode_config(Reader& in, std::uint64_t& store_slots) {
   const std::uint8_t flags = in.u8();
+  store_slots = kStoreSlots[flags >> 6];
   CacheConfig c =
       testing::small_config(flags & 1 ? WritePolicy::kWriteThrough : WritePolicy::kWriteBack);
   c.snapshot_eviction = flags & 2 ? SnapshotEviction::kUtility : SnapshotEviction::kLru;
@@ -81,7 +86,13 @@ struct OpEntry {
 
 class Driver {
  public:
-  explicit Driver(const CacheConfig& c) : h_(c), trace_(std::getenv("RADIXTIER_FUZZ_TRACE")) {}
+  Driver(const CacheConfig& c, std::uint64_t store_slots)
+      : store_(store_slots ? std::make_unique<testing::MemoryStoreEngine>(c, store_slots)
+                           : nullptr),
+        h_(c, HostTransferEngine::Mode::kManual, store_.get()),
+        trace_(std::getenv("RADIXTIER_FUZZ_TRACE")) {
+    if (store_) store_->attach(h_.memory);
+  }
 
   void run(Reader& in);
 
@@ -110,6 +121,8 @@ class Driver {
   void bad_argument(Reader& in);
   void evict(Reader& in);
   void peek(Reader& in);
+  void restart(Reader& in);
+  void store_fault(Reader& in);
 
   static constexpr OpEntry kOps[] = {
       {"admit", &Driver::admit},
@@ -135,6 +148,8 @@ class Driver {
       {"bad argument", &Driver::bad_argument},
       {"evict", &Driver::evict},
       {"peek", &Driver::peek},
+      {"restart", &Driver::restart},
+      {"store fault", &Driver::store_fault},
   };
   static_assert(std::size(kOps) == kOpCount, "one table entry per Op, in order");
 
@@ -146,7 +161,7 @@ class Driver {
   void check_all();
   /// After poll(): what a rejected call must leave as it is.
   Fingerprint settled() {
-    h_.cache->poll();
+    h_.quiesce();
     return h_.fingerprint(known_);
   }
   void expect_unchanged(const Fingerprint& before, const std::string& call) const {
@@ -172,7 +187,11 @@ class Driver {
   LockId page_owner(GpuPageId id) const;
   LockId slot_owner(GpuSlotId id) const;
   std::vector<TicketId> copies(bool delayed);
+  /// The deepest boundary of what admit(prompt) matches that is all on the store.
+  std::size_t store_usable(const std::vector<Token>& prompt) const;
 
+  /// The store tier (none when null); it outlives every cache h_ makes on it.
+  std::unique_ptr<testing::MemoryStoreEngine> store_;
   Harness h_;
   bool trace_;
   std::vector<Request> live_;
@@ -557,6 +576,10 @@ void Driver::drain(Reader&) {
 
 void Driver::settle(Reader& in) {
   const bool reverse = in.u8() & 1;
+  if (store_) {  // held store copies land too
+    store_->hold(false);
+    store_->release();
+  }
   // poll() may start demotions ahead of need (the watermarks); each round takes evictable
   // nodes out of the GPU, so they stop within as many rounds as the GPU has pages and slots.
   const std::size_t rounds = h_.config.gpu_pages + h_.config.gpu_snapshot_slots + 1;
@@ -780,6 +803,93 @@ void Driver::peek(Reader& in) {
          "peek: load_back does not say whether the resume point needs a copy");
 }
 
+std::size_t Driver::store_usable(const std::vector<Token>& prompt) const {
+  if (!store_) return 0;
+  std::size_t best = 0;
+  for (const NodeInfo& n : h_.cache->inspect(std::span(prompt).first(prompt.size() - 1))) {
+    if (n.matched < n.boundary || !n.kv_on_store) break;
+    if (n.snapshot_on_store) best = n.boundary;
+  }
+  return best;
+}
+
+void Driver::restart(Reader& in) {
+  const std::uint8_t flags = in.u8(), seed = in.u8();
+  const bool graceful = flags & 1;
+  if (graceful && (flags & 2)) {  // every request finishes first
+    for (const Request& r : live_) {
+      Status s = h_.cache->release(r.lock);
+      expect(s.is_ok(), "release before a graceful restart: " + s.to_string());
+    }
+    live_.clear();
+  }
+  if (graceful && store_) {
+    const CacheStats before = h_.cache->stats();
+    Status s = h_.cache->persist();
+    const CacheStats after = h_.cache->stats();
+    // persist() fails only where a fault was injected, and says so in the stats.
+    expect(s.is_ok() || after.store_failures > before.store_failures ||
+               after.transfers_failed > before.transfers_failed,
+           "persist failed without a fault: " + s.to_string());
+    check_all();
+  }
+  std::vector<std::size_t> on_store;
+  for (const auto& p : known_) on_store.push_back(store_usable(p));
+  if (!graceful && store_) store_->crash(0x9E3779B97F4A7C15ull * (seed + 1u));
+  // The old process's requests, pressure and delayed copies die with it.
+  live_.clear();
+  pressure_pages_.clear();
+  pressure_slots_.clear();
+  delayed_.clear();
+  released_.clear();
+  Status made = h_.restart(false, [&] {
+    if (store_) store_->reopen();
+  });
+  expect(made.is_ok(), "create() after a restart: " + made.to_string());
+  if (trace_)
+    std::fprintf(stderr, "  restart(%s): %llu KV pages, %llu snapshots restored\n",
+                 graceful ? "graceful" : "crash",
+                 static_cast<unsigned long long>(h_.cache->stats().restored_kv_pages),
+                 static_cast<unsigned long long>(h_.cache->stats().restored_snapshots));
+  for (std::size_t i = 0; i < known_.size(); ++i) {
+    const std::size_t usable =
+        h_.cache->match(std::span(known_[i]).first(known_[i].size() - 1)).usable_tokens;
+    if (graceful) {
+      expect(usable == on_store[i], "after a graceful restart, known prompt " + std::to_string(i) +
+                                        " matches " + std::to_string(usable) +
+                                        " tokens; the store held " + std::to_string(on_store[i]));
+    } else {
+      expect(usable <= on_store[i], "after a crash, known prompt " + std::to_string(i) +
+                                        " matches more than the store held");
+    }
+  }
+}
+
+void Driver::store_fault(Reader& in) {
+  const std::uint8_t kind = in.u8() % 5, pick = in.u8();
+  if (!store_) return;
+  switch (kind) {
+    case 0:
+      store_->fail_next_writes(1);
+      break;
+    case 1: {
+      const std::vector<StoredRecord> records = store_->records();
+      if (!records.empty()) store_->corrupt(records[pick % records.size()].id);
+      break;
+    }
+    case 2:
+      store_->io_error_next_reads(1);
+      break;
+    case 3:
+      store_->refuse_next(1);
+      break;
+    default:
+      store_->hold(pick & 1);
+      if (!(pick & 1)) store_->release();
+      break;
+  }
+}
+
 void Driver::run(Reader& in) {
   while (!in.done()) {
     const OpEntry& op = kOps[in.u8() % std::size(kOps)];
@@ -834,9 +944,10 @@ void Driver::run(Reader& in) {
 
 void run_input(std::span<const std::uint8_t> data) {
   Reader in(data);
-  const std::optional<CacheConfig> config = decode_config(in);
+  std::uint64_t store_slots = 0;
+  const std::optional<CacheConfig> config = decode_config(in, store_slots);
   if (!config) return;
-  Driver driver(*config);
+  Driver driver(*config, store_slots);
   driver.run(in);
 }
 

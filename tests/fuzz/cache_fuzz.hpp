@@ -9,6 +9,12 @@
 //     rejected call changed nothing (testing::Fingerprint).
 // A failed check prints the operation and aborts, so libFuzzer keeps the input.
 //
+// With a store tier (header flags bits 6-7, issue 13: a MemoryStoreEngine below host), also
+//   - every prefix served after a restart has the bytes written for it before, whatever
+//     the store lost (a crash, a failed write, a rotten record, an I/O error);
+//   - after a graceful restart (persist()) the new cache's usable match of every known
+//     prompt is exactly what the store held, after a crash at most that.
+//
 // Input layout: 6 header bytes (the configuration, see decode_config), then operations, each
 // one byte (its index in the table, modulo the table size) followed by its argument bytes.
 // Arguments past the end read as 0. New operations go at the end of the table, so the bytes
@@ -53,6 +59,12 @@ enum Op : std::uint8_t {
                     //   host); on GPU it frees exactly what the free count shows, at least
                     //   what was asked as far as sizes() said was evictable
   kPeek,            // [prompt]: peek(prompt) changes nothing and agrees with match()
+  kRestart,         // [flags, seed]: a process restart on the same store; flags & 1: graceful
+                    //   (persist() first; flags & 2: every request finishes before it), else a
+                    //   crash (kill -9: MemoryStoreEngine::crash(seed)); a new cache follows
+  kStoreFault,      // [kind, pick]: kind % 5: the next store write fails, a record rots
+                    //   (records()[pick % count]), the next read has an I/O error, the next
+                    //   store batch is refused, or store copies are held (pick & 1) / released
   kOpCount
 };
 
