@@ -11,7 +11,8 @@ namespace {
 class Enc {
  public:
   /// The header: flags (bit 0 write-through, bit 1 utility eviction, bit 2 page size 2, bit 3
-  /// two snapshots per path, bit 4 load back only from two pages on),
+  /// two snapshots per path, bit 4 load back only from two pages on, bit 5 GPU watermarks,
+  /// bits 6-7 a store: {none, 24, 60, 200} slots),
   /// GPU pages (8..40), host pages index ({0, 12, 24, 64}), GPU slots (1..4), host slots
   /// index ({0, 2, 8}), slice pages (1..4).
   Enc(std::uint8_t flags, std::uint8_t gpu_pages, std::uint8_t host_pages, std::uint8_t gpu_slots,
@@ -206,6 +207,39 @@ std::vector<Seed> seeds() {
     e.compute(0, 6, 1, true).op(kRelease, {0});
     e.admit_known(1).op(kWait, {0}).op(kRelease, {0});
     out.push_back({"cap-threshold-evict-peek", e.bytes()});
+  }
+
+  // Issue 13: a store of 60 slots below a 12-page host pool. Prefixes pushed host -> store by
+  // pressure and loaded back (store -> host -> GPU), then a graceful restart (persist) whose
+  // new cache serves them from the store, then a crash (kill -9) and a cache on what survived.
+  for (std::uint8_t policy : {0, 1}) {
+    Enc e(policy | 0x80, 16, 1, 2, 2, 2);
+    e.admit(0, 16).finish(0, 2, 2);
+    e.admit(1, 16).finish(0, 2, 2);
+    e.admit(2, 12, {1}).finish(0, 3, 1);
+    e.demote_all(16, 2).op(kSettle, {0}).demote_all(16, 2).op(kSettle, {0});
+    e.admit_known(0).op(kWait, {0}).op(kRelease, {0});
+    e.op(kRestart, {1 | 2, 0});
+    e.admit_known(1).op(kWait, {0}).compute(0, 1, 1, true).op(kRelease, {0});
+    e.admit_known(2).op(kWait, {0}).op(kRelease, {0});
+    e.admit(3, 8).op(kWait, {0}).compute(0, 1, 2, true);  // running through the crash
+    e.op(kStoreFault, {4, 1}).admit_known(0).op(kRestart, {0, 7});
+    e.admit_known(0).op(kWait, {0}).op(kRelease, {0}).admit_known(1).finish(0, 2, 2);
+    out.push_back({policy ? "store-restart-write-through" : "store-restart", e.bytes()});
+  }
+
+  // Store faults: a failed write, a rotten record, an I/O error and a refused batch, each
+  // met by a load or a demotion; every admission after them recomputes what was lost.
+  {
+    Enc e(0xC0, 12, 1, 2, 1, 3);
+    e.admit(0, 20).finish(0, 2, 3);
+    e.admit(1, 20).finish(0, 2, 3);
+    e.op(kStoreFault, {0, 0}).demote_all(12, 2).op(kSettle, {0}).demote_all(12, 2);
+    e.op(kStoreFault, {1, 0}).admit_known(0).op(kWait, {0}).op(kRelease, {0});
+    e.op(kStoreFault, {2, 0}).admit_known(1).op(kWait, {0}).op(kRelease, {0});
+    e.op(kStoreFault, {3, 0}).admit_known(0).op(kWait, {0}).op(kRelease, {0});
+    e.op(kRestart, {1, 0}).admit_known(1).finish(0, 2, 3).admit_known(0).finish(0, 2, 3);
+    out.push_back({"store-faults", e.bytes()});
   }
   return out;
 }
