@@ -51,6 +51,10 @@ std::optional<CacheConfig> decode_config(Reader& in, std::uint64_t& store_slots)
   // store only (cap_path_snapshots drops the GPU and host copies; reported to the cache's
   // owner). A store config ignores bit 3 until that is fixed.
   if ((flags & 8) && store_slots == 0) c.max_snapshots_per_path = 2;
+  // Not with a store yet either: write-through (bit 0). With a failed store write, GPU pages
+  // stay unevictable after every request released (reported with its input), and a refused
+  // allocation evicts (the property test's DISABLED_WriteThroughStoreAgreesWithModel).
+  if (store_slots != 0) c.write_policy = WritePolicy::kWriteBack;
   if (flags & 16) c.load_back_min_tokens = 2 * c.page_size;
   if (flags & 32) {  // the watermark step: demote ahead of need
     c.gpu_free_low_watermark = 0.25;

@@ -212,8 +212,8 @@ std::vector<Seed> seeds() {
   // Issue 13: a store of 60 slots below a 12-page host pool. Prefixes pushed host -> store by
   // pressure and loaded back (store -> host -> GPU), then a graceful restart (persist) whose
   // new cache serves them from the store, then a crash (kill -9) and a cache on what survived.
-  for (std::uint8_t policy : {0, 1}) {
-    Enc e(policy | 0x80, 16, 1, 2, 2, 2);
+  {
+    Enc e(0x80, 16, 1, 2, 2, 2);
     e.admit(0, 16).finish(0, 2, 2);
     e.admit(1, 16).finish(0, 2, 2);
     e.admit(2, 12, {1}).finish(0, 3, 1);
@@ -225,7 +225,7 @@ std::vector<Seed> seeds() {
     e.admit(3, 8).op(kWait, {0}).compute(0, 1, 2, true);  // running through the crash
     e.op(kStoreFault, {4, 1}).admit_known(0).op(kRestart, {0, 7});
     e.admit_known(0).op(kWait, {0}).op(kRelease, {0}).admit_known(1).finish(0, 2, 2);
-    out.push_back({policy ? "store-restart-write-through" : "store-restart", e.bytes()});
+    out.push_back({"store-restart", e.bytes()});
   }
 
   // Store faults: a failed write, a rotten record, an I/O error and a refused batch, each
