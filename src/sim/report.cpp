@@ -204,7 +204,7 @@ Status write_report(const ReportOptions& o) {
     auto restart = make_scenario("restart", *model);
     if (!restart) return restart.status();
     ScenarioOptions small_host;
-    small_host.host_bytes = kGiB / 4;
+    small_host.host_bytes = 3 * kGiB / 4;
     auto flush = make_scenario("flush", *model, small_host);
     if (!flush) return flush.status();
     md << "## The disk tier: a restart, a flush into disk (issue 13)\n\n"
@@ -212,8 +212,9 @@ Status write_report(const ReportOptions& o) {
           "to its store and a new one is created on it), then turn 2; *without* = the same "
           "scenario with no restart. Disk "
        << f("%g", o.disk_gib) << " GiB for the node cache "
-       << "(the others have no store and lose everything). `flush` here runs with a 0.25 GiB "
-          "host budget, too small for turn 1. TTFT = t0 + disk read + reload + prefill; the "
+       << "(the others have no store and lose everything). `flush` here runs with a 0.75 GiB "
+          "host budget, too small for turn 1 with its snapshots or a flush prompt. TTFT = t0 + "
+          "disk read + reload + prefill; the "
           "disk floor reads every reusable byte from the disk once.\n\n"
        << "| scenario | cache | disk GiB | turn 2 cached | without restart | reuse ratio | TTFT s "
           "| disk floor s | TTFT / floor | from disk GB | to disk GB |\n"
@@ -234,7 +235,7 @@ Status write_report(const ReportOptions& o) {
       if (!r) return r.status();
       const RequestRow& last = r->rows.back();
       const bool restarted = r->restart.ran;
-      md << "| " << d.s->name << (d.s == &*flush ? " (0.25 GiB host)" : "") << " | " << r->cache
+      md << "| " << d.s->name << (d.s == &*flush ? " (0.75 GiB host)" : "") << " | " << r->cache
          << " | " << f("%g", static_cast<double>(d.disk) / static_cast<double>(kGiB)) << " | "
          << thousands(last.cached_tokens) << " | "
          << (restarted ? thousands(r->restart.cached_tokens_no_restart) : "-") << " | "
