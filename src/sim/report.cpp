@@ -239,8 +239,10 @@ Status write_report(const ReportOptions& o) {
          << " | " << f("%g", static_cast<double>(d.disk) / static_cast<double>(kGiB)) << " | "
          << thousands(last.cached_tokens) << " | "
          << (restarted ? thousands(r->restart.cached_tokens_no_restart) : "-") << " | "
-         << (restarted ? f("%.4f", r->restart.reuse_ratio) : "-") << " | " << f("%.3f", last.ttft_s)
-         << " | " << f("%.3f", last.disk_floor_s) << " | "
+         << (!restarted                                 ? "-"
+             : r->restart.cached_tokens_no_restart == 0 ? "- (0 of 0)"
+                                                        : f("%.4f", r->restart.reuse_ratio))
+         << " | " << f("%.3f", last.ttft_s) << " | " << f("%.3f", last.disk_floor_s) << " | "
          << f("%.2f", last.ttft_s / last.disk_floor_s) << " | " << gb(r->stats.bytes_from_store)
          << " | " << gb(r->stats.bytes_to_store) << " |\n";
       if (restarted && d.disk > 0) {
