@@ -142,6 +142,7 @@ void PrefixCache::set_store_pages(Node* n, std::vector<RecordId> records) {
 
 void PrefixCache::set_store_snapshot(Node* n, RecordId record) {
   const bool had = n->has_snapshot();
+  store_snaps_held_ += std::size_t(record.valid()) - std::size_t(n->store_snapshot.valid());
   n->store_snapshot = record;
   note_snapshot_change(n, had);
   refresh(n);
