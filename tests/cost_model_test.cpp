@@ -60,6 +60,31 @@ TEST(CostModel, ReloadMatchesThePhysicalFloor) {
   EXPECT_NEAR(hw.a / per_token_reload, 700, 35);
 }
 
+TEST(CostModel, EachHardwarePresetHasAnNvmeRow) {
+  // Spec-sheet numbers (cost_model.cpp, docs/simulator.md "The disk row").
+  const HardwarePreset gen4 = find_hardware("consumer-gen4").value();
+  EXPECT_EQ(gen4.disk.read_bandwidth, 7.45e9);
+  EXPECT_EQ(gen4.disk.write_bandwidth, 6.9e9);
+  EXPECT_EQ(gen4.disk.t_io, 50e-6);
+  const HardwarePreset gen5 = find_hardware("h200-gen5").value();
+  EXPECT_EQ(gen5.disk.read_bandwidth, 14e9);
+  EXPECT_EQ(gen5.disk.write_bandwidth, 10e9);
+  EXPECT_EQ(gen5.disk.t_io, 60e-6);
+  for (const HardwarePreset& hw : hardware_presets()) {
+    EXPECT_FALSE(hw.disk.drive.empty()) << hw.name;
+    // A disk is slower than the PCIe link above it, for reads and writes.
+    EXPECT_LT(hw.disk.read_bandwidth, hw.bandwidth) << hw.name;
+    EXPECT_LE(hw.disk.write_bandwidth, hw.disk.read_bandwidth) << hw.name;
+  }
+  // n t_io + B / BW: turn 1 of churn (24,000 tokens and a snapshot) from the Gen4 drive.
+  const ModelGeometry qwen = find_model("qwen3-next-80b").value();
+  const std::uint64_t bytes = 24'000 * qwen.kv_bytes_per_token() + qwen.snapshot_bytes();
+  EXPECT_NEAR(disk_read_seconds(gen4, 0, bytes), double(bytes) / 7.45e9, 1e-12);
+  EXPECT_NEAR(disk_read_seconds(gen4, 376, bytes), 376 * 50e-6 + double(bytes) / 7.45e9, 1e-12);
+  EXPECT_NEAR(disk_write_seconds(gen4, 2, 6'900'000'000ull), 1.0 + 100e-6, 1e-12);
+  EXPECT_EQ(disk_read_seconds(gen4, 0, 0), 0.0);
+}
+
 TEST(CostModel, TtftAddsTheFixedCost) {
   const HardwarePreset hw = find_hardware("consumer-gen4").value();
   EXPECT_NEAR(ttft_seconds(hw, 0.027, 0.5), 0.3 + 0.027 + 0.5, 1e-12);

@@ -22,6 +22,11 @@ radixtier::cli::CommandRun setup_report(CLI::App& app) {
   app.add_option("--model", o->model,
                  "a model preset or the path of a Hugging Face config.json (docs/simulator.md)")
       ->capture_default_str();
+  app.add_option("--disk-gib", o->disk_gib,
+                 "the disk tier's runs (restart, a flush into disk) with this store size; 0: "
+                 "skip them")
+      ->capture_default_str()
+      ->check(radixtier::cli::non_negative());
   app.add_flag_callback(
       "--no-policies", [o] { o->policies = false; }, "skip the snapshot policy comparison");
   app.footer("Writes DIR/results.md, DIR/*.svg and DIR/runs.jsonl; progress on stderr.");

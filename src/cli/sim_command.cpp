@@ -23,8 +23,8 @@ struct SimArgs {
   std::string scenario, policy_text, cache = "node", router = "prefix", eviction = "cost-aware";
   sim::SimOptions opt;
   sim::ScenarioOptions so;
-  bool json = false, rows = false, write_through = false;
-  double host_gib = -1, host_snapshot_gib = -1;
+  bool json = false, rows = false, write_through = false, no_restart = false;
+  double host_gib = -1, host_snapshot_gib = -1, disk_gib = 0;
   int metrics_port = -1;      ///< < 0: no metrics endpoint
   double metrics_hold_s = 0;  ///< seconds to keep serving after the run
   int side_priority = sim::ScenarioOptions{}.agent_side_priority;  // CLI11 reads uint8_t as a char
@@ -77,8 +77,16 @@ radixtier::cli::CommandRun setup_sim(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::IsMember({"cost-aware", "lru", "utility"}));
   app.add_option("--host-gib", a.host_gib,
-                 "trace: whole host budget per instance in GiB (default 16)")
+                 "whole host budget per instance in GiB, KV + snapshots (--snapshot-share of it "
+                 "for snapshots); default: trace 16, other scenarios their own budget")
       ->check(radixtier::cli::non_negative());
+  app.add_option("--disk-gib", a.disk_gib,
+                 "node cache: the store tier below host, in GiB, on the hardware's NVMe row "
+                 "(0: none)")
+      ->capture_default_str()
+      ->check(radixtier::cli::non_negative());
+  app.add_flag("--no-restart", a.no_restart,
+               "restart: run the scenario straight through, without the process restart");
   app.add_option("--instances", a.opt.instances,
                  "trace: modeled GPUs (default: the smallest N with modeled utilization <= 0.7)")
       ->check(radixtier::cli::count_at_least(1));
@@ -89,7 +97,7 @@ radixtier::cli::CommandRun setup_sim(CLI::App& app) {
                  "trace: GPU KV pool per instance (default: from the presets)")
       ->check(radixtier::cli::count_at_least(1));
   app.add_option("--snapshot-share", a.so.trace_snapshot_share,
-                 "trace: share of the host budget for snapshots, in [0, 1)")
+                 "trace, or --host-gib: share of the host budget for snapshots, in [0, 1)")
       ->capture_default_str()
       ->check(CLI::Validator(
           [](std::string& v) {
@@ -159,7 +167,10 @@ int run_sim(SimArgs& args) {
   if (args.host_gib >= 0) {
     so.trace_host_bytes =
         static_cast<std::uint64_t>(args.host_gib * static_cast<double>(sim::kGiB));
+    so.host_bytes = so.trace_host_bytes;
   }
+  opt.disk_bytes = static_cast<std::uint64_t>(args.disk_gib * static_cast<double>(sim::kGiB));
+  opt.restart = !args.no_restart;
   if (args.host_snapshot_gib >= 0) {
     so.compaction_host_snapshot_bytes =
         static_cast<std::uint64_t>(args.host_snapshot_gib * static_cast<double>(sim::kGiB));
@@ -197,6 +208,13 @@ int run_sim(SimArgs& args) {
           std::make_unique<prometheus::Exposer>("127.0.0.1:" + std::to_string(args.metrics_port));
     } catch (const std::exception& e) {
       std::fprintf(stderr, "radixtier sim: --metrics-port %d: %s\n", args.metrics_port, e.what());
+      return 2;
+    }
+    if (s->restart_before && opt.restart) {
+      std::fprintf(stderr,
+                   "radixtier sim: --metrics-port: scenario '%s' replaces its caches at the "
+                   "restart, and the metrics follow one cache (use --no-restart)\n",
+                   scenario.c_str());
       return 2;
     }
     exposer->RegisterCollectable(registry);
@@ -241,7 +259,8 @@ int run_sim(SimArgs& args) {
         static_cast<unsigned long long>(model->kv_bytes_per_token()), model->kv_dtype.c_str(),
         static_cast<unsigned long long>(model->snapshot_bytes()), model->recurrent_dtype.c_str(),
         model->conv_dtype.c_str());
-    if (!s->is_trace() || rows) {
+    const bool disk = r->disk_bytes > 0;
+    if ((!s->is_trace() || rows) && !disk) {
       std::printf("%-16s %9s %9s %9s %9s %10s %9s %9s %5s\n", "request", "prompt", "cached",
                   "on host", "recomp.", "reload s", "TTFT s", "floor s", "snaps");
       for (const auto& w : r->rows) {
@@ -249,6 +268,18 @@ int run_sim(SimArgs& args) {
                     w.prompt_tokens, w.cached_tokens, w.host_cached_tokens, w.recomputed_tokens,
                     w.reload_s, w.ttft_s, w.floor_s, w.snapshots_kept,
                     w.ok ? "" : "  FAILED: ", w.error.c_str());
+      }
+      std::printf("\n");
+    } else if (!s->is_trace() || rows) {
+      // With the disk tier: what came from the store and its read time, before the reload.
+      std::printf("%-16s %9s %9s %9s %9s %9s %9s %10s %9s %9s %5s\n", "request", "prompt", "cached",
+                  "on host", "on disk", "recomp.", "disk s", "reload s", "TTFT s", "floor s",
+                  "snaps");
+      for (const auto& w : r->rows) {
+        std::printf("%-16s %9zu %9zu %9zu %9zu %9zu %9.4f %10.4f %9.3f %9.3f %5u%s%s\n",
+                    w.label.c_str(), w.prompt_tokens, w.cached_tokens, w.host_cached_tokens,
+                    w.store_cached_tokens, w.recomputed_tokens, w.disk_s, w.reload_s, w.ttft_s,
+                    w.floor_s, w.snapshots_kept, w.ok ? "" : "  FAILED: ", w.error.c_str());
       }
       std::printf("\n");
     }
@@ -264,6 +295,29 @@ int run_sim(SimArgs& args) {
         static_cast<double>(r->bytes_d2h) / 1e9, static_cast<double>(r->host_bytes_peak) / 1e9,
         static_cast<unsigned long long>(r->snapshots_kept), r->sim_clock_s, r->wall_s,
         r->status.empty() ? "" : "\nscheduler stopped: ", r->status.c_str());
+    if (disk) {
+      std::printf(
+          "disk %.1f GiB (%s): to store %.3f GB in %llu records, from store %.3f GB in %llu, "
+          "store waits %llu (%.3f s), %llu records at the end\n",
+          static_cast<double>(r->disk_bytes) / static_cast<double>(sim::kGiB),
+          std::string(sim::find_hardware(r->hardware)->disk.drive).c_str(),
+          static_cast<double>(r->stats.bytes_to_store) / 1e9,
+          static_cast<unsigned long long>(r->stats.store_writes),
+          static_cast<double>(r->stats.bytes_from_store) / 1e9,
+          static_cast<unsigned long long>(r->stats.store_reads),
+          static_cast<unsigned long long>(r->stats.store_copy_waits), r->sched.store_wait_s,
+          static_cast<unsigned long long>(r->store_records));
+    }
+    if (r->restart.ran) {
+      const auto& x = r->restart;
+      std::printf(
+          "restart before %s: persist wrote %.3f GB (%.3f s); after it cached %zu tokens, "
+          "without it %zu (reuse ratio %.4f); TTFT %.3f s (without %.3f s), disk floor %.3f s "
+          "(TTFT ratio %.3f)\n",
+          x.request.c_str(), static_cast<double>(x.persist_bytes) / 1e9, x.persist_s,
+          x.cached_tokens, x.cached_tokens_no_restart, x.reuse_ratio, x.ttft_s, x.ttft_s_no_restart,
+          x.disk_floor_s, x.ttft_ratio);
+    }
     if (s->is_trace()) {
       std::printf(
           "infinite-cache ceiling %.4f\n"

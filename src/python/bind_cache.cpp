@@ -131,6 +131,22 @@ constexpr StatField kStatFields[] = {
     {"alloc_wait_bytes", &CacheStats::alloc_wait_bytes},
     {"alloc_wait_copies", &CacheStats::alloc_wait_copies},
     {"background_evictions", &CacheStats::background_evictions},
+    {"bytes_to_store", &CacheStats::bytes_to_store},
+    {"bytes_from_store", &CacheStats::bytes_from_store},
+    {"store_writes", &CacheStats::store_writes},
+    {"store_reads", &CacheStats::store_reads},
+    {"kv_pages_stored", &CacheStats::kv_pages_stored},
+    {"kv_pages_loaded", &CacheStats::kv_pages_loaded},
+    {"snapshots_stored", &CacheStats::snapshots_stored},
+    {"snapshots_loaded", &CacheStats::snapshots_loaded},
+    {"kv_pages_dropped_store", &CacheStats::kv_pages_dropped_store},
+    {"store_records_lost", &CacheStats::store_records_lost},
+    {"store_failures", &CacheStats::store_failures},
+    {"store_copy_waits", &CacheStats::store_copy_waits},
+    {"store_wait_bytes", &CacheStats::store_wait_bytes},
+    {"restored_kv_pages", &CacheStats::restored_kv_pages},
+    {"restored_snapshots", &CacheStats::restored_snapshots},
+    {"hit_tokens_store", &CacheStats::hit_tokens_store},
 };
 static_assert(sizeof(CacheStats) == std::size(kStatFields) * sizeof(std::uint64_t),
               "a CacheStats counter is missing from kStatFields");
@@ -212,7 +228,8 @@ void bind_cache(py::module_& m) {
 
   py::enum_<Tier>(m, "Tier", "A tier of the cache, for evict() and sizes().")
       .value("GPU", Tier::kGpu)
-      .value("HOST", Tier::kHost);
+      .value("HOST", Tier::kHost)
+      .value("STORE", Tier::kStore);
   py::class_<EvictResult>(m, "EvictResult", "What evict() freed on its tier.")
       .def_readonly("kv_pages", &EvictResult::kv_pages)
       .def_readonly("snapshots", &EvictResult::snapshots)
@@ -228,7 +245,8 @@ void bind_cache(py::module_& m) {
       .def("__eq__", [](const TierSizes& a, const TierSizes& b) { return a == b; });
   py::class_<CacheSizes>(m, "CacheSizes", "sizes(): one TierSizes per tier.")
       .def_readonly("gpu", &CacheSizes::gpu)
-      .def_readonly("host", &CacheSizes::host);
+      .def_readonly("host", &CacheSizes::host)
+      .def_readonly("store", &CacheSizes::store);
 
   py::enum_<Residency>(m, "Residency", "Where a node's KV or snapshot is.")
       .value("NONE", Residency::kNone)
@@ -239,7 +257,9 @@ void bind_cache(py::module_& m) {
       .value("NONE", Xfer::kNone)
       .value("DEMOTE", Xfer::kDemote)
       .value("WRITE_THROUGH", Xfer::kWriteThrough)
-      .value("PROMOTE", Xfer::kPromote);
+      .value("PROMOTE", Xfer::kPromote)
+      .value("STORE", Xfer::kStore)
+      .value("LOAD", Xfer::kLoad);
   py::class_<NodeInfo>(m, "NodeInfo", "One node on a path, as inspect() reports it.")
       .def_readonly("boundary", &NodeInfo::boundary)
       .def_readonly("tokens", &NodeInfo::tokens)
@@ -253,6 +273,8 @@ void bind_cache(py::module_& m) {
       .def_readonly("kv_priority", &NodeInfo::kv_priority, "retention level of its KV")
       .def_readonly("snapshot_priority", &NodeInfo::snapshot_priority)
       .def_readonly("pins", &NodeInfo::pins, "host pins whose prefix includes it")
+      .def_readonly("kv_on_store", &NodeInfo::kv_on_store, "its KV has a store copy")
+      .def_readonly("snapshot_on_store", &NodeInfo::snapshot_on_store)
       .def("__eq__", [](const NodeInfo& a, const NodeInfo& b) { return a == b; });
 
   py::class_<Occupancy>(m, "Occupancy")

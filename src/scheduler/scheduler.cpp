@@ -101,6 +101,11 @@ void Scheduler::note_stats(RequestResult& result, const CacheStats& before) {
                                   after.alloc_wait_bytes - before.alloc_wait_bytes);
   now_ += wait_s;
   stats_.copy_wait_s += wait_s;
+  const double store_wait_s =
+      executor_.store_wait_seconds(after.store_copy_waits - before.store_copy_waits,
+                                   after.store_wait_bytes - before.store_wait_bytes);
+  now_ += store_wait_s;
+  stats_.store_wait_s += store_wait_s;
 }
 
 Progress Scheduler::progress() const {
@@ -195,6 +200,10 @@ Status Scheduler::admit(Request request, RequestResult res) {
     res.admit_bytes_h2d = after.bytes_h2d - before.bytes_h2d;
     res.admit_copies_h2d = after.copies_h2d - before.copies_h2d;
     res.admit_bytes_d2h = after.bytes_d2h - before.bytes_d2h;
+    res.admit_store_reads = after.store_reads - before.store_reads;
+    res.admit_bytes_from_store = after.bytes_from_store - before.bytes_from_store;
+    res.store_cached_tokens =
+        static_cast<std::size_t>(after.hit_tokens_store - before.hit_tokens_store);
     res.cached_tokens = a->cached_tokens;
     res.kv_tokens = std::max(a->kv_tokens, a->cached_tokens);
     learner_.observe_admission(request.prompt, res.cached_tokens, res.kv_tokens);

@@ -54,6 +54,11 @@ class CostExecutor final : public sched::Executor {
   double copy_wait_seconds(std::uint64_t copies, std::uint64_t bytes) const override {
     return reload_seconds(hw_, copies, bytes);
   }
+  /// disk_write_seconds() of the store writes waited for (one I/O cost per wait), for the
+  /// same reason.
+  double store_wait_seconds(std::uint64_t waits, std::uint64_t bytes) const override {
+    return disk_write_seconds(hw_, waits, bytes);
+  }
 
   /// Tokens are drawn from [0, kVocabulary) (Qwen3's vocabulary size).
   static constexpr std::uint32_t kVocabulary = 151'936;

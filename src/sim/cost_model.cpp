@@ -11,9 +11,40 @@ namespace {
 // h200-gen5: b = 0 because public points do not resolve it (workloads.md). HBM: 141 GB
 // (H200), 16 GB (the seed's consumer GPU, workloads.md); 10% of it for activations, CUDA
 // graphs and the runtime (SGLang's --mem-fraction-static is about 0.9 on large GPUs).
+//
+// The NVMe rows (docs/simulator.md, "The disk row"):
+// - consumer-gen4: a PCIe 4.0 x4 consumer drive, Samsung 990 PRO: sequential read up to
+//   7,450 MB/s, write up to 6,900 MB/s (Samsung's announcement, Aug. 2022, as reported by
+//   slashcam.com and digitec.ch).
+// - h200-gen5: a PCIe 5.0 x4 datacenter drive, Micron 9550 MAX: sequential read 14,000 MB/s,
+//   write 10,000 MB/s, typical read latency 60 us (Micron's spec table, as reproduced in
+//   storagereview.com's 9550 MAX review).
+// - t_io, assumption: one QD1 4 KiB read's latency per record, as if no two I/Os overlapped
+//   (an upper bound: an engine keeps several in flight). consumer-gen4: 50 us (PCIe 4.0
+//   consumer drives measure about 20,000 QD1 4K random-read IOPS, e.g. KitGuru's
+//   CrystalDiskMark run of a T-Force Cardea A440 Pro: 20,336 IOPS); h200-gen5: the 9550's
+//   60 us typical read latency.
 constexpr std::array<HardwarePreset, 2> kHardware{{
-    {"consumer-gen4", 676e-6, 9.82e-10, 25e9, 2.3e-6, 0.3, 0.6, 16e9, 0.1},
-    {"h200-gen5", 77e-6, 0.0, 55e9, 2.3e-6, 0.3, 0.6, 141e9, 0.1},
+    {"consumer-gen4",
+     676e-6,
+     9.82e-10,
+     25e9,
+     2.3e-6,
+     0.3,
+     0.6,
+     16e9,
+     0.1,
+     {"Samsung 990 PRO (PCIe 4.0 x4)", 7.45e9, 6.9e9, 50e-6}},
+    {"h200-gen5",
+     77e-6,
+     0.0,
+     55e9,
+     2.3e-6,
+     0.3,
+     0.6,
+     141e9,
+     0.1,
+     {"Micron 9550 MAX (PCIe 5.0 x4)", 14e9, 10e9, 60e-6}},
 }};
 
 template <class Row>
@@ -85,6 +116,16 @@ double reload_seconds(const HardwarePreset& hw, std::uint64_t copies, std::uint6
                       bool concurrent) {
   const double bw = concurrent ? hw.bandwidth * hw.concurrent_factor : hw.bandwidth;
   return static_cast<double>(copies) * hw.t_call + static_cast<double>(bytes) / bw;
+}
+
+double disk_read_seconds(const HardwarePreset& hw, std::uint64_t ios, std::uint64_t bytes) {
+  return static_cast<double>(ios) * hw.disk.t_io +
+         static_cast<double>(bytes) / hw.disk.read_bandwidth;
+}
+
+double disk_write_seconds(const HardwarePreset& hw, std::uint64_t ios, std::uint64_t bytes) {
+  return static_cast<double>(ios) * hw.disk.t_io +
+         static_cast<double>(bytes) / hw.disk.write_bandwidth;
 }
 
 double ttft_seconds(const HardwarePreset& hw, double reload_s, double prefill_s) {

@@ -8,6 +8,7 @@
 //                        + extra per-slot state bytes
 //   prefill T_pf(L0,L1) = a (L1 - L0) + (b/2)(L1^2 - L0^2)
 //   reload(n copies, B bytes) = n t_call + B / BW   (BW x 0.6 when both directions run)
+//   disk read(n I/Os, B bytes) = n t_io + B / disk read BW   (the same with the write BW)
 //   TTFT = t0 + reload + prefill of the tokens after the usable match
 //
 // A new model is a data file (bench/models/*.json, a Hugging Face config.json; see
@@ -55,6 +56,16 @@ struct ModelGeometry {
   }
 };
 
+/// The NVMe drive of a hardware preset: the store tier below host (radixtier sim --disk-gib).
+/// Sequential bandwidths from the drive's spec sheet; t_io is charged once per record (a KV
+/// page or a snapshot) as if records were read one after another (cost_model.cpp: sources).
+struct DiskPreset {
+  std::string_view drive;  ///< the drive the numbers are from
+  double read_bandwidth;   ///< bytes per second, sequential read
+  double write_bandwidth;  ///< bytes per second, sequential write
+  double t_io;             ///< seconds per I/O (one record)
+};
+
 struct HardwarePreset {
   std::string_view name;
   double a;                  ///< prefill seconds per token
@@ -65,6 +76,7 @@ struct HardwarePreset {
   double concurrent_factor;  ///< share of bandwidth per direction when both run
   double hbm_bytes;          ///< GPU memory of one instance
   double runtime_reserve;    ///< share of it for activations, CUDA graphs and the runtime
+  DiskPreset disk;           ///< the NVMe row
 };
 
 /// The model presets: bench/models/*.json, embedded at build time, in file name order.
@@ -85,6 +97,10 @@ double prefill_seconds(const HardwarePreset& hw, double l0, double l1);
 /// Seconds to move `bytes` in `copies` calls; `concurrent`: the other direction runs too.
 double reload_seconds(const HardwarePreset& hw, std::uint64_t copies, std::uint64_t bytes,
                       bool concurrent = false);
+/// Seconds to read `bytes` in `ios` records from the preset's NVMe drive.
+double disk_read_seconds(const HardwarePreset& hw, std::uint64_t ios, std::uint64_t bytes);
+/// Seconds to write `bytes` in `ios` records to it.
+double disk_write_seconds(const HardwarePreset& hw, std::uint64_t ios, std::uint64_t bytes);
 /// Time to first token: t0 + reload + prefill.
 double ttft_seconds(const HardwarePreset& hw, double reload_s, double prefill_s);
 

@@ -64,8 +64,10 @@ class Runner {
 
   Result<SimResult> run(const Scenario& s, CacheKind cache, const std::string& hardware,
                         const std::string& policy = "",
-                        SnapshotEviction eviction = SnapshotEviction::kCostAware) {
+                        SnapshotEviction eviction = SnapshotEviction::kCostAware,
+                        std::uint64_t disk_bytes = 0) {
     SimOptions opt;
+    opt.disk_bytes = disk_bytes;
     opt.cache = cache;
     opt.model = o_.model;
     opt.hardware = hardware;
@@ -194,6 +196,66 @@ Status write_report(const ReportOptions& o) {
         {"compaction replay: cached tokens", "variant", "cached tokens", false}, cats, cached);
     svgs["compaction_ttft.svg"] = svg::bar_chart(
         {"compaction replay: time to first token", "variant", "TTFT (s, log)", true}, cats, ttft);
+  }
+
+  // ---- the disk tier: the restart, a flush into disk (issue 13) ----------------------------
+  if (o.disk_gib > 0) {
+    const auto disk = static_cast<std::uint64_t>(o.disk_gib * static_cast<double>(kGiB));
+    auto restart = make_scenario("restart", *model);
+    if (!restart) return restart.status();
+    ScenarioOptions small_host;
+    small_host.host_bytes = 3 * kGiB / 4;
+    auto flush = make_scenario("flush", *model, small_host);
+    if (!flush) return flush.status();
+    md << "## The disk tier: a restart, a flush into disk (issue 13)\n\n"
+       << "`restart` = churn's turn 1 and aux calls, a process restart (the node cache persists "
+          "to its store and a new one is created on it), then turn 2; *without* = the same "
+          "scenario with no restart. Disk "
+       << f("%g", o.disk_gib) << " GiB for the node cache "
+       << "(the others have no store and lose everything). `flush` here runs with a 0.75 GiB "
+          "host budget, too small for turn 1 with its snapshots or a flush prompt. TTFT = t0 + "
+          "disk read + reload + prefill; the "
+          "disk floor reads every reusable byte from the disk once.\n\n"
+       << "| scenario | cache | disk GiB | turn 2 cached | without restart | reuse ratio | TTFT s "
+          "| disk floor s | TTFT / floor | from disk GB | to disk GB |\n"
+          "|---|---|---|---|---|---|---|---|---|---|---|\n";
+    struct DiskRun {
+      const Scenario* s;
+      CacheKind cache;
+      std::uint64_t disk;
+    };
+    const std::vector<DiskRun> runs = {
+        {&*restart, CacheKind::kNode, disk}, {&*restart, CacheKind::kNode, 0},
+        {&*restart, CacheKind::kIndex, 0},   {&*restart, CacheKind::kGpuOnly, 0},
+        {&*flush, CacheKind::kNode, disk},   {&*flush, CacheKind::kNode, 0}};
+    std::string restart_goal;
+    runner.phase("disk tier", runs.size());
+    for (const DiskRun& d : runs) {
+      auto r = runner.run(*d.s, d.cache, o.hardware, "", SnapshotEviction::kCostAware, d.disk);
+      if (!r) return r.status();
+      const RequestRow& last = r->rows.back();
+      const bool restarted = r->restart.ran;
+      md << "| " << d.s->name << (d.s == &*flush ? " (0.75 GiB host)" : "") << " | " << r->cache
+         << " | " << f("%g", static_cast<double>(d.disk) / static_cast<double>(kGiB)) << " | "
+         << thousands(last.cached_tokens) << " | "
+         << (restarted ? thousands(r->restart.cached_tokens_no_restart) : "-") << " | "
+         << (!restarted                                 ? "-"
+             : r->restart.cached_tokens_no_restart == 0 ? "- (0 of 0)"
+                                                        : f("%.4f", r->restart.reuse_ratio))
+         << " | " << f("%.3f", last.ttft_s) << " | " << f("%.3f", last.disk_floor_s) << " | "
+         << f("%.2f", last.ttft_s / last.disk_floor_s) << " | " << gb(r->stats.bytes_from_store)
+         << " | " << gb(r->stats.bytes_to_store) << " |\n";
+      if (restarted && d.disk > 0) {
+        restart_goal = "\nGoal (issue 13): restart (node, " + f("%g", o.disk_gib) +
+                       " GiB disk): turn 2 reuses " + f("%.4f", r->restart.reuse_ratio) +
+                       " of what it reuses without the restart (goal >= 0.99): " +
+                       mark(r->restart.reuse_ratio >= 0.99) + "; TTFT " +
+                       f("%.3f", r->restart.ttft_s) + " s = " + f("%.2fx", r->restart.ttft_ratio) +
+                       " its disk floor " + f("%.3f", r->restart.disk_floor_s) +
+                       " s (goal <= 1.5x): " + mark(r->restart.ttft_ratio <= 1.5) + ".\n";
+      }
+    }
+    md << restart_goal << "\n";
   }
 
   // ---- 2. trace at several host budgets --------------------------------------------------

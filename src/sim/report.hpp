@@ -17,9 +17,10 @@ struct ReportOptions {
   std::size_t trace_limit = 0;  ///< > 0: only the first N trace requests (said in the report)
   std::vector<double> trace_host_gib = {16, 64, 256};
   std::string model = "qwen3-next-80b";
-  std::string hardware = "consumer-gen4";       ///< the seed scenarios
-  std::string trace_hardware = "h200-gen5";     ///< the trace (a server trace)
-  bool policies = true;                         ///< run the policy comparison
+  std::string hardware = "consumer-gen4";    ///< the seed scenarios
+  std::string trace_hardware = "h200-gen5";  ///< the trace (a server trace)
+  bool policies = true;                      ///< run the policy comparison
+  double disk_gib = 64;  ///< the disk tier's runs (restart, flush into disk); 0: skip them
   std::function<void(const std::string&)> log;  ///< one line per finished run
   /// Called when a phase starts (done = 0) and after each of its runs.
   std::function<void(const std::string& phase, std::size_t done, std::size_t total)> progress;

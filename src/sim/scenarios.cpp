@@ -61,6 +61,19 @@ Scenario churn(bool flush) {
   return std::move(b.s);
 }
 
+// restart: churn's turn 1 and its aux calls, a process restart, then turn 2 (issue 13): what
+// survives is what the cache persisted to its store.
+Scenario restart() {
+  Scenario s = churn(false);
+  s.name = "restart";
+  s.description =
+      "turn 1 (24,000 tokens + 200 out), 10 distinct 1,500-token auxiliary calls (30 out), a "
+      "process restart (persist, then a new cache on the same store), then turn 2 = turn 1 + "
+      "output + 300 tokens";
+  s.restart_before = s.requests.size() - 1;
+  return s;
+}
+
 // Both compaction scenarios: GPU and host pools of 1,048,576 tokens (see compaction below),
 // one running request's GPU snapshot slots, host snapshots as the options say.
 void compaction_budget(Budget& budget, const ScenarioOptions& o) {
@@ -233,6 +246,20 @@ sched::Request trace_request(const Scenario& s, std::size_t i) {
   return r;
 }
 
+namespace {
+
+// The trace's split of one host byte budget: `share` of it for snapshots (whole slots), the
+// rest for KV.
+void split_host_bytes(Budget& b, std::uint64_t bytes, double share, const ModelGeometry& model) {
+  const auto snap_bytes = static_cast<std::uint64_t>(static_cast<double>(bytes) * share);
+  b.host_kv_bytes = bytes - snap_bytes;
+  b.host_kv_tokens = 0;
+  b.host_snapshot_bytes = 0;
+  b.host_snapshot_slots = static_cast<std::uint32_t>(snap_bytes / model.snapshot_bytes());
+}
+
+}  // namespace
+
 Scenario trace_scenario(std::vector<TraceRequest> trace, const ModelGeometry& model,
                         const ScenarioOptions& o) {
   Scenario s;
@@ -243,18 +270,14 @@ Scenario trace_scenario(std::vector<TraceRequest> trace, const ModelGeometry& mo
   s.include_queue = true;
   s.budget.gpu_kv_tokens = o.trace_gpu_kv_tokens;
   s.budget.gpu_snapshot_slots = gpu_snapshot_slots_for(o.trace_max_running);
-  const auto snap_bytes =
-      static_cast<std::uint64_t>(static_cast<double>(o.trace_host_bytes) * o.trace_snapshot_share);
-  s.budget.host_kv_bytes = o.trace_host_bytes - snap_bytes;
-  s.budget.host_kv_tokens = 0;
-  s.budget.host_snapshot_bytes = 0;
-  s.budget.host_snapshot_slots = static_cast<std::uint32_t>(snap_bytes / model.snapshot_bytes());
+  split_host_bytes(s.budget, o.trace_host_bytes, o.trace_snapshot_share, model);
   s.trace = std::move(trace);
   return s;
 }
 
 std::vector<std::string> scenario_names() {
-  return {"churn", "flush", "compaction", "compaction-turns", "agent", "trace", "admission-128k"};
+  return {"churn", "flush", "restart",       "compaction", "compaction-turns",
+          "agent", "trace", "admission-128k"};
 }
 
 Result<Scenario> make_scenario(const std::string& name, const ModelGeometry& model,
@@ -264,6 +287,8 @@ Result<Scenario> make_scenario(const std::string& name, const ModelGeometry& mod
     s = churn(false);
   } else if (name == "flush") {
     s = churn(true);
+  } else if (name == "restart") {
+    s = restart();
   } else if (name == "compaction") {
     s = compaction(options);
   } else if (name == "compaction-turns") {
@@ -283,6 +308,9 @@ Result<Scenario> make_scenario(const std::string& name, const ModelGeometry& mod
     std::string known;
     for (const auto& n : scenario_names()) known += (known.empty() ? "" : ", ") + n;
     return not_found("unknown scenario '" + name + "' (known: " + known + ")");
+  }
+  if (options.host_bytes) {
+    split_host_bytes(s.budget, *options.host_bytes, options.trace_snapshot_share, model);
   }
   compute_reusable(s);
   return s;

@@ -63,6 +63,10 @@ struct Scenario {
   std::vector<ScenarioRequest> requests;
   /// Trace scenarios: the trace; requests are synthesized from it lazily (make_request()).
   std::vector<TraceRequest> trace;
+  /// A process restart before request `restart_before` (not for traces): every request
+  /// before it finishes, then each cache is persisted (PrefixCache::persist() where it has
+  /// a store), destroyed, and created anew with empty GPU and host on the same store.
+  std::optional<std::size_t> restart_before;
   bool is_trace() const { return !trace.empty(); }
   std::size_t size() const { return is_trace() ? trace.size() : requests.size(); }
 };
@@ -86,9 +90,13 @@ struct ScenarioOptions {
   /// Retention priority of the side requests (the sends run at kDefaultPriority, 35): lower
   /// than the conversation's by default; 35 orders them as the conversation (no priorities).
   RetentionPriority agent_side_priority = 10;
+  // every scenario but the trace (whose budget is trace_host_bytes)
+  /// When set: the whole host budget in bytes, KV + snapshots, split as the trace's is
+  /// (trace_snapshot_share of it for snapshots), instead of the scenario's own.
+  std::optional<std::uint64_t> host_bytes;
 };
 
-/// churn | flush | compaction | compaction-turns | agent | trace | admission-128k
+/// churn | flush | restart | compaction | compaction-turns | agent | trace | admission-128k
 std::vector<std::string> scenario_names();
 /// kNotFound naming the known scenarios; trace: kNotFound when the file is missing.
 /// `model` sizes the trace's host snapshot slots (its budget is in bytes).

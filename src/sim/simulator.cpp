@@ -9,12 +9,14 @@
 #include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <unordered_map>
 
 #include "baseline/index_tier_cache.hpp"
 #include "radixtier/cache/prefix_cache.hpp"
 #include "sim/attention_only_cache.hpp"
 #include "sim/block_lru_ideal.hpp"
 #include "sim/cost_executor.hpp"
+#include "sim/counting_store_engine.hpp"
 #include "sim/counting_transfer_engine.hpp"
 
 namespace radixtier::sim {
@@ -117,6 +119,17 @@ std::size_t default_instances(const Scenario& s, const HardwarePreset& hw, doubl
 
 namespace {
 
+/// floor_seconds() with every reusable byte read from the preset's disk instead of moved over
+/// PCIe: the floor of a request whose prefix survives only on the store (after a restart).
+double disk_floor_seconds(const HardwarePreset& hw, const ModelGeometry& m, std::size_t reusable,
+                          std::size_t prompt) {
+  const std::uint64_t bytes =
+      reusable == 0 ? 0 : reusable * m.kv_bytes_per_token() + m.snapshot_bytes();
+  return ttft_seconds(
+      hw, disk_read_seconds(hw, 0, bytes),
+      prefill_seconds(hw, static_cast<double>(reusable), static_cast<double>(prompt)));
+}
+
 double floor_seconds(const HardwarePreset& hw, const ModelGeometry& m, std::size_t reusable,
                      std::size_t prompt) {
   const std::uint64_t bytes =
@@ -195,8 +208,15 @@ namespace {
 struct Instance {
   std::unique_ptr<CountingTransferEngine> engine;
   std::unique_ptr<CacheBackend> cache;
+  PrefixCache* prefix = nullptr;  ///< `cache` when it is a PrefixCache (node, sglang-like)
   std::unique_ptr<CostExecutor> executor;
   std::unique_ptr<sched::Scheduler> sched;
+  // What the processes before a restart did (a restart ends them):
+  std::unordered_map<sched::RequestId, sched::RequestResult> kept;
+  CacheStats kept_stats;
+  sched::SchedulerStats kept_sched;
+  double kept_clock_s = 0;
+  std::vector<sched::RequestId> submitted;
 };
 
 void add_stats(CacheStats& a, const CacheStats& b) {
@@ -221,6 +241,22 @@ void add_stats(CacheStats& a, const CacheStats& b) {
   a.alloc_wait_bytes += b.alloc_wait_bytes;
   a.alloc_wait_copies += b.alloc_wait_copies;
   a.background_evictions += b.background_evictions;
+  a.bytes_to_store += b.bytes_to_store;
+  a.bytes_from_store += b.bytes_from_store;
+  a.store_writes += b.store_writes;
+  a.store_reads += b.store_reads;
+  a.kv_pages_stored += b.kv_pages_stored;
+  a.kv_pages_loaded += b.kv_pages_loaded;
+  a.snapshots_stored += b.snapshots_stored;
+  a.snapshots_loaded += b.snapshots_loaded;
+  a.kv_pages_dropped_store += b.kv_pages_dropped_store;
+  a.store_records_lost += b.store_records_lost;
+  a.store_failures += b.store_failures;
+  a.store_copy_waits += b.store_copy_waits;
+  a.store_wait_bytes += b.store_wait_bytes;
+  a.restored_kv_pages += b.restored_kv_pages;
+  a.restored_snapshots += b.restored_snapshots;
+  a.hit_tokens_store += b.hit_tokens_store;
   a.host_bytes_peak = std::max(a.host_bytes_peak, b.host_bytes_peak);  // per instance
 }
 
@@ -237,6 +273,7 @@ void add_sched_stats(sched::SchedulerStats& a, const sched::SchedulerStats& b) {
   a.snapshots_kept += b.snapshots_kept;
   a.snapshot_slot_misses += b.snapshot_slot_misses;
   a.copy_wait_s += b.copy_wait_s;
+  a.store_wait_s += b.store_wait_s;
 }
 
 double percentile(std::vector<double> v, double p) {
@@ -347,30 +384,82 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
   eo.decode_step_s = o.decode_step_s;
   eo.decode_batch = s.max_running;
   eo.gpu_slots = config.gpu_snapshot_slots;
+  // The stores outlive the caches (declared first, destroyed last): a restart keeps them.
+  const bool with_store = o.disk_bytes > 0 && o.cache == CacheKind::kNode;
+  if (s.restart_before && s.is_trace()) {
+    return invalid_argument("scenario '" + s.name + "': a restart needs a non-trace scenario");
+  }
+  std::vector<std::unique_ptr<CountingStoreEngine>> stores(n_inst);
+  if (with_store) {
+    out.disk_bytes = o.disk_bytes;
+    for (auto& st : stores) {
+      auto made = CountingStoreEngine::create(
+          CountingStoreEngine::geometry_for(config, o.disk_bytes), config.host_pool_pages());
+      if (!made) return made.status();
+      st = std::move(*made);
+    }
+  }
+  // One process of instance k: a transfer engine, a cache (on the store), a scheduler.
+  auto start_process = [&](Instance& in, std::size_t k) -> Status {
+    in.engine = std::make_unique<CountingTransferEngine>(config);
+    in.prefix = nullptr;
+    if (o.cache == CacheKind::kNode || o.cache == CacheKind::kSglangLike) {
+      auto c = stores[k] ? PrefixCache::create(config, *in.engine, stores[k].get())
+                         : PrefixCache::create(config, *in.engine);
+      if (!c) return c.status();
+      if (o.on_cache) o.on_cache(**c, k);
+      in.prefix = c->get();
+      in.cache = std::move(*c);
+    } else if (o.cache == CacheKind::kAttentionOnly) {
+      auto c = AttentionOnlyCache::create(config, *in.engine);
+      if (!c) return c.status();
+      in.cache = std::move(*c);
+    } else {
+      auto c = index_tier::IndexTierCache::create(config, *in.engine);
+      if (!c) return c.status();
+      in.cache = std::move(*c);
+    }
+    auto made = sched::Scheduler::create(*in.cache, *in.executor, sc);
+    if (!made) return made.status();
+    in.sched = std::move(*made);
+    return Status::ok();
+  };
   std::vector<std::unique_ptr<Instance>> inst;
   for (std::size_t k = 0; k < n_inst; ++k) {
     auto in = std::make_unique<Instance>();
-    in->engine = std::make_unique<CountingTransferEngine>(config);
-    if (o.cache == CacheKind::kNode || o.cache == CacheKind::kSglangLike) {
-      auto c = PrefixCache::create(config, *in->engine);
-      if (!c) return c.status();
-      if (o.on_cache) o.on_cache(**c, k);
-      in->cache = std::move(*c);
-    } else if (o.cache == CacheKind::kAttentionOnly) {
-      auto c = AttentionOnlyCache::create(config, *in->engine);
-      if (!c) return c.status();
-      in->cache = std::move(*c);
-    } else {
-      auto c = index_tier::IndexTierCache::create(config, *in->engine);
-      if (!c) return c.status();
-      in->cache = std::move(*c);
-    }
     in->executor = std::make_unique<CostExecutor>(*hw, model->snapshot_bytes(), eo);
-    auto made = sched::Scheduler::create(*in->cache, *in->executor, sc);
-    if (!made) return made.status();
-    in->sched = std::move(*made);
+    if (Status st = start_process(*in, k); !st) return st;
     inst.push_back(std::move(in));
   }
+  // The restart: each process shuts down gracefully (persist() where the cache has a store:
+  // what a server's shutdown calls), keeps its results, and a new one starts on the same store
+  // with empty GPU and host. Caches without a store lose everything.
+  auto restart_all = [&]() -> Status {
+    for (std::size_t k = 0; k < n_inst; ++k) {
+      Instance& in = *inst[k];
+      if (stores[k]) {
+        const CacheStats before = in.cache->stats();
+        if (Status st = in.prefix->persist(); !st) return st;
+        const CacheStats after = in.cache->stats();
+        out.restart.persist_bytes += after.bytes_to_store - before.bytes_to_store;
+        out.restart.persist_writes += after.store_writes - before.store_writes;
+      }
+      for (sched::RequestId id : in.submitted) {
+        if (const sched::RequestResult* r = in.sched->result(id)) in.kept[id] = *r;
+      }
+      add_stats(in.kept_stats, in.cache->stats());
+      add_sched_stats(in.kept_sched, in.sched->stats());
+      in.kept_clock_s += in.sched->now();
+      in.sched.reset();  // it refers to the cache
+      in.cache.reset();
+      in.prefix = nullptr;
+      in.engine.reset();
+      if (Status st = start_process(in, k); !st) return st;
+    }
+    out.restart.persist_s =
+        disk_write_seconds(*hw, out.restart.persist_writes, out.restart.persist_bytes);
+    return Status::ok();
+  };
   Router router(
       o.router, n_inst,
       out.total_budget_bytes / (std::uint64_t{kTraceBlockTokens} * model->kv_bytes_per_token()),
@@ -411,7 +500,14 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
     return Status::ok();
   };
   std::vector<std::size_t> load(n_inst, 0);
+  const bool restarts = s.restart_before.has_value() && o.restart;
   for (std::size_t i = 0; i < n && run_status; ++i) {
+    if (restarts && i == *s.restart_before) {
+      run_status = advance_until(std::numeric_limits<double>::infinity());
+      if (run_status) run_status = restart_all();
+      if (!run_status) break;
+      out.restart.ran = true;
+    }
     run_status = advance_until(arrival_s(s, i));
     if (!run_status) break;
     if (n_inst > 1) {
@@ -421,11 +517,18 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
       where[i] = router.route(s.trace[i], load);
     }
     (void)inst[where[i]]->sched->submit(request(i));
+    if (restarts) inst[where[i]]->submitted.push_back(s.requests[i].request.id);
   }
   if (run_status) run_status = advance_until(std::numeric_limits<double>::infinity());
   if (!run_status) out.status = run_status.to_string();
   if (o.on_step) o.on_step();
 
+  // A request's result: from the process that ran it (one before a restart or the last).
+  auto result_of = [&](std::size_t i, sched::RequestId id) -> const sched::RequestResult* {
+    const Instance& in = *inst[where[i]];
+    auto it = in.kept.find(id);
+    return it != in.kept.end() ? &it->second : in.sched->result(id);
+  };
   out.rows.reserve(n);
   for (std::size_t i = 0; i < n; ++i) {
     RequestRow row;
@@ -434,7 +537,7 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
     row.prompt_tokens =
         s.is_trace() ? s.trace[i].input_length : s.requests[i].request.prompt.size();
     row.reusable_tokens = s.is_trace() ? 0 : s.requests[i].reusable_tokens;
-    const sched::RequestResult* res = inst[where[i]]->sched->result(row.id);
+    const sched::RequestResult* res = result_of(i, row.id);
     if (res == nullptr) {
       row.ok = false;
       row.error = "not finished";
@@ -449,10 +552,15 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
       row.bytes_h2d = res->admit_bytes_h2d;
       row.copies_h2d = res->admit_copies_h2d;
       row.reload_s = reload_seconds(*hw, row.copies_h2d, row.bytes_h2d);
+      row.store_cached_tokens = res->store_cached_tokens;
+      row.store_reads = res->admit_store_reads;
+      row.bytes_from_store = res->admit_bytes_from_store;
+      // Without a store there are no store reads: disk_s is 0 and TTFT is as it always was.
+      row.disk_s = disk_read_seconds(*hw, row.store_reads, row.bytes_from_store);
       row.prefill_s = res->prefill_s;
       row.queue_s = res->queue_s();
       row.ttft_s =
-          ttft_seconds(*hw, row.reload_s,
+          ttft_seconds(*hw, row.disk_s + row.reload_s,
                        s.include_queue ? res->first_token_s - res->arrival_s : res->prefill_s);
       row.snapshots_kept = res->snapshots_kept;
       row.preemptions = res->preemptions;
@@ -460,6 +568,7 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
     }
     if (!s.is_trace()) {
       row.floor_s = floor_seconds(*hw, *model, row.reusable_tokens, row.prompt_tokens);
+      row.disk_floor_s = disk_floor_seconds(*hw, *model, row.reusable_tokens, row.prompt_tokens);
     }
     out.rows.push_back(std::move(row));
   }
@@ -471,7 +580,7 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
     std::size_t alignment = s.page_size;
     for (const auto& in : inst) alignment = std::max(alignment, in->sched->learner().alignment());
     for (std::size_t i = 0; i < n; ++i) {
-      const sched::RequestResult* res = inst[where[i]]->sched->result(out.rows[i].id);
+      const sched::RequestResult* res = result_of(i, out.rows[i].id);
       if (res == nullptr || !res->status.is_ok()) continue;
       prompts.push_back(request(i));
       MissInput m;
@@ -487,18 +596,51 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
   }
   double executor_s = 0;
   for (const auto& in : inst) {
+    add_stats(out.stats, in->kept_stats);  // the processes before a restart (zero without)
     add_stats(out.stats, in->cache->stats());
+    add_sched_stats(out.sched, in->kept_sched);
     add_sched_stats(out.sched, in->sched->stats());
     out.placement_alignment = std::max(out.placement_alignment, in->sched->learner().alignment());
     out.keep_finish = in->sched->learner().keep_finish();
-    out.sim_clock_s = std::max(out.sim_clock_s, in->sched->now());
+    out.sim_clock_s = std::max(out.sim_clock_s, in->kept_clock_s + in->sched->now());
     executor_s += in->executor->prefill_seconds_total() + in->executor->decode_seconds_total();
+  }
+  for (const auto& st : stores) {
+    if (!st) continue;
+    out.store_records += st->record_count();
+    out.store_syncs += st->counts().syncs;
   }
   out.bytes_h2d = out.stats.bytes_h2d;
   out.bytes_d2h = out.stats.bytes_d2h;
   out.host_bytes_peak = out.stats.host_bytes_peak;
   finish_totals(out);
   finish_cluster(out, s, *hw, o.decode_step_s, executor_s);
+  if (out.restart.ran) {
+    // The goal's comparison: the same scenario straight through, in the same process.
+    SimOptions straight = o;
+    straight.restart = false;
+    straight.progress = nullptr;
+    straight.on_cache = nullptr;
+    straight.on_step = nullptr;
+    auto twin = simulate(s, straight);
+    if (!twin) return twin.status();
+    const std::size_t i = *s.restart_before;
+    const RequestRow& after = out.rows.at(i);
+    const RequestRow& same = twin->rows.at(i);
+    RestartReport& r = out.restart;
+    r.request = after.label;
+    r.cached_tokens = after.cached_tokens;
+    r.cached_tokens_no_restart = same.cached_tokens;
+    r.reuse_ratio = same.cached_tokens == 0 ? (after.cached_tokens == 0 ? 1.0 : 0.0)
+                                            : static_cast<double>(after.cached_tokens) /
+                                                  static_cast<double>(same.cached_tokens);
+    r.ttft_s = after.ttft_s;
+    r.ttft_s_no_restart = same.ttft_s;
+    r.disk_floor_s = after.disk_floor_s;
+    r.ttft_ratio = r.disk_floor_s > 0 ? r.ttft_s / r.disk_floor_s : 0.0;
+    r.bytes_from_store = after.bytes_from_store;
+    r.store_reads = after.store_reads;
+  }
   out.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return out;
 }
@@ -557,6 +699,26 @@ std::string to_json(const SimResult& r, bool rows) {
   o["alloc_wait_bytes"] = r.stats.alloc_wait_bytes;
   o["copy_wait_s"] = num(r.sched.copy_wait_s);
   o["background_evictions"] = r.stats.background_evictions;
+  o["disk_bytes"] = r.disk_bytes;
+  o["bytes_to_store"] = r.stats.bytes_to_store;
+  o["bytes_from_store"] = r.stats.bytes_from_store;
+  o["store_writes"] = r.stats.store_writes;
+  o["store_reads"] = r.stats.store_reads;
+  o["kv_pages_stored"] = r.stats.kv_pages_stored;
+  o["kv_pages_loaded"] = r.stats.kv_pages_loaded;
+  o["snapshots_stored"] = r.stats.snapshots_stored;
+  o["snapshots_loaded"] = r.stats.snapshots_loaded;
+  o["kv_pages_dropped_store"] = r.stats.kv_pages_dropped_store;
+  o["store_records_lost"] = r.stats.store_records_lost;
+  o["store_failures"] = r.stats.store_failures;
+  o["store_copy_waits"] = r.stats.store_copy_waits;
+  o["store_wait_bytes"] = r.stats.store_wait_bytes;
+  o["store_wait_s"] = num(r.sched.store_wait_s);
+  o["restored_kv_pages"] = r.stats.restored_kv_pages;
+  o["restored_snapshots"] = r.stats.restored_snapshots;
+  o["hit_tokens_store"] = r.stats.hit_tokens_store;
+  o["store_records"] = r.store_records;
+  o["store_syncs"] = r.store_syncs;
   o["instances"] = r.instances;
   o["router"] = r.router;
   o["utilization"] = num(r.utilization);
@@ -575,6 +737,22 @@ std::string to_json(const SimResult& r, bool rows) {
   mb["no_snapshot_divergence"] = r.misses.no_snapshot_divergence;
   mb["kv_missing"] = r.misses.kv_missing;
   mb["snapshot_missing"] = r.misses.snapshot_missing;
+  if (r.restart.ran) {
+    nlohmann::ordered_json& x = o["restart"];
+    x["request"] = r.restart.request;
+    x["cached_tokens"] = r.restart.cached_tokens;
+    x["cached_tokens_no_restart"] = r.restart.cached_tokens_no_restart;
+    x["reuse_ratio"] = num(r.restart.reuse_ratio);
+    x["ttft_s"] = num(r.restart.ttft_s);
+    x["ttft_s_no_restart"] = num(r.restart.ttft_s_no_restart);
+    x["disk_floor_s"] = num(r.restart.disk_floor_s);
+    x["ttft_ratio"] = num(r.restart.ttft_ratio);
+    x["bytes_from_store"] = r.restart.bytes_from_store;
+    x["store_reads"] = r.restart.store_reads;
+    x["persist_bytes"] = r.restart.persist_bytes;
+    x["persist_writes"] = r.restart.persist_writes;
+    x["persist_s"] = num(r.restart.persist_s);
+  }
   o["status"] = r.status;
   if (rows) {
     nlohmann::ordered_json& list = o["rows"] = nlohmann::ordered_json::array();
@@ -594,6 +772,11 @@ std::string to_json(const SimResult& r, bool rows) {
       x["queue_s"] = num(w.queue_s);
       x["ttft_s"] = num(w.ttft_s);
       x["floor_s"] = num(w.floor_s);
+      x["store_cached_tokens"] = w.store_cached_tokens;
+      x["bytes_from_store"] = w.bytes_from_store;
+      x["store_reads"] = w.store_reads;
+      x["disk_s"] = num(w.disk_s);
+      x["disk_floor_s"] = num(w.disk_floor_s);
       x["snapshots_kept"] = w.snapshots_kept;
       x["error"] = w.error;
     }

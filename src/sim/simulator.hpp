@@ -28,6 +28,16 @@
 //   TTFT     = t0 + reload_s + prefill_s                (one request at a time)
 //            = t0 + reload_s + (first token - arrival)  (include_queue: agent, trace)
 //   floor_s  = t0 + (reusable KV bytes + one snapshot) / BW + prefill of the rest
+//
+// The disk tier (disk_bytes > 0, node cache): the cache gets a CountingStoreEngine of that
+// many bytes; an admission's store reads are charged before the PCIe reload and its store
+// waits on the virtual clock:
+//   disk_s   = store_reads t_io + bytes_from_store / disk read BW   (the admission's deltas)
+//   TTFT     = t0 + disk_s + reload_s + prefill_s
+//   disk_floor_s = t0 + (reusable KV bytes + one snapshot) / disk read BW + prefill of the rest
+// A scenario with a restart (restart_before) persists each cache, destroys it and creates a
+// new one on the same store; simulate() then also runs the scenario without the restart and
+// reports both (SimResult::restart).
 #pragma once
 
 #include <cstdint>
@@ -90,6 +100,11 @@ struct SimOptions {
   double gpu_free_low_watermark = CacheConfig{}.gpu_free_low_watermark;
   double gpu_free_high_watermark = CacheConfig{}.gpu_free_high_watermark;
   double decode_step_s = 0.025;
+  /// The store tier below host, in bytes (radixtier sim --disk-gib); 0: none. Only the node
+  /// cache gets it (a CountingStoreEngine that outlives the caches).
+  std::uint64_t disk_bytes = 0;
+  /// Honour the scenario's restart (false: run it straight through, the comparison run).
+  bool restart = true;
   /// Modeled GPUs behind the router; 0: traces default_instances(), other scenarios 1.
   std::size_t instances = 0;
   RouterKind router = RouterKind::kPrefix;
@@ -115,10 +130,30 @@ struct RequestRow {
   std::size_t cached_tokens = 0, gpu_cached_tokens = 0, host_cached_tokens = 0;
   std::size_t recomputed_tokens = 0;
   std::size_t reusable_tokens = 0;  ///< what a perfect cache could reuse (not for traces)
-  std::uint64_t bytes_h2d = 0, copies_h2d = 0;  ///< at admission
+  std::uint64_t bytes_h2d = 0, copies_h2d = 0;          ///< at admission
+  std::size_t store_cached_tokens = 0;                  ///< of cached_tokens, loaded from the store
+  std::uint64_t store_reads = 0, bytes_from_store = 0;  ///< at admission
+  double disk_s = 0;        ///< disk_read_seconds() of the admission's store reads
+  double disk_floor_s = 0;  ///< the floor with every reusable byte read from the disk
   double reload_s = 0, prefill_s = 0, queue_s = 0, ttft_s = 0, floor_s = 0;
   std::uint32_t snapshots_kept = 0;
   std::uint32_t preemptions = 0;
+};
+
+/// The restart's goal (issue 13): the first request after the restart against the same
+/// request in the run without it.
+struct RestartReport {
+  bool ran = false;  ///< the scenario restarted (its other fields are set)
+  std::string request;
+  std::size_t cached_tokens = 0;             ///< after the restart
+  std::size_t cached_tokens_no_restart = 0;  ///< the same request, no restart
+  double reuse_ratio = 0;                    ///< cached_tokens / cached_tokens_no_restart
+  double ttft_s = 0, ttft_s_no_restart = 0;
+  double disk_floor_s = 0;
+  double ttft_ratio = 0;  ///< ttft_s / disk_floor_s
+  std::uint64_t bytes_from_store = 0, store_reads = 0;
+  std::uint64_t persist_bytes = 0, persist_writes = 0;  ///< what persist() wrote at shutdown
+  double persist_s = 0;  ///< disk_write_seconds() of it (shutdown time, not on any TTFT)
 };
 
 struct SimResult {
@@ -148,6 +183,11 @@ struct SimResult {
   double utilization = 0;       ///< modeled: offered_busy_seconds / (instances x span)
   double busy_utilization = 0;  ///< executor seconds spent / (instances x span)
   double ttft_s_p50 = 0, ttft_s_p90 = 0, ttft_s_p99 = 0;
+  // --- the disk tier ---
+  std::uint64_t disk_bytes = 0;     ///< the store's budget (0: this cache had none)
+  std::uint64_t store_records = 0;  ///< records on the store at the end
+  std::uint64_t store_syncs = 0;    ///< sync() calls it got
+  RestartReport restart;
 };
 
 /// Runs `scenario` once. Errors: unknown presets, a config the cache rejects, ideal on a

@@ -73,6 +73,15 @@ class Executor {
     (void)bytes;
     return 0;
   }
+
+  /// The same for the tier below host: the cache waited for `waits` store writes moving
+  /// `bytes` (CacheStats::store_copy_waits / store_wait_bytes) while making host room on
+  /// demand. 0 for a real executor; a cost model charges the writes to its virtual clock.
+  virtual double store_wait_seconds(std::uint64_t waits, std::uint64_t bytes) const {
+    (void)waits;
+    (void)bytes;
+    return 0;
+  }
 };
 
 }  // namespace radixtier::sched

@@ -105,6 +105,11 @@ struct RequestResult {
   std::uint64_t admit_bytes_h2d = 0;  ///< CacheStats deltas around admit + wait
   std::uint64_t admit_copies_h2d = 0;
   std::uint64_t admit_bytes_d2h = 0;
+  /// The tier below host, the same deltas: records read from the store (store -> host, before
+  /// the host -> GPU copies above), their bytes, and the usable-match tokens they gave.
+  std::uint64_t admit_store_reads = 0;
+  std::uint64_t admit_bytes_from_store = 0;
+  std::size_t store_cached_tokens = 0;
 
   // --- totals over the request's life (every admission) -----------------------------------
   std::size_t computed_tokens = 0;  ///< every token forwarded, prefill and decode
@@ -138,6 +143,9 @@ struct SchedulerStats {
   /// Seconds the cache's copy waits (CacheStats::alloc_wait_*) held the scheduler's thread,
   /// as Executor::copy_wait_seconds() reports them; charged to the virtual clock.
   double copy_wait_s = 0;
+  /// The same for store writes the cache waited for (CacheStats::store_copy_waits /
+  /// store_wait_bytes), as Executor::store_wait_seconds() reports them.
+  double store_wait_s = 0;
 };
 
 /// Reported by run_until_idle() after each step.
