@@ -85,16 +85,7 @@ struct Fingerprint {
     // Every field of both structs compares bytewise (no padding, checked here).
     static_assert(std::has_unique_object_representations_v<Occupancy>);
     static_assert(std::has_unique_object_representations_v<CacheStats>);
-    if (std::memcmp(&occupancy, &o.occupancy, sizeof occupancy) != 0) {
-      auto pair = [](const char* what, std::size_t a, std::size_t b) {
-        return std::string(" ") + what + " " + std::to_string(a) + " -> " + std::to_string(b);
-      };
-      return "occupancy changed:" +
-             pair("GPU pages free", occupancy.gpu_pages_free, o.occupancy.gpu_pages_free) +
-             pair("host pages free", occupancy.host_pages_free, o.occupancy.host_pages_free) +
-             pair("GPU slots free", occupancy.gpu_slots_free, o.occupancy.gpu_slots_free) +
-             pair("nodes", occupancy.nodes, o.occupancy.nodes);
-    }
+    if (std::memcmp(&occupancy, &o.occupancy, sizeof occupancy) != 0) return "occupancy changed";
     if (std::memcmp(&stats, &o.stats, sizeof stats) != 0) return "stats changed";
     if (matches.size() != o.matches.size()) return "prompt count changed";
     for (std::size_t i = 0; i < matches.size(); ++i) {

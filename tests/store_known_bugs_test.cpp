@@ -71,7 +71,9 @@ TEST(StoreKnownBugs, DISABLED_PinAfterAFailedStoreLoadKeepsInvariants) {
   auto pin = h.cache->pin(std::span(p).first(24));
   EXPECT_EQ(h.cache->check_invariants(), "");
   // The record is still on the store: the pin loads it (or refuses, changing nothing).
-  if (pin) EXPECT_TRUE(h.cache->unpin(*pin).is_ok());
+  if (pin) {
+    EXPECT_TRUE(h.cache->unpin(*pin).is_ok());
+  }
 }
 
 }  // namespace
