@@ -111,15 +111,39 @@ struct Harness {
   /// snapshot shared across namespaces shows as a byte mismatch.
   RequestOptions request_options;
 
+  /// The store tier below host (nullptr: none); not owned, it outlives restart().
+  StoreEngine* store = nullptr;
+
   explicit Harness(const CacheConfig& c,
-                   HostTransferEngine::Mode mode = HostTransferEngine::Mode::kManual)
+                   HostTransferEngine::Mode mode = HostTransferEngine::Mode::kManual,
+                   StoreEngine* store_tier = nullptr)
       : config(c),
         memory(c),
         engine(memory, c.slice_pages, mode),
-        manual_(mode == HostTransferEngine::Mode::kManual) {
-    auto r = PrefixCache::create(c, engine);
+        manual_(mode == HostTransferEngine::Mode::kManual),
+        store(store_tier) {
+    auto r = PrefixCache::create(c, engine, store);
     if (!r) throw std::runtime_error(r.status().to_string());
     cache = std::move(r).value();
+  }
+
+  /// A process restart: the cache goes (after persist() when `graceful`), every byte of GPU
+  /// and host memory is poisoned (a new process has none of it) and a new cache is made on
+  /// the same store. Returns create()'s status.
+  Status restart(bool graceful) {
+    Status s = graceful ? cache->persist() : Status::ok();
+    side_ = LockId();
+    cache.reset();
+    for (std::uint32_t i = 0; i < memory.gpu_pages(); ++i)
+      std::memset(memory.gpu_page(GpuPageId(i)).data(), 0xDB, memory.page_bytes());
+    for (std::uint32_t i = 0; i < memory.host_pages(); ++i)
+      std::memset(memory.host_page(HostPageId(i)).data(), 0xDB, memory.page_bytes());
+    for (std::uint32_t i = 0; i < memory.gpu_slots(); ++i)
+      std::memset(memory.gpu_snapshot(GpuSlotId(i)).data(), 0xDB, memory.snapshot_bytes());
+    auto r = PrefixCache::create(config, engine, store);
+    if (!r) return r.status();
+    cache = std::move(r).value();
+    return s;
   }
 
   std::uint32_t ps() const { return config.page_size; }

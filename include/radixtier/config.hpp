@@ -75,9 +75,16 @@ struct CacheConfig {
   /// sized for many requests, and what is demoted ahead stays one promotion away on host, so at
   /// most 4% of the GPU pool moves early (Linux keeps its min/low/high free-page watermarks at a
   /// fraction of memory for the same reason: kswapd frees ahead so an allocation need not reclaim).
-  /// The host tier has no lower tier yet: making host room drops at once, nothing to wait for.
+  /// Without a store tier, making host room drops at once: nothing to wait for.
   double gpu_free_low_watermark = 0.02;
   double gpu_free_high_watermark = 0.04;
+  /// The same for the host pool when a store tier is attached (PrefixCache::create with a
+  /// StoreEngine): below ceil(low x host pool) free pages, the host order's next victims are
+  /// written to the store without waiting, up to ceil(high x host pool); making host room on
+  /// demand then rarely waits for a store write (CacheStats::store_copy_waits). Same rule and
+  /// same fractions as the GPU's; 0 <= low <= high < 1, low 0 turns it off.
+  double host_free_low_watermark = 0.02;
+  double host_free_high_watermark = 0.04;
   /// The low / high watermark of a pool of `capacity` pages or slots, in pages or slots.
   /// Rounded up, so a small pool (GPU snapshot slots are tens) keeps one free slot.
   std::size_t low_watermark(std::size_t capacity) const {
@@ -87,6 +94,14 @@ struct CacheConfig {
   std::size_t high_watermark(std::size_t capacity) const {
     return static_cast<std::size_t>(
         std::ceil(gpu_free_high_watermark * static_cast<double>(capacity)));
+  }
+  std::size_t host_low_watermark(std::size_t capacity) const {
+    return static_cast<std::size_t>(
+        std::ceil(host_free_low_watermark * static_cast<double>(capacity)));
+  }
+  std::size_t host_high_watermark(std::size_t capacity) const {
+    return static_cast<std::size_t>(
+        std::ceil(host_free_high_watermark * static_cast<double>(capacity)));
   }
 
   /// Rejects nonsense with a message naming the field.

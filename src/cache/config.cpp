@@ -39,6 +39,11 @@ Status CacheConfig::validate() const {
   if (!(gpu_free_high_watermark >= gpu_free_low_watermark && gpu_free_high_watermark < 1.0))
     return bad("gpu_free_high_watermark",
                "must be in [gpu_free_low_watermark, 1) (a fraction of each GPU pool)");
+  if (!(host_free_low_watermark >= 0.0 && host_free_low_watermark < 1.0))
+    return bad("host_free_low_watermark", "must be in [0, 1) (a fraction of the host pool)");
+  if (!(host_free_high_watermark >= host_free_low_watermark && host_free_high_watermark < 1.0))
+    return bad("host_free_high_watermark",
+               "must be in [host_free_low_watermark, 1) (a fraction of the host pool)");
   if (write_policy == WritePolicy::kWriteThrough && host_pages == 0)
     return bad("write_policy", "write-through needs a host tier (host_pages > 0)");
   if (std::uint64_t{load_back_min_tokens} > std::uint64_t{gpu_pages} * page_size)

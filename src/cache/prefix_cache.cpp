@@ -56,17 +56,6 @@ Result<std::unique_ptr<PrefixCache>> PrefixCache::create(const CacheConfig& conf
   return std::unique_ptr<PrefixCache>(new PrefixCache(config, engine));
 }
 
-Result<std::unique_ptr<PrefixCache>> PrefixCache::create(const CacheConfig& config,
-                                                         TransferEngine& engine,
-                                                         StoreEngine* store) {
-  if (store == nullptr) return create(config, engine);
-  return Status(ErrorCode::kFailedPrecondition, "the store tier is being built");  // next commit
-}
-
-Status PrefixCache::persist() {
-  return Status(ErrorCode::kFailedPrecondition, "persist: this cache has no store tier");
-}
-
 PrefixCache::PrefixCache(const CacheConfig& config, TransferEngine& engine)
     : config_(config),
       engine_(engine),
@@ -93,6 +82,8 @@ PrefixCache::~PrefixCache() {
   host_kv_order_.clear();
   gpu_snap_order_.clear();
   host_snap_order_.clear();
+  store_kv_order_.clear();
+  store_snap_order_.clear();
   for (auto& [ns, root] : ns_roots_) destroy_subtree(root);
   destroy_subtree(root_);
 }
@@ -150,9 +141,9 @@ std::vector<PrefixCache::Candidate> PrefixCache::candidates_along(const Node* fr
   walk_kv_path(from, tokens, [&](const Node* c, std::size_t end) {
     if (kv_tokens) *kv_tokens = end;
     if (end != c->boundary) return;  // partial: no boundary inside a node
-    if (!c->has_gpu_kv() || c->kv_xfer == Xfer::kPromote) host_along += c->tokens.size();
+    if (!c->has_gpu_kv() || c->kv_to_gpu()) host_along += c->tokens.size();
     if (c->has_snapshot()) {
-      const bool snap_on_gpu = c->gpu_snapshot.valid() && c->snap_xfer != Xfer::kPromote;
+      const bool snap_on_gpu = c->gpu_snapshot.valid() && !c->snap_to_gpu();
       out.push_back({const_cast<Node*>(c), host_along, snap_on_gpu});
     }
   });
@@ -307,6 +298,11 @@ void PrefixCache::refresh(Node* n) {
        gs ? gpu_snap_key(*n) : OrderKey{});
   sync(host_snap_order_, *n, n->host_snap_hook, n->host_snap_key, hs,
        hs ? host_snap_key(*n) : OrderKey{});
+  const bool sk = n->store_kv_evictable(), ss = n->store_snapshot_evictable();
+  sync(store_kv_order_, *n, n->store_kv_hook, n->store_kv_key, sk,
+       sk ? store_kv_key(*n) : OrderKey{});
+  sync(store_snap_order_, *n, n->store_snap_hook, n->store_snap_key, ss,
+       ss ? store_snap_key(*n) : OrderKey{});
   if (!sinks_.empty()) [[unlikely]]
     emit_changes(n);
 }
@@ -315,6 +311,7 @@ void PrefixCache::touch(Node* n) {
   ++n->kv_uses;
   n->kv_age_gpu = gpu_kv_age_;
   n->kv_age_host = host_age_;
+  n->kv_age_store = store_age_;
   n->last_access = ++clock_;
   refresh(n);
 }
@@ -323,6 +320,7 @@ void PrefixCache::touch_snapshot(Node* n) {
   ++n->snap_uses;
   n->snap_age_gpu = gpu_snap_age_;
   n->snap_age_host = host_age_;
+  n->snap_age_store = store_age_;
   n->snap_access = ++clock_;
   n->snap_gap = gap_above(*n);
   refresh(n);
@@ -363,10 +361,12 @@ void PrefixCache::remove_if_empty(Node* n, std::vector<const Node*>* removed) {
     // A snapshot without KV below it can never be used: it leaves with the node.
     if (n->gpu_snapshot.valid()) drop_gpu_snapshot(n);
     if (n->has_host_snapshot()) drop_host_snapshot(n);
+    if (n->store_snapshot.valid()) drop_store_snapshot(n);
     Node* parent = n->parent;
     parent->children.erase(n->first_page(config_.page_size));
     refresh(n);  // unlinks every hook: nothing is evictable any more
     if (removed) removed->push_back(n);
+    if (removal_log_) removal_log_->push_back(n);
     n->~Node();
     node_pool_.free(n);
     --node_count_;
@@ -398,11 +398,17 @@ Node* PrefixCache::split(Node* n, std::size_t pages) {
     n->host_pages.erase(n->host_pages.begin(), n->host_pages.begin() + pages);
     upper->host_kv_children = 1;
   }
+  if (n->has_store_kv()) {
+    upper->store_pages.assign(n->store_pages.begin(), n->store_pages.begin() + pages);
+    n->store_pages.erase(n->store_pages.begin(), n->store_pages.begin() + pages);
+    upper->store_kv_children = 1;
+  }
   upper->lock_count = n->lock_count;
   upper->last_access = n->last_access;
   upper->kv_uses = n->kv_uses;
   upper->kv_age_gpu = n->kv_age_gpu;
   upper->kv_age_host = n->kv_age_host;
+  upper->kv_age_store = n->kv_age_store;
   upper->snapshots_below = n->snapshots_below;
   upper->kv_priority = n->kv_priority;
   upper->host_pin = n->host_pin;        // the pins through n run through its upper part too
@@ -445,6 +451,10 @@ const char* to_string(Xfer copy) {
       return "write-through";
     case Xfer::kPromote:
       return "promote";
+    case Xfer::kStore:
+      return "store";
+    case Xfer::kLoad:
+      return "load";
   }
   return "unknown";
 }
@@ -469,13 +479,11 @@ std::vector<NodeInfo> PrefixCache::inspect(std::span<const Token> tokens, Namesp
     info.tokens = c->tokens.size();
     info.matched = pos + k * config_.page_size;
     // A copy's destination is not a usable copy yet: report the source side only.
-    const bool kv_to_host = c->kv_xfer == Xfer::kDemote || c->kv_xfer == Xfer::kWriteThrough;
-    const bool kv_to_gpu = c->kv_xfer == Xfer::kPromote;
-    info.kv = residency(c->has_gpu_kv() && !kv_to_gpu, c->has_host_kv() && !kv_to_host);
-    const bool snap_to_host = c->snap_xfer == Xfer::kDemote || c->snap_xfer == Xfer::kWriteThrough;
-    const bool snap_to_gpu = c->snap_xfer == Xfer::kPromote;
-    info.snapshot =
-        residency(c->gpu_snapshot.valid() && !snap_to_gpu, c->has_host_snapshot() && !snap_to_host);
+    info.kv = residency(c->has_gpu_kv() && !c->kv_to_gpu(), c->has_host_kv() && !c->kv_to_host());
+    info.snapshot = residency(c->gpu_snapshot.valid() && !c->snap_to_gpu(),
+                              c->has_host_snapshot() && !c->snap_to_host());
+    info.kv_on_store = c->has_store_kv();
+    info.snapshot_on_store = c->store_snapshot.valid();
     info.kv_copy = c->kv_xfer;
     info.snapshot_copy = c->snap_xfer;
     info.locks = c->lock_count;

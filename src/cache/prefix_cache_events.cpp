@@ -11,16 +11,16 @@ namespace radixtier {
 namespace {
 constexpr std::uint8_t kOnGpu = 1, kOnHost = 2;
 
+// The store row is not reported: events describe what a router can route to now (GPU and
+// host copies, as vLLM's GPU / CPU media).
 std::uint8_t usable_kv(const Node& n) {
-  const bool to_host = n.kv_xfer == Xfer::kDemote || n.kv_xfer == Xfer::kWriteThrough;
-  return std::uint8_t((n.has_gpu_kv() && n.kv_xfer != Xfer::kPromote ? kOnGpu : 0) |
-                      (n.has_host_kv() && !to_host ? kOnHost : 0));
+  return std::uint8_t((n.has_gpu_kv() && !n.kv_to_gpu() ? kOnGpu : 0) |
+                      (n.has_host_kv() && !n.kv_to_host() ? kOnHost : 0));
 }
 
 std::uint8_t usable_snapshot(const Node& n) {
-  const bool to_host = n.snap_xfer == Xfer::kDemote || n.snap_xfer == Xfer::kWriteThrough;
-  return std::uint8_t((n.gpu_snapshot.valid() && n.snap_xfer != Xfer::kPromote ? kOnGpu : 0) |
-                      (n.has_host_snapshot() && !to_host ? kOnHost : 0));
+  return std::uint8_t((n.gpu_snapshot.valid() && !n.snap_to_gpu() ? kOnGpu : 0) |
+                      (n.has_host_snapshot() && !n.snap_to_host() ? kOnHost : 0));
 }
 
 Medium medium_of(std::uint8_t bit) {

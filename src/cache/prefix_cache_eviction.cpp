@@ -242,30 +242,68 @@ bool PrefixCache::make_host_page_room(std::size_t n, bool for_snapshot) {
       for_snapshot ? std::size_t{config_.host_snapshot_slots} * config_.snapshot_pages()
                    : config_.host_pages;
   if (!shared_host_ && n > share) return false;
-  auto short_of_room = [&] {
-    if (host_pages_.free_count() < n) return true;
-    return !shared_host_ && (for_snapshot ? host_snap_held_ : host_kv_held_) + n > share;
+  // `releasing`: host pages the store writes planned in this pass free when they land.
+  auto short_of_room = [&](std::size_t releasing) {
+    if (host_pages_.free_count() + releasing < n) return true;
+    return !shared_host_ &&
+           (for_snapshot ? host_snap_held_ : host_kv_held_) + n > share + releasing;
   };
-  while (short_of_room()) {
-    bool snapshot = false;
-    Node* victim = nullptr;
-    if (shared_host_) {
-      victim = host_victim(snapshot);
-    } else if (for_snapshot) {
-      snapshot = true;
-      victim = host_snap_order_.empty() ? nullptr : &*host_snap_order_.begin();
-    } else {
-      victim = host_kv_order_.empty() ? nullptr : &*host_kv_order_.begin();
+  while (short_of_room(0)) {
+    // With a store, a victim is written there (host -> store demotion) and its host copy
+    // freed once written; this waits for the writes (the host watermark, store_ahead(),
+    // keeps that rare). Without one, or for dead data, it is dropped as before.
+    StoreBatch writes;
+    std::size_t releasing = 0;
+    bool victims = false;
+    while (short_of_room(releasing)) {
+      bool snapshot = false;
+      Node* victim = nullptr;
+      if (shared_host_) {
+        victim = host_victim(snapshot);
+      } else if (for_snapshot) {
+        snapshot = true;
+        victim = host_snap_order_.empty() ? nullptr : &*host_snap_order_.begin();
+      } else {
+        victim = host_kv_order_.empty() ? nullptr : &*host_kv_order_.begin();
+      }
+      if (victim == nullptr) break;
+      victims = true;
+      const OrderKey& key = snapshot ? victim->host_snap_key : victim->host_kv_key;
+      if (key.cls == 1) host_age_ = std::max(host_age_, key.priority);
+      const std::size_t pages = snapshot ? victim->host_snapshot.size() : victim->host_pages.size();
+      const bool clean = snapshot ? victim->store_snapshot.valid() : victim->has_store_kv();
+      if (!clean && plan_store_write(victim, snapshot, true, writes) == StoreVerdict::kPlanned) {
+        releasing += pages;
+        continue;
+      }
+      if (snapshot) {
+        drop_host_snapshot(victim);
+      } else {
+        if (!victim->kv_live()) stats_.dead_kv_pages_dropped += victim->host_pages.size();
+        drop_host_kv(victim);
+      }
     }
-    if (victim == nullptr) return false;
-    const OrderKey& key = snapshot ? victim->host_snap_key : victim->host_kv_key;
-    if (key.cls == 1) host_age_ = std::max(host_age_, key.priority);
-    if (snapshot) {
-      drop_host_snapshot(victim);
-    } else {
-      if (!victim->kv_live()) stats_.dead_kv_pages_dropped += victim->host_pages.size();
-      drop_host_kv(victim);
+    if (writes.empty()) {
+      if (!victims) return false;
+      continue;
     }
+    const std::vector<StoreOp> ops = writes.ops;
+    std::optional<std::uint32_t> id;
+    if (Status s = submit_store_batch(std::move(writes), &id); !s) {
+      // Refused (the ops are cancelled): the room is still needed, so they are dropped, as
+      // without a store.
+      for (const StoreOp& op : ops) {
+        if (op.snapshot) {
+          drop_host_snapshot(op.node);
+        } else {
+          drop_host_kv(op.node);
+        }
+      }
+      continue;
+    }
+    ++stats_.store_copy_waits;
+    stats_.store_wait_bytes += store_transfers_.at(*id).bytes;
+    wait_store_transfer(*id);
   }
   return true;
 }
@@ -322,8 +360,9 @@ void PrefixCache::evict_gpu_kv(Node* n, PendingBatch& demote) {
 
 void PrefixCache::evict_gpu_snapshot(Node* n, PendingBatch& demote) {
   assert(n->gpu_snapshot_evictable());
-  // Keep a host copy only when it can be used again: a clean one exists, or KV is there.
-  if (n->has_host_snapshot() || !n->has_kv()) {
+  // Keep a host copy only when it can be used again: a clean one exists (on host or on the
+  // store), or KV is there.
+  if (n->has_host_snapshot() || n->store_snapshot.valid() || !n->has_kv()) {
     drop_gpu_snapshot(n);
     return;
   }
@@ -402,8 +441,11 @@ void PrefixCache::flush() {
     remove_if_empty(n);
   }
   while (!host_kv_order_.empty()) drop_host_kv(&*host_kv_order_.begin());
+  while (!store_kv_order_.empty()) drop_store_kv(&*store_kv_order_.begin());
   while (!gpu_snap_order_.empty()) drop_gpu_snapshot(&*gpu_snap_order_.begin());
   while (!host_snap_order_.empty()) drop_host_snapshot(&*host_snap_order_.begin());
+  while (!store_snap_order_.empty()) drop_store_snapshot(&*store_snap_order_.begin());
+  if (store_ != nullptr) (void)store_->sync();  // the erases are durable: a restart finds none
   if (events_quiet_) emit_contents();
 }
 
@@ -517,8 +559,10 @@ bool PrefixCache::wait_any_transfer() {
 }
 
 void PrefixCache::poll() {
+  reap_store_transfers();  // first: a store read that arrived goes on to GPU
   reap_transfers();
   demote_ahead();
+  store_ahead();
 }
 
 void PrefixCache::reap_transfers() {
@@ -533,7 +577,15 @@ void PrefixCache::reap_transfers() {
 }
 
 void PrefixCache::drain() {
-  while (wait_any_transfer()) {
+  // A store read that lands starts a promotion, so both kinds are waited for until none is left.
+  for (;;) {
+    if (!store_transfers_.empty()) {
+      std::uint32_t oldest = store_transfers_.begin()->first;
+      for (const auto& [id, t] : store_transfers_) oldest = std::min(oldest, id);
+      finish_store_transfer(oldest);
+      continue;
+    }
+    if (!wait_any_transfer()) return;
   }
 }
 

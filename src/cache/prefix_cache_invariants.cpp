@@ -100,6 +100,8 @@ std::string PrefixCache::check_invariants() const {
   }
   std::size_t nodes = 0, locked_pages = 0, pinned_pages = 0;
   std::size_t listed[4] = {0, 0, 0, 0};
+  std::size_t store_listed = 0;
+  std::unordered_set<RecordId> store_ids;  // every record a node holds
   std::vector<const Node*> stack{root_};
   for (const auto& [ns, r] : ns_roots_) {
     if (r == root_ || !r->is_root() || ns == kDefaultNamespace.value())
@@ -139,18 +141,36 @@ std::string PrefixCache::check_invariants() const {
         return fail("an empty leaf was left in the tree");
     }
     // Rule 2 and 5: each id in one place; ids of an in-flight copy are held by it.
-    const bool kv_to_host = n->kv_xfer == Xfer::kDemote || n->kv_xfer == Xfer::kWriteThrough;
-    const bool kv_to_gpu = n->kv_xfer == Xfer::kPromote;
+    const bool kv_to_host = n->kv_to_host();
+    const bool kv_to_gpu = n->kv_to_gpu();
     if ((kv_to_host || kv_to_gpu) && !(n->has_gpu_kv() && n->has_host_kv()))
       return fail("a KV copy is in flight without both ends");
+    if (n->kv_xfer == Xfer::kLoad && !n->has_store_kv())
+      return fail("a KV load is in flight without its store records");
+    if (n->kv_xfer == Xfer::kStore && !n->has_host_kv())
+      return fail("a KV store write is in flight without its host pages");
+    if (n->snap_xfer == Xfer::kLoad && !n->store_snapshot.valid())
+      return fail("a snapshot load is in flight without its store record");
+    if (n->snap_xfer == Xfer::kStore && !n->has_host_snapshot())
+      return fail("a snapshot store write is in flight without its host pages");
+    // The store row: records of the default namespace only, one per page, each held once.
+    if (n->has_store_kv() && n->store_pages.size() != n->page_count(ps))
+      return fail("store record count != pages");
+    if ((n->has_store_kv() || n->store_snapshot.valid()) && top_of(n) != root_)
+      return fail("a node outside the default namespace holds store records");
+    for (RecordId id : n->store_pages) {
+      if (!store_ids.insert(id).second) return fail("a store record is held twice");
+    }
+    if (n->store_snapshot.valid() && !store_ids.insert(n->store_snapshot).second)
+      return fail("a store record is held twice");
     for (GpuPageId id : n->gpu_pages)
       if (auto e = gpu.add(id, kv_to_gpu ? Holder::kTransfer : Holder::kNode); !e.empty())
         return fail(e);
     for (HostPageId id : n->host_pages)
       if (auto e = host.add(id, kv_to_host ? Holder::kTransfer : Holder::kNode); !e.empty())
         return fail(e);
-    const bool snap_to_host = n->snap_xfer == Xfer::kDemote || n->snap_xfer == Xfer::kWriteThrough;
-    const bool snap_to_gpu = n->snap_xfer == Xfer::kPromote;
+    const bool snap_to_host = n->snap_to_host();
+    const bool snap_to_gpu = n->snap_to_gpu();
     if ((snap_to_host || snap_to_gpu) && !(n->gpu_snapshot.valid() && n->has_host_snapshot()))
       return fail("a snapshot copy is in flight without both ends");
     if (n->has_host_snapshot() && n->host_snapshot.size() != config_.snapshot_pages())
@@ -162,11 +182,12 @@ std::string PrefixCache::check_invariants() const {
     for (HostPageId id : n->host_snapshot)  // the same host pool as the KV pages
       if (auto e = host.add(id, snap_to_host ? Holder::kTransfer : Holder::kNode); !e.empty())
         return fail(e);
-    if (n->kv_xfer != Xfer::kNone) {
-      auto t = transfers_.find(n->kv_xfer_id);
-      if (t == transfers_.end()) return fail("KV copy in flight with no transfer record");
-    }
-    if (n->snap_xfer != Xfer::kNone && transfers_.find(n->snap_xfer_id) == transfers_.end())
+    auto recorded = [&](Xfer x, std::uint32_t id) {
+      return Node::store_copy(x) ? store_transfers_.count(id) != 0 : transfers_.count(id) != 0;
+    };
+    if (n->kv_xfer != Xfer::kNone && !recorded(n->kv_xfer, n->kv_xfer_id))
+      return fail("KV copy in flight with no transfer record");
+    if (n->snap_xfer != Xfer::kNone && !recorded(n->snap_xfer, n->snap_xfer_id))
       return fail("snapshot copy in flight with no transfer record");
 
     if (n->lock_count > 0) locked_pages += n->gpu_pages.size();
@@ -188,17 +209,26 @@ std::string PrefixCache::check_invariants() const {
     if (n->kv_priority > kMaxPriority || n->snap_priority > kMaxPriority)
       return fail("a retention priority is above the maximum");
 
-    std::uint32_t gpu_children = 0, host_children = 0;
+    std::uint32_t gpu_children = 0, host_children = 0, store_children = 0;
     for (const auto& [key, c] : n->children) {
       if (c->parent != n) return fail("a child does not point back to its parent");
       if (c->lock_count > n->lock_count) return fail("a child is locked more than its parent");
       if (c->host_pin > n->host_pin) return fail("a child is pinned more than its parent");
       gpu_children += c->has_gpu_kv();
       host_children += c->has_host_kv();
+      store_children += c->has_store_kv();
       stack.push_back(c);
     }
-    if (gpu_children != n->gpu_kv_children || host_children != n->host_kv_children)
+    if (gpu_children != n->gpu_kv_children || host_children != n->host_kv_children ||
+        store_children != n->store_kv_children)
       return fail("child residency counters are off");
+    if (n->store_kv_hook.is_linked() != n->store_kv_evictable() ||
+        n->store_snap_hook.is_linked() != n->store_snapshot_evictable())
+      return fail("store order membership differs from evictability");
+    if ((n->store_kv_hook.is_linked() && n->store_kv_key != store_kv_key(*n)) ||
+        (n->store_snap_hook.is_linked() && n->store_snap_key != store_snap_key(*n)))
+      return fail("store order key is stale");
+    store_listed += n->store_kv_hook.is_linked() + n->store_snap_hook.is_linked();
 
     // Rule 4: on a list iff evictable there now.
     const bool on[4] = {n->gpu_kv_hook.is_linked(), n->host_kv_hook.is_linked(),
@@ -258,6 +288,27 @@ std::string PrefixCache::check_invariants() const {
   if (listed[0] != gpu_kv_order_.size() || listed[1] != host_kv_order_.size() ||
       listed[2] != gpu_snap_order_.size() || listed[3] != host_snap_order_.size())
     return "an eviction order holds a node that is not in the tree";
+  if (store_listed != store_kv_order_.size() + store_snap_order_.size())
+    return "a store order holds a node that is not in the tree";
+  // The store holds exactly the records the nodes hold (writes in flight have no ids yet).
+  if (store_ != nullptr) {
+    const std::vector<StoredRecord> records = store_->records();
+    if (records.size() != store_ids.size())
+      return "the store holds " + std::to_string(records.size()) + " records, the nodes " +
+             std::to_string(store_ids.size());
+    for (const StoredRecord& r : records) {
+      if (store_ids.count(r.id) == 0) return "the store holds a record no node holds";
+    }
+  } else if (!store_ids.empty()) {
+    return "nodes hold store records without a store";
+  }
+  for (const auto& [id, t] : store_transfers_) {
+    for (const StoreOp& op : t.ops) {
+      const Xfer state = op.snapshot ? op.node->snap_xfer : op.node->kv_xfer;
+      const std::uint32_t xid = op.snapshot ? op.node->snap_xfer_id : op.node->kv_xfer_id;
+      if (state != op.kind || xid != id) return "a store transfer record disagrees with its node";
+    }
+  }
   for (const std::string& e : {gpu.finish(), host.finish(), gslots.finish()})
     if (!e.empty()) return e;
   // Rule 9: every request-held id has exactly one owner, a live request.

@@ -74,12 +74,20 @@ void PrefixCache::flush(NamespaceId ns) {
       for (HostPageId id : n->host_pages) host_pages_.give_back(id);
       set_host_pages(n, {});
     }
+    // The store row (the default namespace only has one).
+    if (n->store_snapshot_evictable()) drop_store_snapshot(n);
+    if (n->store_kv_evictable()) {
+      stats_.kv_pages_dropped_store += n->store_pages.size();
+      for (RecordId id : n->store_pages) (void)store_->erase(id);
+      set_store_pages(n, {});
+    }
     // The root is never listed, so this cannot free a node still to be visited but an
     // ancestor already emptied: those are recorded and skipped.
     removed_list.clear();
     remove_if_empty(n, &removed_list);
     removed.insert(removed_list.begin(), removed_list.end());
   }
+  if (store_ != nullptr && ns == kDefaultNamespace) (void)store_->sync();
 }
 
 }  // namespace radixtier

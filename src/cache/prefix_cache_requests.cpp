@@ -151,6 +151,12 @@ Result<Admission> PrefixCache::try_admit_at(Node* target) {
     return why;
   };
   const std::vector<Node*> path = path_of(target);
+  // A node has one copy in flight at a time: a store write reading the path's host pages
+  // lands first (locked now, the node keeps its host copy when it does).
+  for (Node* n : path) {
+    if (n->kv_xfer == Xfer::kStore) wait_kv_copy(n);
+  }
+  if (target->snap_xfer == Xfer::kStore) wait_snapshot_copy(target);
   auto pages_needed = [&] {
     std::size_t pages = 0;
     for (Node* n : path) {
@@ -200,12 +206,45 @@ Result<Admission> PrefixCache::try_admit_at(Node* target) {
     return undo(Status(ErrorCode::kFailedPrecondition,
                        "admit: a copy that failed while making room took the snapshot"));
   }
+  // Store-only data travels store -> host -> GPU: its host pages (and the GPU pages made
+  // room for above) are taken now, as the read's and the promotion's destinations.
+  StoreBatch load;
+  std::size_t store_tokens = 0;
+  std::size_t load_pages = 0;
+  for (Node* n : path) {
+    if (!n->has_gpu_kv() && !n->has_host_kv()) load_pages += n->page_count(config_.page_size);
+  }
+  if (load_pages > 0) {
+    if (!make_host_page_room(load_pages)) {
+      return undo(out_of_memory("admit: no host room to load " + std::to_string(load_pages) +
+                                " pages from the store"));
+    }
+    for (Node* n : path) {
+      if (n->has_gpu_kv() || n->has_host_kv()) continue;
+      plan_kv_load(n, load);
+      store_tokens += n->tokens.size();
+    }
+  }
+  if (!target->gpu_snapshot.valid() && !target->has_host_snapshot()) {
+    std::vector<HostPageId> dst = take_host_snapshot_pages(target);
+    if (dst.empty()) {
+      cancel_store_ops(load.ops);
+      return undo(out_of_memory("admit: no host room to load the snapshot from the store"));
+    }
+    plan_snapshot_load(target, std::move(dst), load);
+  }
+  // Refused: the loads are cancelled (the nodes are store-only again) and a shallower
+  // candidate is tried.
+  if (Status s = submit_store_batch(std::move(load)); !s) {
+    return undo(Status(ErrorCode::kFailedPrecondition, "admit: " + s.message()));
+  }
+  stats_.hit_tokens_store += store_tokens;
   PendingBatch promote;
   promote.batch.direction = Direction::kHostToDevice;
   Admission a;
   for (Node* n : path) {
     if (n->has_gpu_kv()) {
-      (n->kv_xfer == Xfer::kPromote ? a.host_tokens : a.gpu_tokens) += n->tokens.size();
+      (n->kv_to_gpu() ? a.host_tokens : a.gpu_tokens) += n->tokens.size();
       continue;
     }
     std::vector<GpuPageId> dst;
@@ -218,7 +257,9 @@ Result<Admission> PrefixCache::try_admit_at(Node* target) {
     promote.ops.push_back({n, false, Xfer::kPromote});
     a.host_tokens += n->tokens.size();
   }
-  if (!target->gpu_snapshot.valid()) {
+  if (target->snap_xfer == Xfer::kLoad) {
+    a.snapshot_from_host = true;
+  } else if (!target->gpu_snapshot.valid()) {
     target->snap_xfer = Xfer::kPromote;
     set_gpu_snapshot(target, *gpu_slots_.take(Holder::kTransfer));
     add_snapshot_pieces(promote.batch, target);
@@ -240,10 +281,10 @@ TransferState PrefixCache::lock_state(const LockRecord& r) const {
   // inserted below it is its own: a tombstone there (a promotion another admission started
   // that failed, under pages this request kept) must not move its lock (rule 9).
   if (r.snap_node == nullptr) return TransferState::kDone;
-  bool pending = r.snap_node->snap_xfer == Xfer::kPromote;
+  bool pending = r.snap_node->snap_to_gpu();
   bool lost = !r.snap_node->gpu_snapshot.valid();
   for (const Node* n = r.snap_node; n != nullptr && !n->is_root(); n = n->parent) {
-    pending |= n->kv_xfer == Xfer::kPromote;
+    pending |= n->kv_to_gpu();
     lost |= !n->has_gpu_kv();
   }
   if (lost) return TransferState::kFailed;
@@ -261,6 +302,11 @@ void PrefixCache::wait_promotions(const LockRecord& r) {
   // The reused prefix only (see lock_state). Locked nodes never leave the tree, so the walk
   // survives what the copies change.
   if (r.snap_node == nullptr) return;
+  // Store reads first: each that arrives goes on to GPU as a promotion, waited for below.
+  for (Node* n = r.snap_node; n != nullptr && !n->is_root(); n = n->parent) {
+    if (n->kv_xfer == Xfer::kLoad) wait_kv_copy(n);
+  }
+  if (r.snap_node->snap_xfer == Xfer::kLoad) wait_snapshot_copy(r.snap_node);
   for (Node* n = r.snap_node; n != nullptr && !n->is_root(); n = n->parent) {
     if (n->kv_xfer == Xfer::kPromote) wait_transfer(n->kv_xfer_id);
   }
@@ -323,7 +369,7 @@ Result<std::vector<GpuPageId>> PrefixCache::path_pages(LockId lock) const {
   if (!rec) return rec.status();
   std::vector<GpuPageId> pages;
   for (Node* n : path_of((*rec)->node)) {
-    if (!n->has_gpu_kv() || n->kv_xfer == Xfer::kPromote) {
+    if (!n->has_gpu_kv() || n->kv_to_gpu()) {
       return Status(ErrorCode::kFailedPrecondition,
                     "path_pages: the prefix is not on GPU yet (wait() for the promotion)");
     }
@@ -337,7 +383,7 @@ Result<GpuSlotId> PrefixCache::path_snapshot(LockId lock) const {
   if (!rec) return rec.status();
   const Node* n = (*rec)->snap_node;
   if (n == nullptr) return not_found("path_snapshot: the admission matched nothing");
-  if (!n->gpu_snapshot.valid() || n->snap_xfer == Xfer::kPromote) {
+  if (!n->gpu_snapshot.valid() || n->snap_to_gpu()) {
     return Status(ErrorCode::kFailedPrecondition,
                   "path_snapshot: the snapshot is not on GPU yet (wait() for the promotion)");
   }
@@ -456,8 +502,7 @@ Status PrefixCache::validate_insert(LockId lock, const LockRecord& rec,
     if (c == nullptr) break;
     for (std::size_t i = 0; i < k; ++i) {
       const GpuPageId id = pages[pos / ps + i];
-      const bool tree_page =
-          c->has_gpu_kv() && c->kv_xfer != Xfer::kPromote && c->gpu_pages[i] == id;
+      const bool tree_page = c->has_gpu_kv() && !c->kv_to_gpu() && c->gpu_pages[i] == id;
       if (!tree_page && page_owner_.owner(id) != lock) {
         return invalid_argument(
             "insert: " + describe(id) + " at page " + std::to_string(pos / ps + i) +
@@ -504,7 +549,7 @@ Result<InsertResult> PrefixCache::insert(LockId lock, std::span<const Token> tok
       pos += c->tokens.size();
     }
     if (busy == nullptr) break;
-    wait_transfer(busy->kv_xfer_id);
+    wait_kv_copy(busy);
   }
   // Validate again after settling: a copy that finished may have changed which pages the
   // tree holds.

@@ -95,12 +95,12 @@ struct CacheStats {
   /// without waiting, or drops where host had no room or the data was dead or clean).
   std::uint64_t background_evictions = 0;
   // The store tier below host (PrefixCache with a StoreEngine; transfer/store_engine.hpp).
-  std::uint64_t bytes_to_store = 0;       ///< host -> store bytes (records written)
-  std::uint64_t bytes_from_store = 0;     ///< store -> host bytes (records read)
-  std::uint64_t store_writes = 0;         ///< records written (a KV page or a snapshot each)
-  std::uint64_t store_reads = 0;          ///< records read
-  std::uint64_t kv_pages_stored = 0;      ///< KV pages given a store copy
-  std::uint64_t kv_pages_loaded = 0;      ///< KV pages read back from the store
+  std::uint64_t bytes_to_store = 0;    ///< host -> store bytes (records written)
+  std::uint64_t bytes_from_store = 0;  ///< store -> host bytes (records read)
+  std::uint64_t store_writes = 0;      ///< records written (a KV page or a snapshot each)
+  std::uint64_t store_reads = 0;       ///< records read
+  std::uint64_t kv_pages_stored = 0;   ///< KV pages given a store copy
+  std::uint64_t kv_pages_loaded = 0;   ///< KV pages read back from the store
   std::uint64_t snapshots_stored = 0;
   std::uint64_t snapshots_loaded = 0;
   std::uint64_t kv_pages_dropped_store = 0;  ///< store KV records erased for room or flush

@@ -31,12 +31,27 @@
 // Eviction from GPU runs on demand (make_gpu_*_room, for an allocation: submits, then waits)
 // or ahead of need (PrefixCache::demote_ahead, the watermark step: submits, never waits; the
 // copy lands and is reaped later). Both take the order's head and use the transitions above.
+// The store tier (a StoreEngine below host: the disk) is a third row with the same
+// transitions one tier down; its copies are clean (records never change once written):
+//   Host -(host needs room, or the host watermark)-> Host+kStore -(done)-> Store (Host+Store
+//        if locked or pinned meanwhile)             (host pages are the write's sources)
+//   Host+Store -(evict host)-> Store                (free: the store copy is clean)
+//   Store -(admit)-> Store+kLoad -(read done)-> Host+Store+kPromote -(done)-> all three
+//        (kLoad: host_pages and gpu_pages are both destinations, held by the transfer)
+//   Store -(store needs room, flush)-> Gone         (the records are erased)
+//   any+kStore -(write failed)-> Host, dropped when the write was for room (degrades to
+//        recompute as a drop did before the store existed)
+//   any+kLoad -(read failed: kDataLoss)-> the records are erased, the resource is Gone there;
+//        (an I/O error: kTransferFailed)-> Store; destinations freed either way (rule 7)
+// Only the default namespace has a store row; store_pages (one record per page) is all or
+// nothing, like the other rows.
 // The snapshot at the boundary follows the same machine (gpu_snapshot, host_snapshot,
-// snap_xfer), with "None" for Gone. A host snapshot lives in snapshot_pages() pages of the
-// one host pool (host_snapshot[i] holds bytes [i * page_bytes, ...) of it), not contiguous.
+// store_snapshot, snap_xfer), with "None" for Gone. A host snapshot lives in snapshot_pages() pages
+// of the one host pool (host_snapshot[i] holds bytes [i * page_bytes, ...) of it), not contiguous.
 //
-// Eviction orders (one per pool: GPU KV pages, GPU snapshot slots, host pages; the host pool
-// orders its KV and its snapshots in two sets whose heads are compared, so it is one order):
+// Eviction orders (one per pool: GPU KV pages, GPU snapshot slots, host pages, store slots;
+// the host pool and the store order their KV and their snapshots in two sets whose heads are
+// compared, so each is one order):
 // a node is in a set iff the matching *_evictable() predicate holds (rule 4), sorted by its
 // OrderKey, lowest first. Keys follow GreedyDual-Size-Frequency: priority = the pool's age
 // (the priority of its last victim) at the node's last use + uses x value per byte, where a
@@ -70,6 +85,7 @@
 #include <vector>
 
 #include "radixtier/ids.hpp"
+#include "radixtier/transfer/store_record.hpp"
 
 namespace radixtier {
 
@@ -97,7 +113,9 @@ struct PageKeyEq {
   }
 };
 
-enum class Xfer : std::uint8_t { kNone, kDemote, kWriteThrough, kPromote };
+/// The copy in flight of a node's KV or snapshot: GPU -> host (kDemote, kWriteThrough),
+/// host -> GPU (kPromote), host -> store (kStore), store -> host on its way to GPU (kLoad).
+enum class Xfer : std::uint8_t { kNone, kDemote, kWriteThrough, kPromote, kStore, kLoad };
 
 using OrderHook =
     boost::intrusive::set_member_hook<boost::intrusive::link_mode<boost::intrusive::safe_link>>;
@@ -128,22 +146,28 @@ struct Node {
   std::vector<HostPageId> host_pages;  ///< empty or one per page of `tokens`
   GpuSlotId gpu_snapshot;
   std::vector<HostPageId> host_snapshot;  ///< empty, or the host pages of the snapshot
+  std::vector<RecordId> store_pages;      ///< empty or one store record per page of `tokens`
+  RecordId store_snapshot;                ///< the snapshot's store record (invalid: none)
   Xfer kv_xfer = Xfer::kNone;
   Xfer snap_xfer = Xfer::kNone;
-  std::uint32_t kv_xfer_id = 0;    ///< the in-flight transfer moving the KV
-  std::uint32_t snap_xfer_id = 0;  ///< the in-flight transfer moving the snapshot
+  /// The in-flight transfer moving the KV / the snapshot: an id of the GPU-host transfers,
+  /// or, for kStore and kLoad, of the store transfers.
+  std::uint32_t kv_xfer_id = 0;
+  std::uint32_t snap_xfer_id = 0;
 
-  std::uint32_t lock_count = 0;        ///< running requests whose path includes this node
-  std::uint32_t snapshot_lock = 0;     ///< running requests resuming from this snapshot
-  std::uint32_t gpu_kv_children = 0;   ///< children with gpu_pages set
-  std::uint32_t host_kv_children = 0;  ///< children with host_pages set
-  std::uint64_t last_access = 0;       ///< clock of the last use of the KV
+  std::uint32_t lock_count = 0;         ///< running requests whose path includes this node
+  std::uint32_t snapshot_lock = 0;      ///< running requests resuming from this snapshot
+  std::uint32_t gpu_kv_children = 0;    ///< children with gpu_pages set
+  std::uint32_t host_kv_children = 0;   ///< children with host_pages set
+  std::uint32_t store_kv_children = 0;  ///< children with store_pages set
+  std::uint64_t last_access = 0;        ///< clock of the last use of the KV
   // What the eviction keys are made of (see "Eviction orders" above).
-  std::uint64_t snap_access = 0;               ///< clock of the last use of the snapshot
-  std::uint32_t kv_uses = 0;                   ///< admissions through this node + its insert
-  std::uint32_t snap_uses = 0;                 ///< resumes from this snapshot + its insert
-  double kv_age_gpu = 0, kv_age_host = 0;      ///< pool ages at the last use of the KV
-  double snap_age_gpu = 0, snap_age_host = 0;  ///< pool ages at the last use of the snapshot
+  std::uint64_t snap_access = 0;                ///< clock of the last use of the snapshot
+  std::uint32_t kv_uses = 0;                    ///< admissions through this node + its insert
+  std::uint32_t snap_uses = 0;                  ///< resumes from this snapshot + its insert
+  double kv_age_gpu = 0, kv_age_host = 0;       ///< pool ages at the last use of the KV
+  double snap_age_gpu = 0, snap_age_host = 0;   ///< pool ages at the last use of the snapshot
+  double kv_age_store = 0, snap_age_store = 0;  ///< the store's age at those uses
   std::size_t snap_gap = 0;           ///< tokens back to the snapshot above, at the last use
   std::uint32_t snapshots_below = 0;  ///< nodes at or below this one that have a snapshot
   /// The room-making round in which a demotion of the KV / the snapshot failed (0: none):
@@ -158,6 +182,13 @@ struct Node {
 
   OrderHook gpu_kv_hook, host_kv_hook, gpu_snap_hook, host_snap_hook;
   OrderKey gpu_kv_key, host_kv_key, gpu_snap_key, host_snap_key;  ///< valid while linked
+  OrderHook store_kv_hook, store_snap_hook;
+  OrderKey store_kv_key, store_snap_key;
+
+  /// The store path hash at this node's end (store_record.hpp), computed lazily for the
+  /// records it writes; a split keeps the lower part's (its end does not move).
+  bool end_path_known = false;
+  PathHash end_path;
 
   // KV events (events.hpp), kept only while an event sink is attached: the residency last
   // reported (bit 0 GPU, bit 1 host) and the hash of the node's last page, computed lazily.
@@ -168,10 +199,25 @@ struct Node {
   std::size_t page_count(std::uint32_t page_size) const { return tokens.size() / page_size; }
   bool has_gpu_kv() const { return !gpu_pages.empty(); }
   bool has_host_kv() const { return !host_pages.empty(); }
+  bool has_store_kv() const { return !store_pages.empty(); }
   /// KV "not gone": some copy exists or is being made from a valid source.
-  bool has_kv() const { return has_gpu_kv() || has_host_kv(); }
+  bool has_kv() const { return has_gpu_kv() || has_host_kv() || has_store_kv(); }
   bool has_host_snapshot() const { return !host_snapshot.empty(); }
-  bool has_snapshot() const { return gpu_snapshot.valid() || has_host_snapshot(); }
+  bool has_snapshot() const {
+    return gpu_snapshot.valid() || has_host_snapshot() || store_snapshot.valid();
+  }
+  /// gpu_pages / gpu_snapshot are a copy's destinations (not usable yet).
+  bool kv_to_gpu() const { return kv_xfer == Xfer::kPromote || kv_xfer == Xfer::kLoad; }
+  bool snap_to_gpu() const { return snap_xfer == Xfer::kPromote || snap_xfer == Xfer::kLoad; }
+  /// host_pages / host_snapshot are a copy's destinations.
+  bool kv_to_host() const {
+    return kv_xfer == Xfer::kDemote || kv_xfer == Xfer::kWriteThrough || kv_xfer == Xfer::kLoad;
+  }
+  bool snap_to_host() const {
+    return snap_xfer == Xfer::kDemote || snap_xfer == Xfer::kWriteThrough ||
+           snap_xfer == Xfer::kLoad;
+  }
+  static bool store_copy(Xfer x) { return x == Xfer::kStore || x == Xfer::kLoad; }
   /// Some snapshot at or below this node: its KV can be resumed from (else it is dead KV).
   bool kv_live() const { return snapshots_below > 0; }
   bool is_root() const { return parent == nullptr; }
@@ -191,6 +237,13 @@ struct Node {
   }
   bool host_snapshot_evictable() const {
     return has_host_snapshot() && snap_xfer == Xfer::kNone && snapshot_lock == 0 && snap_pin == 0;
+  }
+  bool store_kv_evictable() const {
+    return !is_root() && has_store_kv() && kv_xfer == Xfer::kNone && lock_count == 0 &&
+           store_kv_children == 0;
+  }
+  bool store_snapshot_evictable() const {
+    return store_snapshot.valid() && snap_xfer == Xfer::kNone && snapshot_lock == 0;
   }
 };
 

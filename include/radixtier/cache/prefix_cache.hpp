@@ -162,7 +162,9 @@ struct NodeInfo {
   std::uint32_t snapshot_locks = 0;  ///< running requests resuming from its snapshot
   std::uint8_t kv_priority = 0;      ///< retention level of its KV (node.hpp)
   std::uint8_t snapshot_priority = 0;
-  std::uint32_t pins = 0;  ///< host pins whose prefix includes it
+  std::uint32_t pins = 0;    ///< host pins whose prefix includes it
+  bool kv_on_store = false;  ///< its KV has a store copy (records of every page)
+  bool snapshot_on_store = false;
 
   bool operator==(const NodeInfo&) const = default;
 };
@@ -262,7 +264,10 @@ class PrefixCache final : public CacheBackend {
   std::size_t namespace_count() const { return 1 + ns_roots_.size(); }
   Occupancy occupancy() const;
   const CacheConfig& config() const { return config_; }
-  std::size_t in_flight() const { return transfers_.size(); }
+  /// GPU-host transfers and store transfers in flight.
+  std::size_t in_flight() const { return transfers_.size() + store_transfers_.size(); }
+  /// The store tier (nullptr: none).
+  StoreEngine* store() const { return store_; }
 
   // --- observation (events.hpp, timing_hooks.hpp; prefix_cache_events.cpp) --------------
   /// Attaches a sink (not owned; it must outlive its attachment). It first receives
@@ -304,6 +309,68 @@ class PrefixCache final : public CacheBackend {
   };
 
   PrefixCache(const CacheConfig& config, TransferEngine& engine);
+
+  // the store tier (prefix_cache_store.cpp)
+  /// One resource's copy to or from the store: kStore (host -> store; drop_host: free the
+  /// host copy once written, the write was for room) or kLoad (store -> host, then GPU).
+  struct StoreOp {
+    Node* node;
+    bool snapshot;
+    Xfer kind;
+    bool drop_host = false;
+  };
+  struct StoreInFlight {
+    std::uint64_t ticket = 0;
+    bool writes = false;
+    std::vector<StoreOp> ops;
+    std::uint64_t bytes = 0;
+  };
+  struct StoreBatch {
+    std::vector<StoreWrite> writes;
+    std::vector<StoreRead> reads;
+    std::vector<StoreOp> ops;
+    std::uint64_t slots = 0;  ///< store slots the writes take
+    bool empty() const { return ops.empty(); }
+  };
+  /// What making host room does with one victim when a store is attached.
+  enum class StoreVerdict { kPlanned, kNotStored };
+  /// Rebuilds the default namespace's tree from the store's records (create()).
+  Status restore_from_store();
+  /// The store path hash at n's end (Node::end_path), computing what is not known yet.
+  PathHash end_path(Node* n);
+  bool in_default_namespace(const Node* n) const;
+  /// Plans the host -> store write of a host victim's resource (KV or snapshot), making
+  /// store room; kNotStored when there is no store, the data is dead or of another namespace,
+  /// or the store has no room (the caller drops it, as without a store).
+  StoreVerdict plan_store_write(Node* n, bool snapshot, bool drop_host, StoreBatch& batch);
+  /// Erases store victims (lowest key, leaf-first) until `slots` are free; false: no victim.
+  bool make_store_room(std::uint64_t slots);
+  Node* store_victim(bool& snapshot) const;
+  void drop_store_kv(Node* n);
+  void drop_store_snapshot(Node* n);
+  void set_store_pages(Node* n, std::vector<RecordId> records);
+  void set_store_snapshot(Node* n, RecordId record);
+  /// Plans the store -> host read of n's KV / snapshot into host pages taken now (room made
+  /// by the caller) with `gpu` as the final destinations; kLoad.
+  void plan_kv_load(Node* n, StoreBatch& batch);
+  void plan_snapshot_load(Node* n, std::vector<HostPageId> host, StoreBatch& batch);
+  /// Submits a store batch; a refusal cancels its ops (their nodes as before) and returns it.
+  Status submit_store_batch(StoreBatch&& batch, std::optional<std::uint32_t>* id = nullptr);
+  void cancel_store_ops(std::span<const StoreOp> ops);
+  void finish_store_transfer(std::uint32_t id);
+  void finish_store_write(const StoreOp& op, const RecordId* ids, std::size_t count, bool ok);
+  /// Returns true when the read arrived (the op then joins `promote`).
+  bool finish_store_read(const StoreOp& op, std::span<const Status> items, PendingBatch& promote);
+  void wait_store_transfer(std::uint32_t id);
+  /// Waits for whichever copy moves n's KV / snapshot now (GPU-host or store).
+  void wait_kv_copy(Node* n);
+  void wait_snapshot_copy(Node* n);
+  void reap_store_transfers();
+  /// Store writes in flight that free host pages when they land (the host watermark).
+  std::size_t host_pages_storing() const;
+  /// The host watermark step: with a store, keeps free host pages above the low watermark by
+  /// writing the host order's next victims to the store, never waiting.
+  void store_ahead();
 
   // tree
   Node* new_node(Node* parent, std::span<const Token> tokens);
@@ -349,6 +416,8 @@ class PrefixCache final : public CacheBackend {
   OrderKey host_kv_key(const Node& n) const;
   OrderKey gpu_snap_key(const Node& n) const;
   OrderKey host_snap_key(const Node& n) const;
+  OrderKey store_kv_key(const Node& n) const;
+  OrderKey store_snap_key(const Node& n) const;
   /// Tokens back to the nearest snapshot above n (or the root).
   std::size_t gap_above(const Node& n) const;
   /// The host pool's next victim (KV or snapshot, whichever key is lower); nullptr if none.
@@ -466,12 +535,20 @@ class PrefixCache final : public CacheBackend {
 
   CacheConfig config_;
   TransferEngine& engine_;
+  StoreEngine* store_ = nullptr;
+  std::unordered_map<std::uint32_t, StoreInFlight> store_transfers_;
+  std::uint32_t next_store_transfer_ = 1;
+  Order<&Node::store_kv_hook, &Node::store_kv_key> store_kv_order_;
+  Order<&Node::store_snap_hook, &Node::store_snap_key> store_snap_order_;
+  double store_age_ = 0;  ///< GreedyDual age of the store
   boost::pool<> node_pool_;
   Node* root_;
   std::size_t node_count_ = 0;
   std::uint64_t clock_ = 0;
   /// Counts reclaim_gpu_*() calls: the round a failed demotion is marked with (node.hpp).
   std::uint64_t room_round_ = 0;
+  /// While set (persist()), every node remove_if_empty() frees is appended to it.
+  std::vector<const Node*>* removal_log_ = nullptr;
   /// True while make_gpu_*_room() makes room for an allocation: its waits are counted
   /// (CacheStats::alloc_copy_waits).
   bool alloc_room_ = false;

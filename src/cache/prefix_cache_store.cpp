@@ -1,0 +1,599 @@
+// The store tier of PrefixCache: the row below host (node.hpp, "The store tier"): host ->
+// store demotion when host needs room (on demand: submit and wait; ahead of need: the host
+// watermark, never waiting), store -> host -> GPU at admission, the store's eviction order,
+// rebuilding the tree from the store's records at create(), and persist().
+#include <algorithm>
+#include <cassert>
+#include <unordered_set>
+
+#include "radixtier/cache/prefix_cache.hpp"
+#include "radixtier/transfer/store_rebuild.hpp"
+
+namespace radixtier {
+
+// ---------------------------------------------------------------------------------------
+// create() with a store: the tree comes back from the records
+
+Result<std::unique_ptr<PrefixCache>> PrefixCache::create(const CacheConfig& config,
+                                                         TransferEngine& engine,
+                                                         StoreEngine* store) {
+  if (store == nullptr) return create(config, engine);
+  const StoreGeometry g = store->geometry();
+  auto differs = [](const char* what, std::uint64_t mine, std::uint64_t theirs) {
+    return invalid_argument(std::string("the store was made for ") + what + " " +
+                            std::to_string(theirs) + ", the config has " + std::to_string(mine));
+  };
+  if (g.page_tokens != config.page_size)
+    return differs("page_size", config.page_size, g.page_tokens);
+  if (g.page_bytes != config.page_bytes)
+    return differs("page_bytes", config.page_bytes, g.page_bytes);
+  if (g.snapshot_bytes != config.snapshot_bytes)
+    return differs("snapshot_bytes", config.snapshot_bytes, g.snapshot_bytes);
+  auto made = create(config, engine);
+  if (!made) return made;
+  std::unique_ptr<PrefixCache> cache = std::move(made).value();
+  cache->store_ = store;
+  if (Status s = cache->restore_from_store(); !s) return s;
+  return cache;
+}
+
+Status PrefixCache::restore_from_store() {
+  const std::vector<StoredRecord> records = store_->records();
+  const RebuiltPaths paths = rebuild_paths(records, config_.page_size);
+  // What can never be part of a usable match goes (rebuild.hpp): orphans and duplicates.
+  for (const auto* list : {&paths.orphan_pages, &paths.orphan_snapshots, &paths.duplicate_pages}) {
+    for (RecordId id : *list) (void)store_->erase(id);
+  }
+  // Chains of pages without a branch or a snapshot between them become one node, as an
+  // insert of those tokens would have made it. Pass 1 groups pages into nodes (parents
+  // first: pages come parents first), pass 2 makes the nodes.
+  const std::size_t np = paths.pages.size();
+  std::vector<std::uint32_t> children(np, 0);
+  for (const RebuiltPage& p : paths.pages) {
+    if (p.parent >= 0) ++children[static_cast<std::size_t>(p.parent)];
+  }
+  struct Group {
+    std::int64_t parent_group;
+    std::vector<Token> tokens;
+    std::vector<RecordId> records;
+    RecordId snapshot;
+    PathHash end;
+  };
+  std::vector<Group> groups;
+  std::vector<std::size_t> group_of(np, 0);
+  for (std::size_t i = 0; i < np; ++i) {
+    const RebuiltPage& p = paths.pages[i];
+    const auto parent = static_cast<std::size_t>(p.parent);
+    const bool extends =
+        p.parent >= 0 && children[parent] == 1 && paths.pages[parent].snapshots.empty();
+    if (extends) {
+      group_of[i] = group_of[parent];
+    } else {
+      group_of[i] = groups.size();
+      groups.push_back({p.parent >= 0 ? std::int64_t(group_of[parent]) : -1, {}, {}, {}, {}});
+    }
+    Group& g = groups[group_of[i]];
+    g.tokens.insert(g.tokens.end(), p.tokens.begin(), p.tokens.end());
+    g.records.push_back(p.record);
+    g.end = p.path;
+    for (std::size_t k = 0; k < p.snapshots.size(); ++k) {
+      if (k == 0) {
+        g.snapshot = p.snapshots[0];
+      } else {
+        (void)store_->erase(p.snapshots[k]);  // a second snapshot of the same boundary
+      }
+    }
+  }
+  std::vector<Node*> nodes(groups.size(), nullptr);
+  for (std::size_t i = 0; i < groups.size(); ++i) {
+    Group& g = groups[i];
+    Node* parent = g.parent_group < 0 ? root_ : nodes[static_cast<std::size_t>(g.parent_group)];
+    Node* n = new_node(parent, g.tokens);
+    n->end_path = g.end;
+    n->end_path_known = true;
+    stats_.restored_kv_pages += g.records.size();
+    set_store_pages(n, std::move(g.records));
+    if (g.snapshot.valid()) {
+      set_store_snapshot(n, g.snapshot);
+      ++stats_.restored_snapshots;
+    }
+    nodes[i] = n;
+  }
+  return Status::ok();
+}
+
+// ---------------------------------------------------------------------------------------
+// path hashes and namespaces
+
+PathHash PrefixCache::end_path(Node* n) {
+  if (n->is_root()) return PathHash::root();
+  if (n->end_path_known) return n->end_path;
+  std::vector<Node*> chain;  // n and its ancestors whose hash is not known yet
+  for (Node* p = n; !p->is_root() && !p->end_path_known; p = p->parent) chain.push_back(p);
+  PathHash h = chain.back()->parent->is_root() ? PathHash::root() : chain.back()->parent->end_path;
+  for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+    Node* c = *it;
+    for (std::size_t i = 0; i < c->tokens.size(); i += config_.page_size) {
+      h = extend_path(h, std::span<const Token>(c->tokens).subspan(i, config_.page_size));
+    }
+    c->end_path = h;
+    c->end_path_known = true;
+  }
+  return n->end_path;
+}
+
+bool PrefixCache::in_default_namespace(const Node* n) const {
+  while (n->parent != nullptr) n = n->parent;
+  return n == root_;
+}
+
+// ---------------------------------------------------------------------------------------
+// residency of the store row
+
+void PrefixCache::set_store_pages(Node* n, std::vector<RecordId> records) {
+  const bool had = n->has_store_kv();
+  n->store_pages = std::move(records);
+  if (had != n->has_store_kv() && n->parent) {
+    n->has_store_kv() ? ++n->parent->store_kv_children : --n->parent->store_kv_children;
+    refresh(n->parent);
+  }
+  refresh(n);
+}
+
+void PrefixCache::set_store_snapshot(Node* n, RecordId record) {
+  const bool had = n->has_snapshot();
+  n->store_snapshot = record;
+  note_snapshot_change(n, had);
+  refresh(n);
+}
+
+OrderKey PrefixCache::store_kv_key(const Node& n) const {
+  if (!cost_aware_) return {1, 0, n.last_access, n.kv_priority};
+  return {std::uint8_t(n.kv_live() ? 1 : 0), n.kv_age_store + n.kv_uses * kv_value_, n.last_access,
+          n.kv_priority};
+}
+
+OrderKey PrefixCache::store_snap_key(const Node& n) const {
+  if (!cost_aware_) return {1, 0, n.snap_access, n.snap_priority};
+  return {std::uint8_t(n.has_kv() ? 1 : 0),
+          n.snap_age_store + double(n.snap_uses) * double(n.snap_gap) * host_snap_value_,
+          n.snap_access, n.snap_priority};
+}
+
+Node* PrefixCache::store_victim(bool& snapshot) const {
+  const Node* kv = store_kv_order_.empty() ? nullptr : &*store_kv_order_.begin();
+  const Node* sn = store_snap_order_.empty() ? nullptr : &*store_snap_order_.begin();
+  snapshot = sn != nullptr && (kv == nullptr || sn->store_snap_key < kv->store_kv_key);
+  return const_cast<Node*>(snapshot ? sn : kv);
+}
+
+void PrefixCache::drop_store_kv(Node* n) {
+  stats_.kv_pages_dropped_store += n->store_pages.size();
+  for (RecordId id : n->store_pages) (void)store_->erase(id);
+  set_store_pages(n, {});
+  remove_if_empty(n);
+}
+
+void PrefixCache::drop_store_snapshot(Node* n) {
+  (void)store_->erase(n->store_snapshot);
+  if (!n->gpu_snapshot.valid() && !n->has_host_snapshot()) ++stats_.snapshots_dropped;
+  set_store_snapshot(n, RecordId());
+}
+
+bool PrefixCache::make_store_room(std::uint64_t slots) {
+  const StoreGeometry g = store_->geometry();
+  if (slots > g.capacity_slots) return false;
+  while (store_->free_slots() < slots) {
+    bool snapshot = false;
+    Node* victim = store_victim(snapshot);
+    if (victim == nullptr) return false;
+    const OrderKey& key = snapshot ? victim->store_snap_key : victim->store_kv_key;
+    if (key.cls == 1) store_age_ = std::max(store_age_, key.priority);
+    if (snapshot) {
+      drop_store_snapshot(victim);
+    } else {
+      drop_store_kv(victim);
+    }
+  }
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------
+// planning copies
+
+PrefixCache::StoreVerdict PrefixCache::plan_store_write(Node* n, bool snapshot, bool drop_host,
+                                                        StoreBatch& batch) {
+  if (store_ == nullptr || !in_default_namespace(n)) return StoreVerdict::kNotStored;
+  // Dead data is not worth a write: nothing resumes from it.
+  if (snapshot ? !n->has_kv() : (cost_aware_ && !n->kv_live())) return StoreVerdict::kNotStored;
+  const std::uint64_t slots =
+      snapshot ? store_->geometry().snapshot_slots() : std::uint64_t{n->host_pages.size()};
+  // Making store room may erase n's own other record (its store snapshot, or its KV): fine,
+  // n stays in the tree through the host copy being written.
+  if (!make_store_room(batch.slots + slots)) return StoreVerdict::kNotStored;
+  if (snapshot) {
+    batch.writes.push_back({RecordDesc::snapshot(end_path(n), n->boundary), n->host_snapshot});
+    n->snap_xfer = Xfer::kStore;
+  } else {
+    // One record per page: page i's parent is the path hash at the end of page i - 1.
+    PathHash h = end_path(n->parent);
+    std::size_t boundary = n->boundary - n->tokens.size();
+    for (std::size_t i = 0; i < n->host_pages.size(); ++i) {
+      const auto page =
+          std::span<const Token>(n->tokens).subspan(i * config_.page_size, config_.page_size);
+      boundary += config_.page_size;
+      batch.writes.push_back(
+          {RecordDesc::kv_page(h, boundary, std::vector<Token>(page.begin(), page.end())),
+           {n->host_pages[i]}});
+      batch.writes.back().desc.path = extend_path(h, page);
+      h = batch.writes.back().desc.path;
+    }
+    n->kv_xfer = Xfer::kStore;
+  }
+  batch.slots += slots;
+  batch.ops.push_back({n, snapshot, Xfer::kStore, drop_host});
+  refresh(n);  // in flight: off the host order
+  return StoreVerdict::kPlanned;
+}
+
+void PrefixCache::plan_kv_load(Node* n, StoreBatch& batch) {
+  const std::size_t np = n->store_pages.size();
+  std::vector<HostPageId> host;
+  std::vector<GpuPageId> gpu;
+  for (std::size_t i = 0; i < np; ++i) {
+    host.push_back(*host_pages_.take(Holder::kTransfer));
+    gpu.push_back(*gpu_pages_.take(Holder::kTransfer));
+    batch.reads.push_back({n->store_pages[i], {host.back()}});
+  }
+  n->kv_xfer = Xfer::kLoad;
+  set_host_pages(n, std::move(host));
+  set_gpu_pages(n, std::move(gpu));
+  batch.ops.push_back({n, false, Xfer::kLoad});
+}
+
+void PrefixCache::plan_snapshot_load(Node* n, std::vector<HostPageId> host, StoreBatch& batch) {
+  batch.reads.push_back({n->store_snapshot, host});
+  n->snap_xfer = Xfer::kLoad;
+  set_host_snapshot(n, std::move(host));
+  set_gpu_snapshot(n, *gpu_slots_.take(Holder::kTransfer));
+  batch.ops.push_back({n, true, Xfer::kLoad});
+}
+
+// ---------------------------------------------------------------------------------------
+// store transfers
+
+Status PrefixCache::submit_store_batch(StoreBatch&& batch, std::optional<std::uint32_t>* id_out) {
+  if (id_out) id_out->reset();
+  if (batch.empty()) return Status::ok();
+  const bool writes = !batch.writes.empty();
+  assert(writes != !batch.reads.empty());
+  std::uint64_t bytes = 0;
+  for (const StoreOp& op : batch.ops) {
+    bytes += op.snapshot
+                 ? config_.snapshot_bytes
+                 : std::uint64_t{op.node->page_count(config_.page_size)} * config_.page_bytes;
+  }
+  const std::size_t items = writes ? batch.writes.size() : batch.reads.size();
+  Result<std::uint64_t> ticket = writes ? store_->submit_writes(std::move(batch.writes))
+                                        : store_->submit_reads(std::move(batch.reads));
+  if (!ticket) {
+    ++stats_.store_failures;
+    cancel_store_ops(batch.ops);
+    return Status(ticket.status().code(),
+                  std::string("the store refused ") + (writes ? "writes" : "reads") + " of " +
+                      std::to_string(items) + " records: " + ticket.status().message());
+  }
+  (writes ? stats_.bytes_to_store : stats_.bytes_from_store) += bytes;
+  (writes ? stats_.store_writes : stats_.store_reads) += items;
+  const std::uint32_t id = next_free_id(next_store_transfer_, store_transfers_);
+  for (const StoreOp& op : batch.ops)
+    (op.snapshot ? op.node->snap_xfer_id : op.node->kv_xfer_id) = id;
+  store_transfers_.emplace(id, StoreInFlight{*ticket, writes, std::move(batch.ops), bytes});
+  if (id_out) *id_out = id;
+  return Status::ok();
+}
+
+void PrefixCache::cancel_store_ops(std::span<const StoreOp> ops) {
+  for (const StoreOp& op : ops) {
+    Node* n = op.node;
+    if (op.kind == Xfer::kStore) {  // nothing was taken: the sources stay the node's
+      (op.snapshot ? n->snap_xfer : n->kv_xfer) = Xfer::kNone;
+      refresh(n);
+      continue;
+    }
+    if (!op.snapshot) {
+      n->kv_xfer = Xfer::kNone;
+      for (HostPageId id : n->host_pages) host_pages_.give_back(id);
+      for (GpuPageId id : n->gpu_pages) gpu_pages_.give_back(id);
+      set_host_pages(n, {});
+      set_gpu_pages(n, {});
+    } else {
+      n->snap_xfer = Xfer::kNone;
+      for (HostPageId id : n->host_snapshot) host_pages_.give_back(id);
+      gpu_slots_.give_back(n->gpu_snapshot);
+      set_host_snapshot(n, {});
+      set_gpu_snapshot(n, GpuSlotId());
+    }
+  }
+}
+
+void PrefixCache::wait_store_transfer(std::uint32_t id) {
+  if (store_transfers_.count(id) != 0) finish_store_transfer(id);  // finish_* waits
+}
+
+void PrefixCache::reap_store_transfers() {
+  if (store_transfers_.empty()) return;
+  std::vector<std::uint32_t> done;
+  for (auto& [id, t] : store_transfers_) {
+    if (store_->ready(t.ticket)) done.push_back(id);
+  }
+  std::sort(done.begin(), done.end());
+  for (std::uint32_t id : done) finish_store_transfer(id);
+}
+
+void PrefixCache::finish_store_transfer(std::uint32_t id) {
+  auto handle = store_transfers_.extract(id);
+  if (handle.empty()) return;
+  StoreInFlight& t = handle.mapped();
+  if (t.writes) {
+    Result<std::vector<RecordId>> ids = store_->finish_writes(t.ticket);
+    if (!ids) ++stats_.store_failures;
+    std::size_t at = 0;
+    for (const StoreOp& op : t.ops) {
+      const std::size_t count = op.snapshot ? 1 : op.node->page_count(config_.page_size);
+      finish_store_write(op, ids ? ids->data() + at : nullptr, count, ids.is_ok());
+      at += count;
+    }
+  } else {
+    const std::vector<Status> items = store_->finish_reads(t.ticket);
+    PendingBatch promote;
+    promote.batch.direction = Direction::kHostToDevice;
+    std::size_t at = 0;
+    for (const StoreOp& op : t.ops) {
+      const std::size_t count = op.snapshot ? 1 : op.node->page_count(config_.page_size);
+      std::span<const Status> mine;
+      if (items.size() >= at + count) mine = std::span<const Status>(items).subspan(at, count);
+      finish_store_read(op, mine, promote);
+      at += count;
+    }
+    // The arrived host copies continue to GPU at once. Refused: cancel_ops() frees the GPU
+    // destinations; the nodes keep their host and store copies and the lock's wait() resumes
+    // above them (rule 7).
+    (void)submit_batch(std::move(promote));
+  }
+  std::vector<Node*> nodes;
+  for (const StoreOp& op : t.ops) nodes.push_back(op.node);
+  std::sort(nodes.begin(), nodes.end(),
+            [](const Node* a, const Node* b) { return a->boundary > b->boundary; });
+  nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
+  std::vector<const Node*> removed;
+  for (Node* n : nodes) {
+    if (std::find(removed.begin(), removed.end(), n) == removed.end()) remove_if_empty(n, &removed);
+  }
+}
+
+void PrefixCache::finish_store_write(const StoreOp& op, const RecordId* ids, std::size_t count,
+                                     bool ok) {
+  Node* n = op.node;
+  if (!op.snapshot) {
+    assert(n->kv_xfer == Xfer::kStore);
+    n->kv_xfer = Xfer::kNone;
+    if (ok) {
+      set_store_pages(n, std::vector<RecordId>(ids, ids + count));
+      stats_.kv_pages_stored += count;
+    }
+    // Written for room: the host copy goes (it is clean now; a failed write drops it as a
+    // drop for room would have), unless a request locked it or a pin took it meanwhile.
+    if (op.drop_host && n->host_kv_evictable()) {
+      if (!ok) stats_.kv_pages_dropped_host += n->host_pages.size();
+      for (HostPageId id : n->host_pages) host_pages_.give_back(id);
+      set_host_pages(n, {});
+    }
+    refresh(n);
+    return;
+  }
+  assert(n->snap_xfer == Xfer::kStore);
+  n->snap_xfer = Xfer::kNone;
+  if (ok) {
+    set_store_snapshot(n, ids[0]);
+    ++stats_.snapshots_stored;
+  }
+  if (op.drop_host && n->host_snapshot_evictable()) drop_host_snapshot(n);
+  refresh(n);
+}
+
+bool PrefixCache::finish_store_read(const StoreOp& op, std::span<const Status> items,
+                                    PendingBatch& promote) {
+  Node* n = op.node;
+  bool ok = !items.empty(), lost = false;
+  for (const Status& s : items) {
+    ok &= s.is_ok();
+    lost |= s.code() == ErrorCode::kDataLoss;
+  }
+  if (!ok) ++stats_.store_failures;
+  if (!op.snapshot) {
+    assert(n->kv_xfer == Xfer::kLoad);
+    n->kv_xfer = Xfer::kNone;
+    if (ok) {
+      for (HostPageId id : n->host_pages) host_pages_.reassign(id, Holder::kNode);
+      stats_.kv_pages_loaded += n->host_pages.size();
+      // On to GPU: the GPU pages taken at admission are the promotion's destinations.
+      for (std::size_t i = 0; i < n->gpu_pages.size(); ++i) {
+        promote.batch.pages.push_back({n->gpu_pages[i], n->host_pages[i]});
+      }
+      n->kv_xfer = Xfer::kPromote;
+      promote.ops.push_back({n, false, Xfer::kPromote});
+      refresh(n);
+      return true;
+    }
+    // Rule 7: nothing arrived; the destinations are freed.
+    for (HostPageId id : n->host_pages) host_pages_.give_back(id);
+    for (GpuPageId id : n->gpu_pages) gpu_pages_.give_back(id);
+    set_host_pages(n, {});
+    set_gpu_pages(n, {});
+    if (lost) {  // the store erased what failed its check; the rest of the node goes too
+      stats_.store_records_lost += n->store_pages.size();
+      for (RecordId id : n->store_pages) (void)store_->erase(id);
+      set_store_pages(n, {});
+    }
+    return false;
+  }
+  assert(n->snap_xfer == Xfer::kLoad);
+  n->snap_xfer = Xfer::kNone;
+  if (ok) {
+    for (HostPageId id : n->host_snapshot) host_pages_.reassign(id, Holder::kNode);
+    ++stats_.snapshots_loaded;
+    n->snap_xfer = Xfer::kPromote;
+    add_snapshot_pieces(promote.batch, n);
+    promote.ops.push_back({n, true, Xfer::kPromote});
+    refresh(n);
+    return true;
+  }
+  for (HostPageId id : n->host_snapshot) host_pages_.give_back(id);
+  gpu_slots_.give_back(n->gpu_snapshot);
+  set_host_snapshot(n, {});
+  set_gpu_snapshot(n, GpuSlotId());
+  if (lost) {
+    ++stats_.store_records_lost;
+    (void)store_->erase(n->store_snapshot);
+    set_store_snapshot(n, RecordId());
+  }
+  return false;
+}
+
+void PrefixCache::wait_kv_copy(Node* n) {
+  if (n->kv_xfer == Xfer::kNone) return;
+  if (Node::store_copy(n->kv_xfer)) {
+    wait_store_transfer(n->kv_xfer_id);
+  } else {
+    wait_transfer(n->kv_xfer_id);
+  }
+}
+
+void PrefixCache::wait_snapshot_copy(Node* n) {
+  if (n->snap_xfer == Xfer::kNone) return;
+  if (Node::store_copy(n->snap_xfer)) {
+    wait_store_transfer(n->snap_xfer_id);
+  } else {
+    wait_transfer(n->snap_xfer_id);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// the host watermark
+
+std::size_t PrefixCache::host_pages_storing() const {
+  std::size_t n = 0;
+  for (const auto& [id, t] : store_transfers_) {
+    if (!t.writes) continue;
+    for (const StoreOp& op : t.ops) {
+      if (op.drop_host)
+        n += op.snapshot ? op.node->host_snapshot.size() : op.node->host_pages.size();
+    }
+  }
+  return n;
+}
+
+void PrefixCache::store_ahead() {
+  if (store_ == nullptr) return;
+  const std::size_t cap = host_pages_.capacity();
+  const std::size_t low = config_.host_low_watermark(cap);
+  if (host_pages_.free_count() >= low) return;
+  const std::size_t coming = host_pages_.free_count() + host_pages_storing();
+  if (coming >= low) return;
+  const std::size_t high = config_.host_high_watermark(cap);
+  StoreBatch batch;
+  std::size_t planned = 0;
+  std::uint64_t evicted = 0;
+  while (coming + planned < high) {
+    bool snapshot = false;
+    Node* victim = host_victim(snapshot);
+    if (victim == nullptr) break;
+    const OrderKey& key = snapshot ? victim->host_snap_key : victim->host_kv_key;
+    if (key.cls == 1) host_age_ = std::max(host_age_, key.priority);
+    const std::size_t pages = snapshot ? victim->host_snapshot.size() : victim->host_pages.size();
+    ++evicted;
+    const bool clean = snapshot ? victim->store_snapshot.valid() : victim->has_store_kv();
+    if (!clean && plan_store_write(victim, snapshot, true, batch) == StoreVerdict::kPlanned) {
+      planned += pages;
+      continue;
+    }
+    // A clean store copy, dead data, another namespace or no store room: as a drop for room.
+    if (snapshot) {
+      drop_host_snapshot(victim);
+    } else {
+      if (!victim->kv_live()) stats_.dead_kv_pages_dropped += victim->host_pages.size();
+      drop_host_kv(victim);
+    }
+  }
+  if (batch.empty() || submit_store_batch(std::move(batch))) stats_.background_evictions += evicted;
+}
+
+// ---------------------------------------------------------------------------------------
+// persist(): a graceful shutdown's checkpoint
+
+Status PrefixCache::persist() {
+  if (store_ == nullptr) {
+    return Status(ErrorCode::kFailedPrecondition, "persist: this cache has no store tier");
+  }
+  drain();
+  // Parents first, so a child's record always finds its parent's on the store after a
+  // restart (when the store has room for both).
+  std::vector<Node*> order;
+  for (std::vector<Node*> stack{root_}; !stack.empty();) {
+    Node* n = stack.back();
+    stack.pop_back();
+    if (!n->is_root()) order.push_back(n);
+    for (auto& [key, c] : n->children) stack.push_back(c);
+  }
+  std::sort(order.begin(), order.end(),
+            [](const Node* a, const Node* b) { return a->boundary < b->boundary; });
+  Status first_error;
+  auto note = [&](Status s) {
+    if (!s && first_error.is_ok()) first_error = s;
+  };
+  // Making room may free nodes still listed (a dropped dead leaf, an erased store-only one):
+  // they are logged and skipped.
+  std::vector<const Node*> removed;
+  std::unordered_set<const Node*> gone;
+  removal_log_ = &removed;
+  auto freed = [&](const Node* n) {
+    gone.insert(removed.begin(), removed.end());
+    removed.clear();
+    return gone.count(n) != 0;
+  };
+  for (Node* n : order) {
+    if (freed(n)) continue;
+    // GPU-only data goes through host first (making host room may demote other nodes to
+    // the store: they are persisted that way). Dead KV is not worth it.
+    PendingBatch stage;
+    stage.batch.direction = Direction::kDeviceToHost;
+    const bool live = !cost_aware_ || n->kv_live();
+    if (live && n->has_gpu_kv() && !n->has_host_kv() && !n->has_store_kv() &&
+        make_host_page_room(n->gpu_pages.size())) {
+      plan_kv_to_host(n, Xfer::kWriteThrough, stage);
+    }
+    if (n->gpu_snapshot.valid() && !n->has_host_snapshot() && !n->store_snapshot.valid()) {
+      std::vector<HostPageId> dst = take_host_snapshot_pages(n);
+      if (!dst.empty()) plan_snapshot_to_host(n, std::move(dst), Xfer::kWriteThrough, stage);
+    }
+    std::optional<std::uint32_t> id;
+    note(submit_batch(std::move(stage), &id));
+    if (id) wait_transfer(*id);
+    if (freed(n)) continue;
+    StoreBatch batch;
+    if (n->has_host_kv() && !n->has_store_kv() && n->kv_xfer == Xfer::kNone) {
+      (void)plan_store_write(n, false, false, batch);
+    }
+    if (n->has_host_snapshot() && !n->store_snapshot.valid() && n->snap_xfer == Xfer::kNone) {
+      (void)plan_store_write(n, true, false, batch);
+    }
+    note(submit_store_batch(std::move(batch), &id));
+    if (id) wait_store_transfer(*id);
+  }
+  removal_log_ = nullptr;
+  note(store_->sync());
+  return first_error;
+}
+
+}  // namespace radixtier
