@@ -334,6 +334,34 @@ TEST(DiskStoreEngine, ABatchThatFitsOnlyWithErasedSlotsSyncsFirst) {
   EXPECT_EQ((*store)->check_invariants(), "");
 }
 
+TEST(DiskStoreEngine, DestroyedWithTicketsPendingItWaitsAndCommitsNothing) {
+  TempDir dir;
+  const auto c = small_config(dir.store());
+  HostArenas host(host_config());
+  auto store = DiskStore::open(c);
+  ASSERT_TRUE(store.is_ok());
+  const RecordDesc p1 = first_page(1);
+  const RecordDesc p2 = first_page(2);
+  fill(host, p1, ids({3}), kPage);
+  fill(host, p2, ids({4}), kPage);
+  RecordId id;
+  {
+    DiskStoreEngine engine(**store, host);
+    auto rec = write_all(engine, {{p1, ids({3})}});
+    ASSERT_TRUE(rec.is_ok()) << rec.status().to_string();
+    id = rec->front();
+    ASSERT_TRUE(engine.submit_writes({{p2, ids({4})}}).is_ok());
+    ASSERT_TRUE(engine.submit_reads({{id, ids({10})}}).is_ok());
+    EXPECT_EQ(engine.pending_tickets(), 2u);
+  }
+  const auto st = (*store)->stats();
+  EXPECT_EQ(st.records, 1u);  // p1 only: p2's write was never finished
+  EXPECT_EQ(st.writing_slots, 0u);
+  EXPECT_EQ(st.free_slots, 63u);
+  EXPECT_EQ((*store)->check_invariants(), "");
+  EXPECT_TRUE((*store)->erase(id).is_ok());  // the abandoned read does not pin it
+}
+
 TEST(DiskStoreEngine, AStoreSwitchedOffByAFailedFsyncRefusesEveryCall) {
   TempDir dir;
   const auto c = small_config(dir.store());
