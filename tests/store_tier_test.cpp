@@ -329,5 +329,52 @@ TEST(StoreTier, TheHostWatermarkWritesAheadSoRoomRarelyWaits) {
   EXPECT_LT(on, off);
 }
 
+TEST(StoreTier, SizesAndEvictCoverTheStore) {
+  Rig r;
+  serve_all(r, 0, 20);
+  const CacheSizes s = r.h.cache->sizes();
+  EXPECT_GT(s.store.kv_pages_evictable, 0u);
+  EXPECT_GT(s.store.snapshots_evictable, 0u);
+  EXPECT_EQ(s.store.kv_pages_locked, 0u);
+  auto freed = r.h.cache->evict({1u << 20, 1u << 20, Tier::kStore});
+  ASSERT_TRUE(freed.is_ok());
+  EXPECT_EQ(freed->kv_pages, s.store.kv_pages_evictable);
+  EXPECT_EQ(freed->snapshots, s.store.snapshots_evictable);
+  EXPECT_EQ(r.store.record_count(), 0u);
+  ASSERT_INVARIANTS(r.h);
+  Harness plain(store_config(), HostTransferEngine::Mode::kThreaded);
+  EXPECT_EQ(plain.cache->evict({4, 0, Tier::kStore}).status().code(), ErrorCode::kInvalidArgument);
+}
+
+TEST(StoreTier, APinNeedsThePrefixInMemory) {
+  Rig r;
+  serve_all(r, 0, 20);
+  ASSERT_TRUE(on_store(*r.h.cache, prompt(0)));
+  const auto p = prompt(0);
+  auto pinned = r.h.cache->pin(std::span<const Token>(p).first(16));
+  ASSERT_FALSE(pinned.is_ok());
+  EXPECT_EQ(pinned.status().code(), ErrorCode::kFailedPrecondition);
+  ASSERT_INVARIANTS(r.h);
+}
+
+TEST(StoreTier, ThePerPathCapDropsStoreSnapshotsToo) {
+  // A cap of one snapshot per path with the first snapshot on the store only: attaching a
+  // deeper one drops a snapshot from every tier (it used to loop on the store copy).
+  CacheConfig c = store_config();
+  c.max_snapshots_per_path = 1;
+  Rig r(c);
+  const auto a = seq({{1, 8}, {7, 1}});
+  const std::size_t at8[] = {8};
+  ASSERT_EQ(r.h.serve(a, at8, 2).error, "");
+  r.h.cache->drain();
+  ASSERT_TRUE(r.h.restart(true).is_ok());  // everything on the store only
+  const auto b = seq({{1, 8}, {50, 8}, {7, 1}});
+  const std::size_t at16[] = {16};
+  const Harness::Served s = r.h.serve(b, at16, 2);
+  EXPECT_EQ(s.error, "");
+  EXPECT_TRUE(s.bytes_ok);
+  ASSERT_INVARIANTS(r.h);
+}
+
 }  // namespace
 }  // namespace radixtier

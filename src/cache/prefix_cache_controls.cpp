@@ -8,15 +8,25 @@
 namespace radixtier {
 
 const char* to_string(Tier tier) {
-  return tier == Tier::kGpu ? "gpu" : "host";
+  switch (tier) {
+    case Tier::kGpu:
+      return "gpu";
+    case Tier::kHost:
+      return "host";
+    case Tier::kStore:
+      return "store";
+  }
+  return "unknown";
 }
 
 // ---------------------------------------------------------------------------------------
 // evict
 
 Result<EvictResult> PrefixCache::evict(const EvictRequest& request) {
-  if (request.tier != Tier::kGpu && request.tier != Tier::kHost)
+  if (request.tier != Tier::kGpu && request.tier != Tier::kHost && request.tier != Tier::kStore)
     return invalid_argument("evict: unknown tier " + std::to_string(int(request.tier)));
+  if (request.tier == Tier::kStore && store_ == nullptr)
+    return invalid_argument("evict: this cache has no store tier");
   poll();
   const std::size_t ps = config_.page_size;
   const std::size_t pages = (request.tokens + ps - 1) / ps;
@@ -40,6 +50,24 @@ Result<EvictResult> PrefixCache::evict(const EvictRequest& request) {
     const std::size_t pages_after = gpu_pages_.free_count(), slots_after = gpu_slots_.free_count();
     out.kv_pages = pages_after - std::min(pages_after, pages_before);
     out.snapshots = static_cast<std::uint32_t>(slots_after - std::min(slots_after, slots_before));
+    out.bytes = std::uint64_t{out.kv_pages} * config_.page_bytes +
+                std::uint64_t{out.snapshots} * config_.snapshot_bytes;
+    return out;
+  }
+  if (request.tier == Tier::kStore) {  // erases, lowest key first, each kind from its order
+    // A snapshot that left with its node's KV counts as freed too.
+    const std::size_t snaps_before = store_snaps_held_;
+    while (out.kv_pages < pages && !store_kv_order_.empty()) {
+      Node* victim = &*store_kv_order_.begin();
+      out.kv_pages += victim->store_pages.size();
+      drop_store_kv(victim);
+    }
+    while (snaps_before - store_snaps_held_ < request.snapshots && !store_snap_order_.empty()) {
+      Node* victim = &*store_snap_order_.begin();
+      drop_store_snapshot(victim);
+      remove_if_empty(victim);
+    }
+    out.snapshots = static_cast<std::uint32_t>(snaps_before - store_snaps_held_);
     out.bytes = std::uint64_t{out.kv_pages} * config_.page_bytes +
                 std::uint64_t{out.snapshots} * config_.snapshot_bytes;
     return out;
@@ -128,6 +156,33 @@ CacheSizes PrefixCache::sizes() const {
                    std::uint64_t{h.snapshots_locked} * host_snapshot_bytes;
   h.bytes_evictable = std::uint64_t{h.kv_pages_evictable} * config_.page_bytes +
                       std::uint64_t{h.snapshots_evictable} * host_snapshot_bytes;
+
+  // The store: what a running request's path holds is locked there too (its records are
+  // not erased while it runs); pins are host-only.
+  if (store_ == nullptr) return out;
+  TierSizes& st = out.store;
+  std::unordered_set<const Node*> on_path;
+  for (const auto& [id, rec] : locks_) {
+    for (const Node* n = rec.node; n != nullptr && on_path.insert(n).second; n = n->parent) {
+      st.kv_pages_locked += n->store_pages.size();
+    }
+  }
+  std::size_t store_kv = 0, store_snaps = 0;
+  std::vector<const Node*> stack{root_};
+  while (!stack.empty()) {
+    const Node* n = stack.back();
+    stack.pop_back();
+    store_kv += n->store_pages.size();
+    store_snaps += n->store_snapshot.valid();
+    for (const auto& [key, c] : n->children) stack.push_back(c);
+  }
+  for (const Node* n : pinned) st.snapshots_locked += n->store_snapshot.valid();
+  st.kv_pages_evictable = store_kv - st.kv_pages_locked;
+  st.snapshots_evictable = store_snaps - st.snapshots_locked;
+  st.bytes_locked = std::uint64_t{st.kv_pages_locked} * config_.page_bytes +
+                    std::uint64_t{st.snapshots_locked} * config_.snapshot_bytes;
+  st.bytes_evictable = std::uint64_t{st.kv_pages_evictable} * config_.page_bytes +
+                       std::uint64_t{st.snapshots_evictable} * config_.snapshot_bytes;
   return out;
 }
 
@@ -183,7 +238,8 @@ void PrefixCache::cap_path_snapshots(Node* n) {
       }
     }
     if (on_path <= cap || victim == nullptr) return;
-    // Counted as a drop (CacheStats::snapshots_dropped), once for both copies.
+    // Counted as a drop (CacheStats::snapshots_dropped), once for all its copies.
+    if (victim->store_snapshot.valid()) drop_store_snapshot(victim);
     if (victim->gpu_snapshot.valid()) drop_gpu_snapshot(victim);
     if (victim->has_host_snapshot()) drop_host_snapshot(victim);
   }

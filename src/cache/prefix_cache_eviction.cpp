@@ -278,6 +278,7 @@ bool PrefixCache::make_host_page_room(std::size_t n, bool for_snapshot) {
       }
       if (snapshot) {
         drop_host_snapshot(victim);
+        remove_if_empty(victim);  // making store room may have taken its last KV
       } else {
         if (!victim->kv_live()) stats_.dead_kv_pages_dropped += victim->host_pages.size();
         drop_host_kv(victim);
@@ -291,13 +292,13 @@ bool PrefixCache::make_host_page_room(std::size_t n, bool for_snapshot) {
     std::optional<std::uint32_t> id;
     if (Status s = submit_store_batch(std::move(writes), &id); !s) {
       // Refused (the ops are cancelled): the room is still needed, so they are dropped, as
-      // without a store.
+      // without a store. Snapshots first: dropping a node's KV may take the node out of the
+      // tree, and its snapshot with it.
       for (const StoreOp& op : ops) {
-        if (op.snapshot) {
-          drop_host_snapshot(op.node);
-        } else {
-          drop_host_kv(op.node);
-        }
+        if (op.snapshot) drop_host_snapshot(op.node);
+      }
+      for (const StoreOp& op : ops) {
+        if (!op.snapshot) drop_host_kv(op.node);
       }
       continue;
     }

@@ -288,6 +288,9 @@ std::string PrefixCache::check_invariants() const {
   if (listed[0] != gpu_kv_order_.size() || listed[1] != host_kv_order_.size() ||
       listed[2] != gpu_snap_order_.size() || listed[3] != host_snap_order_.size())
     return "an eviction order holds a node that is not in the tree";
+  std::size_t store_snaps = 0;
+  for (const Node* n : preorder) store_snaps += n->store_snapshot.valid();
+  if (store_snaps != store_snaps_held_) return "store snapshot count is off";
   if (store_listed != store_kv_order_.size() + store_snap_order_.size())
     return "a store order holds a node that is not in the tree";
   // The store holds exactly the records the nodes hold (writes in flight have no ids yet).

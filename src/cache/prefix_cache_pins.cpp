@@ -61,6 +61,16 @@ Result<PinId> PrefixCache::pin(std::span<const Token> tokens, NamespaceId ns) {
     return invalid_argument("pin: the " + what +
                             " have no snapshot at their end: nothing could resume from them");
   }
+  // Pins copy from GPU; what is on the store only comes back by an admission first.
+  bool in_memory = end->gpu_snapshot.valid() || end->has_host_snapshot();
+  for (const Node* n = end; !n->is_root(); n = n->parent) {
+    in_memory = in_memory && (n->has_gpu_kv() || n->has_host_kv());
+  }
+  if (!in_memory) {
+    return Status(ErrorCode::kFailedPrecondition,
+                  "pin: part of the " + what +
+                      " is on the store tier only: admit it first (pins keep host copies)");
+  }
   const std::size_t cost = pin_cost(end);
   if (pinned_host_pages_ + cost > pin_budget_pages()) {
     return out_of_memory(

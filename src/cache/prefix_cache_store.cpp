@@ -142,6 +142,7 @@ void PrefixCache::set_store_pages(Node* n, std::vector<RecordId> records) {
 
 void PrefixCache::set_store_snapshot(Node* n, RecordId record) {
   const bool had = n->has_snapshot();
+  store_snaps_held_ += std::size_t(record.valid()) - std::size_t(n->store_snapshot.valid());
   n->store_snapshot = record;
   note_snapshot_change(n, had);
   refresh(n);
@@ -208,9 +209,15 @@ PrefixCache::StoreVerdict PrefixCache::plan_store_write(Node* n, bool snapshot, 
   if (snapshot ? !n->has_kv() : (cost_aware_ && !n->kv_live())) return StoreVerdict::kNotStored;
   const std::uint64_t slots =
       snapshot ? store_->geometry().snapshot_slots() : std::uint64_t{n->host_pages.size()};
-  // Making store room may erase n's own other record (its store snapshot, or its KV): fine,
-  // n stays in the tree through the host copy being written.
-  if (!make_store_room(batch.slots + slots)) return StoreVerdict::kNotStored;
+  // Making store room may erase n's own other records: its store snapshot (n keeps the host
+  // KV being written) or, for a snapshot write, its store KV, which could leave n without KV
+  // and take it out of the tree; the snapshot lock keeps n while room is made.
+  ++n->snapshot_lock;
+  refresh(n);
+  const bool room = make_store_room(batch.slots + slots);
+  --n->snapshot_lock;
+  refresh(n);
+  if (!room || (snapshot && !n->has_kv())) return StoreVerdict::kNotStored;
   if (snapshot) {
     batch.writes.push_back({RecordDesc::snapshot(end_path(n), n->boundary), n->host_snapshot});
     n->snap_xfer = Xfer::kStore;
@@ -521,6 +528,7 @@ void PrefixCache::store_ahead() {
     // A clean store copy, dead data, another namespace or no store room: as a drop for room.
     if (snapshot) {
       drop_host_snapshot(victim);
+      remove_if_empty(victim);
     } else {
       if (!victim->kv_live()) stats_.dead_kv_pages_dropped += victim->host_pages.size();
       drop_host_kv(victim);

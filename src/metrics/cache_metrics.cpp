@@ -49,6 +49,7 @@ CacheMetrics::CacheMetrics(prometheus::Registry& r, const PrefixCache& cache, co
   auto& dropped = counter("radixtier_kv_pages_dropped_total", "KV pages dropped, by tier");
   mirror(dropped, with(labels, "tier", "gpu"), &CacheStats::kv_pages_dropped_gpu);
   mirror(dropped, with(labels, "tier", "host"), &CacheStats::kv_pages_dropped_host);
+  mirror(dropped, with(labels, "tier", "store"), &CacheStats::kv_pages_dropped_store);
   mirror(counter("radixtier_dead_kv_pages_dropped_total", "KV pages dropped as dead KV"), labels,
          &CacheStats::dead_kv_pages_dropped);
   mirror(counter("radixtier_snapshots_demoted_total", "snapshots demoted"), labels,
@@ -63,6 +64,22 @@ CacheMetrics::CacheMetrics(prometheus::Registry& r, const PrefixCache& cache, co
          &CacheStats::snapshot_slot_misses);
   mirror(counter("radixtier_transfers_failed_total", "transfer batches failed or refused"), labels,
          &CacheStats::transfers_failed);
+  // The store tier (zero without one).
+  auto& store_bytes = counter("radixtier_store_bytes_total", "store tier bytes, by direction");
+  mirror(store_bytes, with(labels, "direction", "write"), &CacheStats::bytes_to_store);
+  mirror(store_bytes, with(labels, "direction", "read"), &CacheStats::bytes_from_store);
+  auto& store_records = counter("radixtier_store_records_total", "store records, by direction");
+  mirror(store_records, with(labels, "direction", "write"), &CacheStats::store_writes);
+  mirror(store_records, with(labels, "direction", "read"), &CacheStats::store_reads);
+  mirror(hits, with(labels, "tier", "store"), &CacheStats::hit_tokens_store);
+  mirror(counter("radixtier_store_records_lost_total", "store reads that failed their check"),
+         labels, &CacheStats::store_records_lost);
+  mirror(counter("radixtier_store_failures_total", "store writes or reads that failed"), labels,
+         &CacheStats::store_failures);
+  mirror(counter("radixtier_store_copy_waits_total", "waits on a store write for host room"),
+         labels, &CacheStats::store_copy_waits);
+  mirror(counter("radixtier_alloc_copy_waits_total", "waits on a copy for GPU room"), labels,
+         &CacheStats::alloc_copy_waits);
   if (events_ != nullptr)
     events_dropped_ =
         &counter("radixtier_events_dropped_total", "KV events dropped by a full queue").Add(labels);

@@ -228,7 +228,8 @@ void bind_cache(py::module_& m) {
 
   py::enum_<Tier>(m, "Tier", "A tier of the cache, for evict() and sizes().")
       .value("GPU", Tier::kGpu)
-      .value("HOST", Tier::kHost);
+      .value("HOST", Tier::kHost)
+      .value("STORE", Tier::kStore);
   py::class_<EvictResult>(m, "EvictResult", "What evict() freed on its tier.")
       .def_readonly("kv_pages", &EvictResult::kv_pages)
       .def_readonly("snapshots", &EvictResult::snapshots)
@@ -244,7 +245,8 @@ void bind_cache(py::module_& m) {
       .def("__eq__", [](const TierSizes& a, const TierSizes& b) { return a == b; });
   py::class_<CacheSizes>(m, "CacheSizes", "sizes(): one TierSizes per tier.")
       .def_readonly("gpu", &CacheSizes::gpu)
-      .def_readonly("host", &CacheSizes::host);
+      .def_readonly("host", &CacheSizes::host)
+      .def_readonly("store", &CacheSizes::store);
 
   py::enum_<Residency>(m, "Residency", "Where a node's KV or snapshot is.")
       .value("NONE", Residency::kNone)
@@ -255,7 +257,9 @@ void bind_cache(py::module_& m) {
       .value("NONE", Xfer::kNone)
       .value("DEMOTE", Xfer::kDemote)
       .value("WRITE_THROUGH", Xfer::kWriteThrough)
-      .value("PROMOTE", Xfer::kPromote);
+      .value("PROMOTE", Xfer::kPromote)
+      .value("STORE", Xfer::kStore)
+      .value("LOAD", Xfer::kLoad);
   py::class_<NodeInfo>(m, "NodeInfo", "One node on a path, as inspect() reports it.")
       .def_readonly("boundary", &NodeInfo::boundary)
       .def_readonly("tokens", &NodeInfo::tokens)
@@ -269,6 +273,8 @@ void bind_cache(py::module_& m) {
       .def_readonly("kv_priority", &NodeInfo::kv_priority, "retention level of its KV")
       .def_readonly("snapshot_priority", &NodeInfo::snapshot_priority)
       .def_readonly("pins", &NodeInfo::pins, "host pins whose prefix includes it")
+      .def_readonly("kv_on_store", &NodeInfo::kv_on_store, "its KV has a store copy")
+      .def_readonly("snapshot_on_store", &NodeInfo::snapshot_on_store)
       .def("__eq__", [](const NodeInfo& a, const NodeInfo& b) { return a == b; });
 
   py::class_<Occupancy>(m, "Occupancy")

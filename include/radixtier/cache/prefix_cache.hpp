@@ -93,7 +93,7 @@ struct MatchResult {
 };
 
 /// A tier of the cache, for evict() and sizes().
-enum class Tier : std::uint8_t { kGpu, kHost };
+enum class Tier : std::uint8_t { kGpu, kHost, kStore };
 
 const char* to_string(Tier tier);
 
@@ -130,6 +130,7 @@ struct TierSizes {
 
 struct CacheSizes {
   TierSizes gpu, host;
+  TierSizes store;  ///< the store tier's (all zero without one)
   bool operator==(const CacheSizes&) const = default;
 };
 
@@ -218,10 +219,11 @@ class PrefixCache final : public CacheBackend {
   Result<MatchResult> peek(std::span<const Token> prompt, NamespaceId ns = kDefaultNamespace) const;
   /// Frees at least `request.tokens` of KV and `request.snapshots` snapshots on one tier, as
   /// far as unlocked data allows (less when there is less: not an error), lowest key first:
-  /// on GPU by demotion or drop, exactly as making room does; on host by drop. Fails only
+  /// on GPU by demotion or drop, exactly as making room does; on host by drop; on the store
+  /// by erasing records (kInvalidArgument without a store). Fails only
   /// when the engine refuses a demotion (kTransferFailed, what was freed before stays freed).
   Result<EvictResult> evict(const EvictRequest& request);
-  /// Evictable and locked sizes per tier (O(locked nodes)).
+  /// Evictable and locked sizes per tier (O(locked nodes); with a store, O(nodes)).
   CacheSizes sizes() const;
   /// Reaps finished transfers (applies their state changes). Cheap when none finished.
   void poll();
@@ -540,7 +542,8 @@ class PrefixCache final : public CacheBackend {
   std::uint32_t next_store_transfer_ = 1;
   Order<&Node::store_kv_hook, &Node::store_kv_key> store_kv_order_;
   Order<&Node::store_snap_hook, &Node::store_snap_key> store_snap_order_;
-  double store_age_ = 0;  ///< GreedyDual age of the store
+  double store_age_ = 0;              ///< GreedyDual age of the store
+  std::size_t store_snaps_held_ = 0;  ///< nodes with a store snapshot
   boost::pool<> node_pool_;
   Node* root_;
   std::size_t node_count_ = 0;
