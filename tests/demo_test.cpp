@@ -45,6 +45,25 @@ TEST(Demo, CompactionResumesBelowTheReplayEndOnlyWithIntermediateSnapshots) {
   }
 }
 
+TEST(Demo, RestartServesTurn2FromDiskAndIsIdentical) {
+  auto w = make_scenario("restart", sched::SnapshotPolicy::end_only());
+  ASSERT_TRUE(w);
+  const auto rep = run_scenario(*w);
+  ASSERT_TRUE(rep.status) << rep.status.to_string();
+  EXPECT_TRUE(rep.all_identical) << format_table(rep);
+  ASSERT_TRUE(rep.restarted);
+  const Row& turn2 = rep.rows.back();
+  EXPECT_EQ(turn2.cached_tokens, 1504u);  // as churn: the whole of turn 1 and its output
+  EXPECT_EQ(turn2.baseline_recomputed, turn2.prompt_tokens);
+  EXPECT_GT(rep.before_restart.kv_pages_stored, 0u);
+  EXPECT_GT(rep.before_restart.snapshots_stored, 0u);
+  EXPECT_EQ(rep.cache.restored_kv_pages, rep.before_restart.kv_pages_stored);
+  EXPECT_GT(rep.cache.restored_snapshots, 0u);
+  EXPECT_EQ(rep.cache.hit_tokens_store, 1504u);  // none of it survived anywhere but on disk
+  EXPECT_NE(format_table(rep).find("1504 prompt tokens came from disk"), std::string::npos)
+      << format_table(rep);
+}
+
 TEST(Demo, AgentIsIdentical) {
   for (const char* name : {"agent"}) {
     SCOPED_TRACE(name);

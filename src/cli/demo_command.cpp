@@ -58,7 +58,7 @@ int run_demo(DemoArgs& args);
 radixtier::cli::CommandRun setup_demo(CLI::App& app) {
   auto args = std::make_shared<DemoArgs>();
   app.add_option("--scenario", args->names,
-                 "churn | flush | compaction | agent (repeatable; "
+                 "churn | flush | compaction | agent | restart (repeatable; "
                  "default: all, in order)")
       ->check(CLI::IsMember(radixtier::demo::scenario_names()));
   app.add_option("--policy", args->policy_text,

@@ -89,6 +89,22 @@ std::string format_table(const ScenarioReport& rep) {
                 static_cast<unsigned long long>(rep.sched.preemptions), rep.cache_wall_s,
                 rep.baseline_wall_s);
   os << tail;
+  if (rep.restarted) {
+    const auto& b = rep.before_restart;
+    char line[512];
+    std::snprintf(
+        line, sizeof line,
+        "restart: persist() gave the disk %llu KV pages + %llu snapshots (%s); the "
+        "reopened cache rebuilt %llu KV pages + %llu snapshots from it; %llu prompt "
+        "tokens came from disk (%s read, %llu records lost)\n",
+        static_cast<unsigned long long>(b.kv_pages_stored),
+        static_cast<unsigned long long>(b.snapshots_stored), bytes(b.bytes_to_store).c_str(),
+        static_cast<unsigned long long>(c.restored_kv_pages),
+        static_cast<unsigned long long>(c.restored_snapshots),
+        static_cast<unsigned long long>(c.hit_tokens_store), bytes(c.bytes_from_store).c_str(),
+        static_cast<unsigned long long>(c.store_records_lost));
+    os << line;
+  }
   return os.str();
 }
 
@@ -119,6 +135,17 @@ std::string format_json(const std::vector<ScenarioReport>& reports) {
     st["bytes_d2h"] = c.bytes_d2h;
     st["bytes_h2d"] = c.bytes_h2d;
     st["transfers_failed"] = c.transfers_failed;
+    if (r.restarted) {
+      nlohmann::ordered_json& rs = o["restart"];
+      rs["kv_pages_stored"] = r.before_restart.kv_pages_stored;
+      rs["snapshots_stored"] = r.before_restart.snapshots_stored;
+      rs["bytes_to_store"] = r.before_restart.bytes_to_store;
+      rs["restored_kv_pages"] = c.restored_kv_pages;
+      rs["restored_snapshots"] = c.restored_snapshots;
+      rs["hit_tokens_store"] = c.hit_tokens_store;
+      rs["bytes_from_store"] = c.bytes_from_store;
+      rs["store_records_lost"] = c.store_records_lost;
+    }
     o["preemptions"] = r.sched.preemptions;
     nlohmann::ordered_json& rows = o["rows"] = nlohmann::ordered_json::array();
     for (const Row& row : r.rows) rows.push_back(json_row(row));

@@ -1,12 +1,17 @@
 // Plays a workload through the Scheduler with the PrefixCache and with the no-reuse baseline,
 // and compares the two runs request by request.
+#include <stdlib.h>
+
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 
 #include "demo/scenarios.hpp"
 #include "model/model_executor.hpp"
 #include "radixtier/cache/prefix_cache.hpp"
+#include "radixtier/disk/disk_store.hpp"
+#include "radixtier/disk/disk_store_engine.hpp"
 #include "radixtier/scheduler/no_reuse_cache.hpp"
 
 namespace radixtier::demo {
@@ -20,6 +25,134 @@ constexpr double kSecondsPerToken = 1e-4;
 bool same_floats(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() &&
          (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+}
+
+/// The disk store's directory of a restart run: made under the system's temp directory,
+/// removed with everything in it when the run ends.
+class StoreDir {
+ public:
+  StoreDir() {
+    std::string tmpl =
+        (std::filesystem::temp_directory_path() / "radixtier-demo-store-XXXXXX").string();
+    if (::mkdtemp(tmpl.data()) != nullptr) path_ = tmpl;
+  }
+  ~StoreDir() {
+    std::error_code ec;
+    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
+  }
+  StoreDir(const StoreDir&) = delete;
+  StoreDir& operator=(const StoreDir&) = delete;
+  /// "" when mkdtemp failed.
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+/// The tiny model's store: its geometry and weights, room for every page and snapshot the
+/// GPU and host pools can hold (what persist() may write).
+disk::DiskStoreConfig demo_store_config(const std::string& dir, const CacheConfig& c,
+                                        const model::TinyHybridModel& model) {
+  disk::DiskStoreConfig d;
+  d.directory = dir + "/store";
+  d.fingerprint.page_tokens = c.page_size;
+  d.fingerprint.page_bytes = c.page_bytes;
+  d.fingerprint.snapshot_bytes = c.snapshot_bytes;
+  d.fingerprint.model_id = "radixtier-tiny-hybrid/" + model.config().layers;
+  d.fingerprint.weights_version = "seed-" + std::to_string(model.config().seed);
+  const std::uint64_t slots =
+      std::uint64_t{c.gpu_pages} + c.host_pool_pages() +
+      std::uint64_t{c.gpu_snapshot_slots + c.host_snapshot_slots} * c.snapshot_pages();
+  d.budget_bytes = slots * c.page_bytes;
+  return d;
+}
+
+void add_stats(sched::SchedulerStats& to, const sched::SchedulerStats& s) {
+  to.steps += s.steps;
+  to.admissions += s.admissions;
+  to.transfer_failures += s.transfer_failures;
+  to.preemptions += s.preemptions;
+  to.stalls += s.stalls;
+  to.finished += s.finished;
+  to.failed += s.failed;
+  to.forwarded_tokens += s.forwarded_tokens;
+  to.snapshots_offered += s.snapshots_offered;
+  to.snapshots_kept += s.snapshots_kept;
+  to.snapshot_slot_misses += s.snapshot_slot_misses;
+  to.copy_wait_s += s.copy_wait_s;
+}
+
+/// Plays requests [begin, end) of `w` through a scheduler over `cache` (one process's life)
+/// and adds their results to `out`.
+Status play(const Workload& w, std::size_t begin, std::size_t end, CacheBackend& cache,
+            sched::Executor& executor, const sched::SchedulerConfig& sc, const std::string& phase,
+            const ProgressFn& progress, RunOutcome& out) {
+  auto made = sched::Scheduler::create(cache, executor, sc);
+  if (!made) return made.status();
+  sched::Scheduler& s = **made;
+  for (std::size_t i = begin; i < end; ++i) {
+    if (Status st = s.submit(w.requests[i]); !st) return st;
+  }
+  Status st = s.run_until_idle([&](const sched::Progress& p) {
+    if (progress) progress(phase, p);
+  });
+  for (const auto& [id, r] : s.results()) out.results[id] = r;
+  add_stats(out.sched, s.stats());
+  if (!st) return st;
+  if (std::string err = cache.check_invariants(); !err.empty()) {
+    return Status(ErrorCode::kFailedPrecondition, "cache invariant broken: " + err);
+  }
+  return Status::ok();
+}
+
+/// The cache run of a workload with a restart: requests before w.restart_before, persist(),
+/// then the cache, its disk store and the engine and memory destroyed (a process exit), then
+/// everything made afresh on the same store directory for the rest.
+void run_with_restart(const Workload& w, const model::TinyHybridModel& model, const CacheConfig& c,
+                      const sched::SchedulerConfig& sc, const ProgressFn& progress,
+                      RunOutcome& out) {
+  const StoreDir dir;
+  if (dir.path().empty()) {
+    out.status = Status(ErrorCode::kTransferFailed, "cannot make a temporary store directory");
+    return;
+  }
+  const disk::DiskStoreConfig dc = demo_store_config(dir.path(), c, model);
+  for (int life = 0; life < 2; ++life) {
+    HostArenas memory(c);
+    HostTransferEngine engine(memory, c.slice_pages, w.engine_mode);
+    if (life == 0) {
+      for (std::uint64_t n : w.failing_submissions) engine.fail_nth_submission(n);
+    }
+    auto store = disk::DiskStore::open(dc);
+    if (!store) {
+      out.status = store.status();
+      return;
+    }
+    disk::DiskStoreEngine store_engine(**store, memory);
+    auto cache = PrefixCache::create(c, engine, &store_engine);
+    if (!cache) {
+      out.status = cache.status();
+      return;
+    }
+    sched::ModelExecutor executor(model, memory, {kSecondsPerToken});
+    const std::size_t begin = life == 0 ? 0 : w.restart_before;
+    const std::size_t end = life == 0 ? w.restart_before : w.requests.size();
+    out.status = play(w, begin, end, **cache, executor, sc,
+                      life == 0 ? "cache" : "cache after restart", progress, out);
+    if (out.status && life == 0) out.status = (*cache)->persist();
+    if (out.status && life == 0) {
+      if (std::string err = (*cache)->check_invariants(); !err.empty()) {
+        out.status = Status(ErrorCode::kFailedPrecondition, "cache invariant broken: " + err);
+      }
+    }
+    if (life == 0) {
+      out.before_restart = (*cache)->stats();
+    } else {
+      out.cache = (*cache)->stats();
+    }
+    if (!out.status) return;
+  }
+  out.restarted = true;
 }
 
 }  // namespace
@@ -75,6 +208,13 @@ RunOutcome run_workload(const Workload& w, const model::TinyHybridModel& model, 
     out.status = s;
     return out;
   }
+  sched::SchedulerConfig sc = w.sched;
+  sc.kv_bytes_per_token = c.page_bytes / c.page_size;
+  if (reuse && w.restart_before > 0) {
+    run_with_restart(w, model, c, sc, progress, out);
+    out.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return out;
+  }
   HostArenas memory(c);
   HostTransferEngine engine(memory, c.slice_pages, w.engine_mode);
   for (std::uint64_t n : w.failing_submissions) engine.fail_nth_submission(n);
@@ -90,33 +230,8 @@ RunOutcome run_workload(const Workload& w, const model::TinyHybridModel& model, 
     cache = std::make_unique<sched::NoReuseCache>(c.page_size, c.gpu_pages, c.gpu_snapshot_slots);
   }
   sched::ModelExecutor executor(model, memory, {kSecondsPerToken});
-  sched::SchedulerConfig sc = w.sched;
-  sc.kv_bytes_per_token = c.page_bytes / c.page_size;
-  {
-    auto made = sched::Scheduler::create(*cache, executor, sc);
-    if (!made) {
-      out.status = made.status();
-      return out;
-    }
-    sched::Scheduler& s = **made;
-    for (const auto& r : w.requests) {
-      if (Status st = s.submit(r); !st) {
-        out.status = st;
-        return out;
-      }
-    }
-    const std::string phase = reuse ? "cache" : "no-reuse";
-    out.status = s.run_until_idle([&](const sched::Progress& p) {
-      if (progress) progress(phase, p);
-    });
-    out.results = s.results();
-    out.sched = s.stats();
-  }
-  if (out.status) {
-    if (std::string err = cache->check_invariants(); !err.empty()) {
-      out.status = Status(ErrorCode::kFailedPrecondition, "cache invariant broken: " + err);
-    }
-  }
+  out.status = play(w, 0, w.requests.size(), *cache, executor, sc, reuse ? "cache" : "no-reuse",
+                    progress, out);
   out.cache = cache->stats();
   out.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;
@@ -137,6 +252,8 @@ ScenarioReport run_scenario(const Workload& w, const ProgressFn& progress) {
   const RunOutcome with = run_workload(w, model, true, progress);
   const RunOutcome base = run_workload(w, model, false, progress);
   rep.cache = with.cache;
+  rep.restarted = with.restarted;
+  rep.before_restart = with.before_restart;
   rep.sched = with.sched;
   rep.cache_wall_s = with.wall_s;
   rep.baseline_wall_s = base.wall_s;

@@ -13,6 +13,9 @@
 //   agent       four turns; each sends the conversation 2-3 times with different tails (3 in
 //               flight at once); the next turn diverges 44-148 tokens before the previous end;
 //               side requests are shorter exact prefixes of earlier, longer prompts.
+//   restart     churn's turn 1, then a graceful restart (persist(), the cache, its disk store
+//               and the engine destroyed, the store reopened), then turn 2: its prefix comes
+//               from disk.
 #include <algorithm>
 
 #include "demo/scenarios.hpp"
@@ -160,10 +163,23 @@ Workload agent(const sched::SnapshotPolicy& policy) {
   return b.w;
 }
 
+Workload restart(const sched::SnapshotPolicy& policy) {
+  Builder b = base("restart",
+                   "turn 1 (1,500 tokens), persist() and a process restart on the same disk "
+                   "store, then turn 2 = turn 1 + output + 19 tokens",
+                   policy);
+  const auto vocab = b.w.model.vocab;
+  const auto turn1 = synth(1, 1500, vocab);
+  b.add("turn 1", turn1, 12);
+  b.add("turn 2 (restart)", continuation(b.w.model, turn1, 12, synth(2, 19, vocab)), 12);
+  b.w.restart_before = 1;
+  return b.w;
+}
+
 }  // namespace
 
 std::vector<std::string> scenario_names() {
-  return {"churn", "flush", "compaction", "agent"};
+  return {"churn", "flush", "compaction", "agent", "restart"};
 }
 
 Result<Workload> make_scenario(const std::string& name, const sched::SnapshotPolicy& policy) {
@@ -171,7 +187,9 @@ Result<Workload> make_scenario(const std::string& name, const sched::SnapshotPol
   if (name == "flush") return churn(policy, true);
   if (name == "compaction") return compaction(policy);
   if (name == "agent") return agent(policy);
-  return not_found("unknown scenario '" + name + "' (known: churn, flush, compaction, agent)");
+  if (name == "restart") return restart(policy);
+  return not_found("unknown scenario '" + name +
+                   "' (known: churn, flush, compaction, agent, restart)");
 }
 
 }  // namespace radixtier::demo

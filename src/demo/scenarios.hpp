@@ -1,5 +1,5 @@
-// The demo scenarios (churn, flush, compaction replay, agent side requests) scaled down to the
-// tiny model, and the runner that plays a workload through the Scheduler twice: with the
+// The demo scenarios (churn, flush, compaction replay, agent side requests, restart) scaled down to
+// the tiny model, and the runner that plays a workload through the Scheduler twice: with the
 // node-residency PrefixCache and with the no-reuse baseline, then compares every request's
 // output tokens and final logits bit for bit. Library code, so tests run the same scenarios
 // the `radixtier demo` command prints.
@@ -32,15 +32,23 @@ struct Workload {
   /// transfer engine fail (their copy is poisoned and reported failed).
   std::vector<std::uint64_t> failing_submissions;
   HostTransferEngine::Mode engine_mode = HostTransferEngine::Mode::kThreaded;
+  /// 0: one process. Else the cache run restarts before requests[restart_before]: it calls
+  /// persist(), destroys the cache, its disk store, the engine and the memory (a graceful
+  /// shutdown and a new process), reopens the store on the same directory (a temporary one
+  /// the run makes and removes) and plays the rest on a cache rebuilt from it. Failing
+  /// submissions apply to the first process.
+  std::size_t restart_before = 0;
 };
 
 /// One run of a workload through the scheduler.
 struct RunOutcome {
   Status status;  ///< the scheduler's own status (an invariant broken, a bad config)
   std::map<sched::RequestId, sched::RequestResult> results;
-  CacheStats cache;
+  CacheStats cache;  ///< with a restart: of the cache after it
   sched::SchedulerStats sched;
   double wall_s = 0;
+  bool restarted = false;     ///< the restart happened (Workload::restart_before)
+  CacheStats before_restart;  ///< the first cache's, after its persist()
 };
 
 using ProgressFn = std::function<void(const std::string& phase, const sched::Progress&)>;
@@ -83,6 +91,8 @@ struct ScenarioReport {
   std::size_t snapshot_bytes = 0, page_bytes = 0;
   bool all_identical = false;
   Status status;
+  bool restarted = false;     ///< a restart scenario: `cache` is of the cache after it
+  CacheStats before_restart;  ///< the cache before the restart, after its persist()
 };
 
 /// Runs `w` with the cache and without reuse and compares them.

@@ -163,6 +163,9 @@ Status DiskStore::replay_journal() {
   const std::uint32_t snap_slots = config_.snapshot_slots();
   const std::uint32_t page_tokens = config_.fingerprint.page_tokens;
   std::unordered_set<std::uint32_t> used;  // slots of live records, any slot number
+  // Every id a commit named: ids are handed out at submit and committed at completion, in
+  // any order (batches complete out of order), but never twice.
+  std::unordered_set<std::uint64_t> committed;
   std::size_t pos = format::kJournalPrologueBytes;
   std::uint64_t seq = 1;
   std::uint64_t max_id = 0;
@@ -176,14 +179,15 @@ Status DiskStore::replay_journal() {
       live_.erase(it);
     } else {
       const bool kv = rec.desc.kind == RecordKind::kKvPage;
-      bool ok = live_.count(rec.id) == 0 && (!any_id || rec.id.value() > max_id) &&
+      bool ok = rec.id.valid() && committed.count(rec.id.value()) == 0 &&
                 rec.slots.size() == (kv ? 1u : snap_slots) &&
                 rec.desc.tokens.size() == (kv ? page_tokens : 0u) &&
                 (!kv || rec.desc.path == extend_path(rec.desc.parent, rec.desc.tokens));
       for (DiskSlotId s : rec.slots) ok = ok && used.count(s.value()) == 0;
       if (!ok) break;
       for (DiskSlotId s : rec.slots) used.insert(s.value());
-      max_id = rec.id.value();
+      committed.insert(rec.id.value());
+      max_id = std::max(max_id, rec.id.value());
       any_id = true;
       live_.emplace(rec.id, rec);
     }

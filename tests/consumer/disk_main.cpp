@@ -1,5 +1,6 @@
 // An engine's view of the disk component: only the installed headers of radixtier::disk.
-// Writes a KV page record, reopens the store, and reads the page back byte-exact.
+// Writes a KV page record, reopens the store, and reads the page back byte-exact; the store
+// engine (the cache's store tier) lists it.
 #include <stdlib.h>
 
 #include <cstdio>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "radixtier/disk/disk_store.hpp"
+#include "radixtier/disk/disk_store_engine.hpp"
 
 int main() {
   using namespace radixtier;
@@ -33,8 +35,21 @@ int main() {
   if (!store) return std::fprintf(stderr, "reopen: %s\n", store.status().to_string().c_str()), 1;
   std::vector<std::byte> back(4096);
   Status got = (*store)->get(id, back);
+  CacheConfig host;
+  host.page_size = 4;
+  host.gpu_pages = 1;
+  host.host_pages = 1;
+  host.gpu_snapshot_slots = 1;
+  host.page_bytes = 4096;
+  host.snapshot_bytes = 8192;
+  HostArenas arenas(host);
+  DiskStoreEngine engine(**store, arenas);
+  const bool listed = engine.records().size() == 1 && engine.records()[0].id == id &&
+                      engine.geometry().page_bytes == 4096 &&
+                      engine.geometry().capacity_slots == 16;
   std::filesystem::remove_all(dir);
   if (!got || back != page) return std::fprintf(stderr, "get: %s\n", got.to_string().c_str()), 1;
+  if (!listed) return std::fprintf(stderr, "DiskStoreEngine: records or geometry wrong\n"), 1;
   std::printf("consumer disk: record %llu came back after a reopen\n",
               static_cast<unsigned long long>(id.value()));
   return 0;

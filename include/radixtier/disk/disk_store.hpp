@@ -183,6 +183,10 @@ class DiskStore {
   std::size_t record_bytes(RecordKind kind) const;
   const RecoveryReport& recovery() const { return recovery_; }
   DiskStoreStats stats() const;
+  /// Slots reusable now, and slots of erased records reusable after the next sync (O(1);
+  /// stats() walks every slot).
+  std::uint64_t free_slot_count() const { return free_.size(); }
+  std::uint64_t freeing_slot_count() const { return freeing_.size(); }
   const DiskStoreConfig& config() const { return config_; }
   /// Non-empty when sticky-disabled by a failed fsync: why.
   const std::string& disabled_reason() const { return disabled_; }

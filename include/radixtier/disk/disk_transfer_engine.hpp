@@ -1,7 +1,7 @@
 // The host <-> disk mover: demotes host pages (a KV page, or a snapshot's pieces) into disk
 // records and promotes records back into host pages, with no staging copy (a disk slot is a
-// host page's size). This is the engine the cache's disk row will drive (docs/architecture.md,
-// "How the cache will use it"); the cache does not use it yet.
+// host page's size). DiskStoreEngine (disk_store_engine.hpp) drives it as the cache's store
+// tier (docs/architecture.md, "The disk as the cache's store tier").
 //
 // Transfer states:  Pending --finish_*--> each item: OK (record id / bytes landed) or a Status
 //                   (demotion: the host copy stays the only copy; promotion: kDataLoss means
