@@ -55,11 +55,8 @@ std::optional<CacheConfig> decode_config(Reader& in, std::uint64_t& store_slots)
       testing::small_config(flags & 1 ? WritePolicy::kWriteThrough : WritePolicy::kWriteBack);
   c.snapshot_eviction = flags & 2 ? SnapshotEviction::kUtility : SnapshotEviction::kLru;
   c.page_size = flags & 4 ? 2 : 4;
-  // Not with a store yet: the per-path cap loops forever when its victim's snapshot is on the
-  // store only (cap_path_snapshots drops the GPU and host copies; reported to the cache's
-  // owner). A store config ignores bit 3 until that is fixed.
-  if ((flags & 8) && (store_slots == 0 || known_bugs_on())) c.max_snapshots_per_path = 2;
-  // Not with a store yet either: write-through (bit 0). With a failed store write, GPU pages
+  if (flags & 8) c.max_snapshots_per_path = 2;
+  // Not with a store yet: write-through (bit 0). With a failed store write, GPU pages
   // stay unevictable after every request released (reported with its input), and a refused
   // allocation evicts (the property test's DISABLED_WriteThroughStoreAgreesWithModel).
   if (store_slots != 0 && !known_bugs_on()) c.write_policy = WritePolicy::kWriteBack;
