@@ -10,6 +10,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <unordered_set>
 
 #include "disk_store_files.hpp"
@@ -81,7 +82,16 @@ Status DiskStore::recover() {
   }
   auto lock = open_file(path_in(config_, kLockFile), O_RDWR | O_CREAT);
   if (!lock) return lock.status();
-  if (::flock(lock->get(), LOCK_EX | LOCK_NB) != 0) {
+  // A process killed with io_uring requests in flight keeps its files (and this lock) until
+  // the kernel tears its ring down, asynchronously, shortly after the process is reaped: a
+  // restart right after a kill -9 waits for that, up to two seconds, before it refuses.
+  bool locked = false;
+  for (int attempt = 0; attempt < 200 && !locked; ++attempt) {
+    locked = ::flock(lock->get(), LOCK_EX | LOCK_NB) == 0;
+    if (!locked && errno != EWOULDBLOCK) break;
+    if (!locked) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (!locked) {
     return {ErrorCode::kFailedPrecondition,
             "disk store " + config_.directory + " is open in another process or store"};
   }
