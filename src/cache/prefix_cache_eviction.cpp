@@ -552,7 +552,19 @@ void PrefixCache::wait_transfer(std::uint32_t id) {
 }
 
 bool PrefixCache::wait_any_transfer() {
-  if (transfers_.empty()) return false;
+  if (transfers_.empty()) {
+    // A store write in flight keeps its node's GPU copy off the GPU order (one copy at a
+    // time): when only those are left, waiting for one makes its node evictable again.
+    if (store_transfers_.empty()) return false;
+    std::uint32_t oldest = store_transfers_.begin()->first;
+    for (const auto& [id, t] : store_transfers_) oldest = std::min(oldest, id);
+    if (alloc_room_) {
+      ++stats_.alloc_copy_waits;
+      stats_.alloc_wait_bytes += store_transfers_.at(oldest).bytes;
+    }
+    finish_store_transfer(oldest);
+    return true;
+  }
   std::uint32_t oldest = transfers_.begin()->first;
   for (const auto& [id, t] : transfers_) oldest = std::min(oldest, id);
   wait_transfer(oldest);

@@ -122,7 +122,9 @@ Result<Admission> PrefixCache::admit(std::span<const Token> prompt, const Reques
   a.lock = id;
   a.kv_tokens = kv_tokens;
   poll();
-  a.promoting = lock_state(rec) == TransferState::kPending;
+  // A copy that already failed (a store record that failed its check, reaped by this poll)
+  // needs wait() too: it resumes the request above the loss.
+  a.promoting = lock_state(rec) != TransferState::kDone;
   stats_.hit_tokens_gpu += a.gpu_tokens;
   stats_.hit_tokens_host += a.host_tokens;
   return a;

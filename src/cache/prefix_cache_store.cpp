@@ -601,7 +601,25 @@ Status PrefixCache::persist() {
   }
   removal_log_ = nullptr;
   note(store_->sync());
-  return first_error;
+  if (!first_error.is_ok()) return first_error;
+  // What is left without a store copy: a copy that failed (the stats count it), or no room to
+  // stage it on host (a split host pool without a snapshot share) or to keep it on the store.
+  std::size_t kv_left = 0, snaps_left = 0;
+  for (std::vector<const Node*> stack{root_}; !stack.empty();) {
+    const Node* n = stack.back();
+    stack.pop_back();
+    for (const auto& [key, c] : n->children) stack.push_back(c);
+    if (n->is_root() || !n->has_kv()) continue;
+    kv_left += !n->has_store_kv() && (!cost_aware_ || n->kv_live());
+    snaps_left += n->has_snapshot() && !n->store_snapshot.valid();
+  }
+  if (kv_left + snaps_left > 0) {
+    return out_of_memory("persist: " + std::to_string(kv_left) + " KV nodes and " +
+                         std::to_string(snaps_left) +
+                         " snapshots have no store copy (a copy failed, or no host room to "
+                         "stage them or no store room to keep them); the rest is durable");
+  }
+  return Status::ok();
 }
 
 }  // namespace radixtier

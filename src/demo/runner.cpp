@@ -139,7 +139,7 @@ void run_with_restart(const Workload& w, const model::TinyHybridModel& model, co
     const std::size_t end = life == 0 ? w.restart_before : w.requests.size();
     out.status = play(w, begin, end, **cache, executor, sc,
                       life == 0 ? "cache" : "cache after restart", progress, out);
-    if (out.status && life == 0) out.status = (*cache)->persist();
+    if (out.status && life == 0) out.status = (*cache)->persist();  // the disk holds it all
     if (out.status && life == 0) {
       if (std::string err = (*cache)->check_invariants(); !err.empty()) {
         out.status = Status(ErrorCode::kFailedPrecondition, "cache invariant broken: " + err);

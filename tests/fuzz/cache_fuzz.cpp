@@ -32,14 +32,6 @@ class Reader {
   std::size_t pos_ = 0;
 };
 
-/// RADIXTIER_FUZZ_KNOWN_BUGS set: the driver lifts its gates around cache bugs found with the
-/// store tier and not fixed yet (tests/fuzz/known-bugs/README.md), so that their inputs there
-/// reproduce; a fix removes its gate and moves its input to the corpus.
-bool known_bugs_on() {
-  static const bool on = std::getenv("RADIXTIER_FUZZ_KNOWN_BUGS") != nullptr;
-  return on;
-}
-
 /// The store tier's size in slots by header flags bits 6-7 (0: none).
 constexpr std::uint64_t kStoreSlots[] = {0, 24, 60, 200};
 
@@ -56,10 +48,6 @@ std::optional<CacheConfig> decode_config(Reader& in, std::uint64_t& store_slots)
   c.snapshot_eviction = flags & 2 ? SnapshotEviction::kUtility : SnapshotEviction::kLru;
   c.page_size = flags & 4 ? 2 : 4;
   if (flags & 8) c.max_snapshots_per_path = 2;
-  // Not with a store yet: write-through (bit 0). With a failed store write, GPU pages
-  // stay unevictable after every request released (reported with its input), and a refused
-  // allocation evicts (the property test's DISABLED_WriteThroughStoreAgreesWithModel).
-  if (store_slots != 0 && !known_bugs_on()) c.write_policy = WritePolicy::kWriteBack;
   if (flags & 16) c.load_back_min_tokens = 2 * c.page_size;
   if (flags & 32) {  // the watermark step: demote ahead of need
     c.gpu_free_low_watermark = 0.25;
@@ -355,13 +343,9 @@ void Driver::admit(Reader& in) {
                  a->promoting ? " (promoting)" : "");
   if (r.cached == 0) {
     r.verified = true;
-  } else if (!a->promoting && (!store_ || known_bugs_on())) {
+  } else if (!a->promoting) {  // not promoting: the reused prefix is on GPU now
     verify_reused(r);
   }
-  // With a store, the prefix is checked once poll(lock) or wait() says it arrived: an
-  // admission whose store load failed inside admit() (a rotten record) reports
-  // promoting == false although its prefix is not on GPU (path_pages: kFailedPrecondition;
-  // known-bugs/admit-not-promoting).
   live_.push_back(std::move(r));
 }
 
@@ -856,14 +840,16 @@ void Driver::restart(Reader& in) {
     const bool faulted = after.store_failures > before.store_failures ||
                          after.transfers_failed > before.transfers_failed;
     // persist() fails only where a fault was injected, and says so in the stats.
-    expect(s.is_ok() || faulted, "persist failed without a fault: " + s.to_string());
+    // Or it says that some of it found no room (kOutOfMemory).
+    expect(s.is_ok() || faulted || s.code() == ErrorCode::kOutOfMemory,
+           "persist failed without a fault: " + s.to_string());
     if (trace_)
       std::fprintf(stderr, "  persist: %s, %zu records, %llu slots free, %llu store writes\n",
                    s.to_string().c_str(), store_->record_count(),
                    static_cast<unsigned long long>(store_->free_slots()),
                    static_cast<unsigned long long>(after.store_writes - before.store_writes));
-    complete = !faulted && after.kv_pages_dropped_store == before.kv_pages_dropped_store &&
-               store_->free_slots() >= store_->geometry().snapshot_slots();
+    // OK means every live KV node and snapshot has a store copy.
+    complete = s.is_ok();
     check_all();
   }
   std::vector<std::size_t> on_store;
@@ -872,9 +858,7 @@ void Driver::restart(Reader& in) {
     // With room for the largest record left, persist() gave every usable match a store copy.
     const std::size_t usable =
         h_.cache->match(std::span(known_[i]).first(known_[i].size() - 1)).usable_tokens;
-    // Gated: persist() can skip a GPU-only snapshot with room on host and store
-    // (known-bugs/persist-skips-snapshot).
-    if (complete && known_bugs_on())
+    if (complete)
       expect(on_store.back() == usable, "after persist(), known prompt " + std::to_string(i) +
                                             " has " + std::to_string(usable) + " usable tokens, " +
                                             std::to_string(on_store.back()) +
@@ -973,6 +957,15 @@ void Driver::run(Reader& in) {
   const Token one[] = {-2};
   auto a = h_.cache->admit(one);
   expect(a.is_ok(), "admit at the end");
+  if (trace_) {
+    const Occupancy o = h_.cache->occupancy();
+    std::fprintf(stderr, "  end: %u GPU pages free, %zu nodes\n", o.gpu_pages_free, o.nodes);
+    for (const auto& p : known_)
+      for (const NodeInfo& n : h_.cache->inspect(p))
+        std::fprintf(stderr, "    [%zu kv=%s%s snap=%s x=%s locks=%u]\n", n.boundary,
+                     to_string(n.kv), n.kv_on_store ? "+store" : "", to_string(n.snapshot),
+                     to_string(n.kv_copy), n.locks);
+  }
   auto all = h_.cache->alloc_pages(a->lock, h_.config.gpu_pages);
   expect(all.is_ok(), "with nothing running, the whole GPU pool is not reclaimable: " +
                           all.status().to_string());

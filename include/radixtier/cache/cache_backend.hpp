@@ -49,7 +49,9 @@ struct Admission {
   std::size_t gpu_tokens = 0;     ///< tokens of the match whose KV was already on GPU
   std::size_t host_tokens = 0;    ///< tokens of the match being promoted from host
   bool snapshot_from_host = false;
-  bool promoting = false;  ///< wait(lock) before reading the pages
+  /// wait(lock) before reading the pages: copies are on their way, or one already failed
+  /// (wait() then resumes earlier and returns where).
+  bool promoting = false;
   /// Deepest page-aligned prefix of the query (the prompt but its last token) whose KV is in
   /// the cache, snapshot or not: where the prompt branches off the cached KV path
   /// (>= cached_tokens). A snapshot policy may keep one near it (SnapshotPolicy `+branch`).
