@@ -490,8 +490,8 @@ struct Restart : Cmd {
       // persist() fails only where a fault was injected (counted) or room ran out (it says so).
       RC_ASSERT(persisted.is_ok() || s.lost() > lost ||
                 persisted.code() == ErrorCode::kOutOfMemory);
-      // OK: every live KV node and snapshot has a store copy.
-      lossless = lossless && persisted.is_ok();
+      // OK: nothing failed and every live KV node and snapshot has a store copy.
+      lossless = lossless && persisted.is_ok() && s.lost() == lost;
     }
     std::vector<std::size_t> before;  // per remembered prompt: what the store can serve
     for (const auto& [ns, prompt] : s.prompts) {

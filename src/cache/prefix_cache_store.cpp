@@ -545,6 +545,7 @@ Status PrefixCache::persist() {
     return Status(ErrorCode::kFailedPrecondition, "persist: this cache has no store tier");
   }
   drain();
+  const CacheStats at_start = stats_;
   // Parents first, so a child's record always finds its parent's on the store after a
   // restart (when the store has room for both).
   std::vector<Node*> order;
@@ -596,12 +597,27 @@ Status PrefixCache::persist() {
     if (n->has_host_snapshot() && !n->store_snapshot.valid() && n->snap_xfer == Xfer::kNone) {
       (void)plan_store_write(n, true, false, batch);
     }
+    if (!n->has_kv()) {
+      // Making store room for n's snapshot erased n's own store KV (its only copy): nothing
+      // was planned for n (a KV write needs host KV), and n, empty now, leaves the tree.
+      remove_if_empty(n);
+      continue;
+    }
     note(submit_store_batch(std::move(batch), &id));
     if (id) wait_store_transfer(*id);
   }
   removal_log_ = nullptr;
   note(store_->sync());
   if (!first_error.is_ok()) return first_error;
+  // A copy that failed on the way (a store write, or a GPU -> host staging copy) lost what it
+  // carried, or the victim a failed write was making room with.
+  const std::uint64_t failed = (stats_.store_failures - at_start.store_failures) +
+                               (stats_.transfers_failed - at_start.transfers_failed);
+  if (failed > 0) {
+    return Status(ErrorCode::kTransferFailed,
+                  "persist: " + std::to_string(failed) +
+                      " copies failed; what was written before and after them is durable");
+  }
   // What is left without a store copy: a copy that failed (the stats count it), or no room to
   // stage it on host (a split host pool without a snapshot share) or to keep it on the store.
   std::size_t kv_left = 0, snaps_left = 0;

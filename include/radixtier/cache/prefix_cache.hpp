@@ -234,7 +234,8 @@ class PrefixCache final : public CacheBackend {
   /// Gives every KV node and snapshot of the default namespace that the store has room for a
   /// store copy (parents first; GPU-only data goes through host), then syncs the store: what a
   /// graceful shutdown calls, so that the next create() on the same store serves all of it.
-  /// kFailedPrecondition without a store; a store error is returned (what was written stays);
+  /// kFailedPrecondition without a store; a store error is returned, and kTransferFailed
+  /// when a copy failed on the way (what was written stays);
   /// kOutOfMemory when some of it has no store copy at the end (a copy failed, or there was
   /// no room to stage it on host or to keep it on the store): the rest is durable.
   Status persist();
