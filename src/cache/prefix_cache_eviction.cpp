@@ -276,13 +276,7 @@ bool PrefixCache::make_host_page_room(std::size_t n, bool for_snapshot) {
         releasing += pages;
         continue;
       }
-      if (snapshot) {
-        drop_host_snapshot(victim);
-        remove_if_empty(victim);  // making store room may have taken its last KV
-      } else {
-        if (!victim->kv_live()) stats_.dead_kv_pages_dropped += victim->host_pages.size();
-        drop_host_kv(victim);
-      }
+      drop_host_victim(victim, snapshot);
     }
     if (writes.empty()) {
       if (!victims) return false;
@@ -420,6 +414,16 @@ void PrefixCache::drop_host_snapshot(Node* n) {
   for (HostPageId id : n->host_snapshot) host_pages_.give_back(id);
   if (!n->gpu_snapshot.valid()) ++stats_.snapshots_dropped;
   set_host_snapshot(n, {});
+}
+
+void PrefixCache::drop_host_victim(Node* n, bool snapshot) {
+  if (snapshot) {
+    drop_host_snapshot(n);
+    remove_if_empty(n);  // making store room may have taken its last KV
+    return;
+  }
+  if (!n->kv_live()) stats_.dead_kv_pages_dropped += n->host_pages.size();
+  drop_host_kv(n);
 }
 
 void PrefixCache::drop_host() {
@@ -590,15 +594,8 @@ void PrefixCache::reap_transfers() {
 }
 
 void PrefixCache::drain() {
-  // A store read that lands starts a promotion, so both kinds are waited for until none is left.
-  for (;;) {
-    if (!store_transfers_.empty()) {
-      std::uint32_t oldest = store_transfers_.begin()->first;
-      for (const auto& [id, t] : store_transfers_) oldest = std::min(oldest, id);
-      finish_store_transfer(oldest);
-      continue;
-    }
-    if (!wait_any_transfer()) return;
+  // GPU-host transfers and store transfers alike (a store read that lands starts a promotion).
+  while (wait_any_transfer()) {
   }
 }
 
@@ -620,10 +617,14 @@ void PrefixCache::finish_ops(std::span<const CopyOp> ops, bool ok) {
   // A finished copy is not a use: the keys (made of the last use) put each node back in
   // its place.
   for (const CopyOp& op : ops) finish_op(op, ok);
-  // Failed copies may leave empty leaves; prune them deepest first, skipping any node an
-  // earlier prune already removed (a parent listed after its child).
   std::vector<Node*> nodes;
   for (const CopyOp& op : ops) nodes.push_back(op.node);
+  prune_copied(std::move(nodes));
+}
+
+void PrefixCache::prune_copied(std::vector<Node*> nodes) {
+  // Failed copies may leave empty leaves; prune them deepest first, skipping any node an
+  // earlier prune already removed (a parent listed after its child).
   std::sort(nodes.begin(), nodes.end(),
             [](const Node* a, const Node* b) { return a->boundary > b->boundary; });
   nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());

@@ -370,13 +370,7 @@ void PrefixCache::finish_store_transfer(std::uint32_t id) {
   }
   std::vector<Node*> nodes;
   for (const StoreOp& op : t.ops) nodes.push_back(op.node);
-  std::sort(nodes.begin(), nodes.end(),
-            [](const Node* a, const Node* b) { return a->boundary > b->boundary; });
-  nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
-  std::vector<const Node*> removed;
-  for (Node* n : nodes) {
-    if (std::find(removed.begin(), removed.end(), n) == removed.end()) remove_if_empty(n, &removed);
-  }
+  prune_copied(std::move(nodes));
 }
 
 void PrefixCache::finish_store_write(const StoreOp& op, const RecordId* ids, std::size_t count,
@@ -526,13 +520,7 @@ void PrefixCache::store_ahead() {
       continue;
     }
     // A clean store copy, dead data, another namespace or no store room: as a drop for room.
-    if (snapshot) {
-      drop_host_snapshot(victim);
-      remove_if_empty(victim);
-    } else {
-      if (!victim->kv_live()) stats_.dead_kv_pages_dropped += victim->host_pages.size();
-      drop_host_kv(victim);
-    }
+    drop_host_victim(victim, snapshot);
   }
   if (batch.empty() || submit_store_batch(std::move(batch))) stats_.background_evictions += evicted;
 }

@@ -469,6 +469,8 @@ class PrefixCache final : public CacheBackend {
   void drop_host_snapshot(Node* n);
   void drop_gpu_kv(Node* n);
   void drop_gpu_snapshot(Node* n);
+  /// Drops a host victim's KV or snapshot for room (no store copy made), pruning what empties.
+  void drop_host_victim(Node* n, bool snapshot);
   void write_through(std::span<Node* const> nodes, Node* snapshot_node);
   /// CacheConfig::max_snapshots_per_path, after a snapshot was attached at n: while a
   /// root-to-leaf path through n holds more than the cap, drops the least useful unpinned
@@ -485,6 +487,9 @@ class PrefixCache final : public CacheBackend {
   void finish_transfer(std::uint32_t id, bool ok);
   void finish_ops(std::span<const CopyOp> ops, bool ok);
   void finish_op(const CopyOp& op, bool ok);
+  /// After copies finished: removes those of `nodes` they left empty, deepest first.
+  void prune_copied(std::vector<Node*> nodes);
+  /// Waits for the oldest GPU-host transfer, else the oldest store transfer; false: none.
   bool wait_any_transfer();
 
   // admission helpers
