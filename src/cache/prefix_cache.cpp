@@ -231,6 +231,7 @@ void PrefixCache::set_host_snapshot(Node* n, std::vector<HostPageId> pages) {
 
 void PrefixCache::note_snapshot_change(Node* n, bool had) {
   if (had == n->has_snapshot()) return;
+  refresh_gaps_below(n);
   for (Node* p = n; p != nullptr; p = p->parent) {
     if (had) {
       assert(p->snapshots_below > 0);
@@ -270,8 +271,25 @@ OrderKey PrefixCache::gpu_kv_key(const Node& n) const {
 
 OrderKey PrefixCache::host_kv_key(const Node& n) const {
   if (!cost_aware_) return {1, 0, n.last_access, n.kv_priority};
-  return {std::uint8_t(n.kv_live() ? 1 : 0), n.kv_age_host + n.kv_uses * kv_value_, n.last_access,
+  return {std::uint8_t(n.kv_live() ? 1 : 0), n.kv_age_host + host_kv_value(n), n.last_access,
           n.kv_priority};
+}
+
+double PrefixCache::host_kv_value(const Node& n) const {
+  // Dropping the last copy of a node's KV also loses the snapshot at its end (nothing resumes
+  // there without the KV): GreedyDual-Size then counts what the drop loses, the KV's tokens
+  // and the snapshot's gap, per byte it frees, the KV's and the snapshot's. Valued alone, a
+  // host KV leaf holding the deepest snapshot of a path looked cheaper than any snapshot far
+  // above it, and its drop cascaded into the dead KV above (the compaction regression,
+  // docs/results.md).
+  if (!n.has_host_snapshot() || n.has_gpu_kv() || n.has_store_kv() || n.host_pages.empty()) {
+    return n.kv_uses * kv_value_;
+  }
+  const double kv_bytes = double(n.host_pages.size()) * double(config_.page_bytes);
+  const double snap_bytes = double(n.host_snapshot.size()) * double(config_.page_bytes);
+  const double lost = double(n.kv_uses) * double(n.host_pages.size() * config_.page_size) +
+                      double(n.snap_uses) * double(n.snap_gap);
+  return lost / (kv_bytes + snap_bytes);
 }
 
 OrderKey PrefixCache::gpu_snap_key(const Node& n) const {
@@ -324,6 +342,28 @@ void PrefixCache::touch_snapshot(Node* n) {
   n->snap_access = ++clock_;
   n->snap_gap = gap_above(*n);
   refresh(n);
+}
+
+void PrefixCache::refresh_gaps_below(Node* n) {
+  // A snapshot's value is the recompute back to the snapshot above it: when n gains or loses
+  // its snapshot, that gap changes for the nearest snapshot on each branch below n (a stale
+  // gap made every snapshot of a long prompt tie, so eviction took them oldest first, from
+  // the top of the prompt, instead of thinning them out; docs/results.md).
+  std::vector<Node*> stack;
+  for (const auto& [key, child] : n->children) stack.push_back(child);
+  while (!stack.empty()) {
+    Node* c = stack.back();
+    stack.pop_back();
+    if (c->has_snapshot()) {
+      const std::size_t gap = gap_above(*c);
+      if (gap != c->snap_gap) {
+        c->snap_gap = gap;
+        refresh(c);
+      }
+      continue;
+    }
+    for (const auto& [key, child] : c->children) stack.push_back(child);
+  }
 }
 
 std::size_t PrefixCache::gap_above(const Node& n) const {

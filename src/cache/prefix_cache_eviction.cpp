@@ -184,8 +184,16 @@ void PrefixCache::demote_ahead() {
   // As kswapd: below the low watermark, evict what the order takes next (nothing else, so
   // nothing that would have stayed) until the high watermark is free or on its way; the
   // copies land while the scheduler computes and are reaped by the next entry point.
-  const std::size_t page_low = config_.low_watermark(gpu_pages_.capacity());
-  const std::size_t slot_low = config_.low_watermark(gpu_slots_.capacity());
+  // The free room kept is what the running requests may ask for next: each of them its
+  // largest allocation seen so far (pages) and one slot, within the configured shares of the
+  // pools. Room kept free beyond that is cache capacity lost: a share of a large pool (2% of
+  // a 1M-token pool) pushed a scarce tier's contents out (the compaction regression,
+  // docs/results.md).
+  const std::size_t running = std::max<std::size_t>(1, locks_.size());
+  const std::size_t page_need = running * std::max<std::size_t>(1, alloc_burst_);
+  const std::size_t page_low =
+      std::min(config_.low_watermark(gpu_pages_.capacity()), page_need);
+  const std::size_t slot_low = std::min(config_.low_watermark(gpu_slots_.capacity()), running);
   // Free room alone at or above the low watermark is the common case: it returns before
   // walking the copies in flight (poll() runs this on every entry point).
   if (gpu_pages_.free_count() >= page_low && gpu_slots_.free_count() >= slot_low) return;
@@ -199,7 +207,8 @@ void PrefixCache::demote_ahead() {
   demote.batch.direction = Direction::kDeviceToHost;
   std::uint64_t evicted = 0;
   if (pages_short) {
-    const std::size_t high = config_.high_watermark(gpu_pages_.capacity());
+    const std::size_t high =
+        std::min(config_.high_watermark(gpu_pages_.capacity()), std::max(page_low, 2 * page_need));
     const std::size_t demoting = pages_coming - gpu_pages_.free_count();
     while (gpu_pages_.free_count() + demoting + demote.batch.pages.size() < high &&
            !gpu_kv_order_.empty()) {
@@ -207,12 +216,14 @@ void PrefixCache::demote_ahead() {
       if (victim->gpu_kv_key.cls == 1) {
         gpu_kv_age_ = std::max(gpu_kv_age_, victim->gpu_kv_key.priority);
       }
-      evict_gpu_kv(victim, demote);  // takes victim off the order (copy in flight, or dropped)
+      // Off the order (copy in flight, or dropped as dead), or false: no host room now.
+      if (!evict_gpu_kv(victim, demote, true)) break;
       ++evicted;
     }
   }
   if (slots_short) {
-    const std::size_t high = config_.high_watermark(gpu_slots_.capacity());
+    const std::size_t high =
+        std::min(config_.high_watermark(gpu_slots_.capacity()), std::max(slot_low, 2 * running));
     const std::size_t demoting = slots_coming - gpu_slots_.free_count();
     auto pending_slots = [&] {
       std::size_t n = 0;
@@ -225,7 +236,7 @@ void PrefixCache::demote_ahead() {
       if (victim->gpu_snap_key.cls == 1) {
         gpu_snap_age_ = std::max(gpu_snap_age_, victim->gpu_snap_key.priority);
       }
-      evict_gpu_snapshot(victim, demote);
+      if (!evict_gpu_snapshot(victim, demote, true)) break;
       ++evicted;
     }
   }
@@ -327,7 +338,7 @@ void PrefixCache::add_snapshot_pieces(TransferBatch& batch, const Node* n) const
 // ---------------------------------------------------------------------------------------
 // evicting one node's resource
 
-void PrefixCache::evict_gpu_kv(Node* n, PendingBatch& demote) {
+bool PrefixCache::evict_gpu_kv(Node* n, PendingBatch& demote, bool ahead) {
   assert(n->gpu_kv_evictable());
   const std::size_t np = n->gpu_pages.size();
   if (cost_aware_ && !n->kv_live()) {  // dead KV: nothing resumes from it, no copy pays
@@ -335,40 +346,48 @@ void PrefixCache::evict_gpu_kv(Node* n, PendingBatch& demote) {
     stats_.dead_kv_pages_dropped += np;
     drop_gpu_kv(n);
     remove_if_empty(n);
-    return;
+    return true;
   }
   if (n->has_host_kv()) {  // clean host copy: eviction is free
     stats_.kv_pages_demoted += np;
     drop_gpu_kv(n);
   } else if (make_host_page_room(np)) {
     plan_kv_to_host(n, Xfer::kDemote, demote);
+  } else if (ahead) {
+    // No host room now (what is there is in flight or pinned): ahead of need, nothing is
+    // dropped that an allocation, waiting for those copies, would demote instead.
+    return false;
   } else {
     stats_.kv_pages_dropped_gpu += np;
     drop_gpu_kv(n);
     if (!n->has_kv() && n->gpu_snapshot_evictable()) drop_gpu_snapshot(n);
     remove_if_empty(n);
-    return;
+    return true;
   }
-  // A snapshot whose KV leaves the GPU does not keep a GPU slot: it goes with the KV.
-  if (cost_aware_ && n->gpu_snapshot_evictable()) evict_gpu_snapshot(n, demote);
+  // A snapshot whose KV leaves the GPU does not keep a GPU slot: it goes with the KV (ahead of
+  // need without host room, it stays and leaves first when a slot is needed).
+  if (cost_aware_ && n->gpu_snapshot_evictable()) evict_gpu_snapshot(n, demote, ahead);
+  return true;
 }
 
-void PrefixCache::evict_gpu_snapshot(Node* n, PendingBatch& demote) {
+bool PrefixCache::evict_gpu_snapshot(Node* n, PendingBatch& demote, bool ahead) {
   assert(n->gpu_snapshot_evictable());
   // Keep a host copy only when it can be used again: a clean one exists (on host or on the
   // store), or KV is there.
   if (n->has_host_snapshot() || n->store_snapshot.valid() || !n->has_kv()) {
     drop_gpu_snapshot(n);
-    return;
+    return true;
   }
   std::vector<HostPageId> dst = take_host_snapshot_pages(n);
+  if (dst.empty() && ahead && n->has_kv()) return false;  // as for KV: no drop ahead of need
   if (dst.empty() || !n->has_kv()) {  // no room, or making room took n's own KV
     for (HostPageId id : dst) host_pages_.give_back(id);
     drop_gpu_snapshot(n);
     remove_if_empty(n);
-    return;
+    return true;
   }
   plan_snapshot_to_host(n, std::move(dst), Xfer::kDemote, demote);
+  return true;
 }
 
 void PrefixCache::plan_kv_to_host(Node* n, Xfer kind, PendingBatch& batch) {

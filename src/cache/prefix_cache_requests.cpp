@@ -404,6 +404,7 @@ Result<std::vector<GpuPageId>> PrefixCache::alloc_pages(LockId lock, std::size_t
   }
   reap_transfers();  // not poll(): a refused allocation must change nothing
   if (Status s = make_gpu_page_room(n); !s) return s;
+  alloc_burst_ = std::max(alloc_burst_, n);  // the watermark step's unit (demote_ahead)
   std::vector<GpuPageId> pages;
   pages.reserve(n);
   for (std::size_t i = 0; i < n; ++i) {

@@ -21,6 +21,7 @@ using namespace radixtier;
 
 struct SimArgs {
   std::string scenario, policy_text, cache = "node", router = "prefix", eviction = "cost-aware";
+  std::string sglang_strategy = "no-buffer";
   sim::SimOptions opt;
   sim::ScenarioOptions so;
   bool json = false, rows = false, write_through = false, no_restart = false;
@@ -68,8 +69,10 @@ radixtier::cli::CommandRun setup_sim(CLI::App& app) {
   app.add_option("--trace", a.so.trace_path, "trace: a Mooncake JSONL file")->capture_default_str();
   app.add_option("--policy", a.policy_text,
                  std::string("snapshot placement: adaptive | end-only | every-chunk | interval:N | "
-                             "budgeted[:BYTES], each optionally +tail and/or +branch (default: ") +
-                     sim::kDefaultPolicy + " for node, end-only otherwise)")
+                             "budgeted[:BYTES] | sglang-no-buffer | sglang-extra-buffer, each "
+                             "optionally +tail and/or +branch (default: ") +
+                     sim::kDefaultPolicy +
+                     " for node, --sglang-strategy for sglang-like, end-only otherwise)")
       ->check(radixtier::cli::parsed_by(sched::SnapshotPolicy::parse, "P"));
   app.add_option("--eviction", a.eviction,
                  "node cache eviction: cost-aware (one host pool) | lru | utility (both with "
@@ -137,6 +140,19 @@ radixtier::cli::CommandRun setup_sim(CLI::App& app) {
       ->check(CLI::Range(0.0, 0.999));
   app.add_flag("--write-through", a.write_through,
                "node cache write policy write-through (default write-back)");
+  app.add_option("--sglang-strategy", a.sglang_strategy,
+                 "sglang-like: SGLang's --mamba-scheduler-strategy, no-buffer (its default) | "
+                 "extra-buffer (branch-point and decode tracking)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"no-buffer", "extra-buffer"}));
+  app.add_option("--sglang-memory-ratio", a.opt.sglang.mamba_full_memory_ratio,
+                 "sglang-like: --mamba-full-memory-ratio (the GPU state pool gets r / (1 + r) "
+                 "of the cache bytes when they come from the presets)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--sglang-chunk", a.opt.sglang.chunk_tokens,
+                 "sglang-like: --chunked-prefill-size (default: SGLang's for the GPU's memory)")
+      ->check(radixtier::cli::count_at_least(1));
   app.add_flag("--check-invariants", a.opt.check_invariants,
                "check the cache's invariants after every step (slow)");
 #ifdef RADIXTIER_CLI_METRICS
@@ -158,6 +174,7 @@ int run_sim(SimArgs& args) {
   sim::ScenarioOptions& so = args.so;
   const bool json = args.json, rows = args.rows;
   opt.cache = *sim::parse_cache_kind(args.cache);
+  opt.sglang.extra_buffer = args.sglang_strategy == "extra-buffer";
   opt.router = *sim::parse_router_kind(args.router);
   opt.eviction = args.eviction == "cost-aware" ? SnapshotEviction::kCostAware
                  : args.eviction == "utility"  ? SnapshotEviction::kUtility

@@ -313,7 +313,10 @@ Scheduler::Outcome Scheduler::prefill_chunk(Running& r) {
   SnapshotQuery q = query(r);
   std::size_t end = len;
   if (start < last_boundary) {
-    end = std::min((start / config_.chunk_tokens + 1) * config_.chunk_tokens, last_boundary);
+    const std::size_t origin =
+        config_.chunk_origin == ChunkOrigin::kResume ? r.res.cached_tokens : 0;
+    end = std::min(origin + ((start - origin) / config_.chunk_tokens + 1) * config_.chunk_tokens,
+                   last_boundary);
     if (auto cut = config_.policy.next_cut(q, start); cut && *cut < end) end = *cut;
   }
   const std::size_t need = (end + page_size_ - 1) / page_size_;
@@ -364,6 +367,7 @@ SnapshotQuery Scheduler::query(const Running& r) const {
   q.chunk_tokens = config_.chunk_tokens;
   q.alignment = learner_.alignment();
   q.keep_finish = learner_.keep_finish();
+  q.output_tokens = r.req.max_new_tokens;
   q.host_free_bytes = r.host_free_bytes;
   return q;
 }

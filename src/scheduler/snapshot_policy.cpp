@@ -12,7 +12,8 @@ namespace {
 
 constexpr const char* kForms =
     "expected adaptive, end-only, every-chunk, interval:N (tokens), budgeted or budgeted:BYTES "
-    "(BYTES may end in K, M or G), optionally followed by +tail and/or +branch";
+    "(BYTES may end in K, M or G), sglang-no-buffer or sglang-extra-buffer, optionally followed "
+    "by +tail and/or +branch";
 
 std::optional<std::size_t> parse_size(std::string_view s, bool allow_suffix) {
   std::size_t mult = 1;
@@ -71,6 +72,8 @@ Result<SnapshotPolicy> SnapshotPolicy::parse(std::string_view text) {
   if (text == "end-only") return end_only();
   if (text == "every-chunk") return every_chunk();
   if (text == "budgeted") return budgeted();
+  if (text == "sglang-no-buffer") return sglang_no_buffer();
+  if (text == "sglang-extra-buffer") return sglang_extra_buffer();
   const auto colon = text.find(':');
   if (colon != std::string_view::npos) {
     const auto head = text.substr(0, colon);
@@ -123,6 +126,12 @@ std::string SnapshotPolicy::name() const {
     case Kind::kAdaptive:
       base = "adaptive";
       break;
+    case Kind::kSglangNoBuffer:
+      base = "sglang-no-buffer";
+      break;
+    case Kind::kSglangExtraBuffer:
+      base = "sglang-extra-buffer";
+      break;
   }
   if (tail_) base += "+tail";
   if (branch_) base += "+branch";
@@ -132,6 +141,10 @@ std::string SnapshotPolicy::name() const {
 std::optional<std::size_t> SnapshotPolicy::next_cut(const SnapshotQuery& q,
                                                     std::size_t done) const {
   if (kind_ == Kind::kInterval && interval_ > 0) return (done / interval_ + 1) * interval_;
+  if (kind_ == Kind::kSglangExtraBuffer) {
+    const std::size_t b = sglang_branch_point(q);
+    return b > done ? std::optional<std::size_t>(b) : std::nullopt;
+  }
   if (kind_ != Kind::kAdaptive) return std::nullopt;
   std::optional<std::size_t> cut;
   for (std::size_t b : {aligned_tail(q), branch_point(q)}) {
@@ -219,6 +232,7 @@ std::size_t SnapshotPolicy::branch_boundary(const SnapshotQuery& q) {
 }
 
 bool SnapshotPolicy::keep(const SnapshotQuery& q) const {
+  if (kind_ == Kind::kSglangNoBuffer || kind_ == Kind::kSglangExtraBuffer) return keep_sglang(q);
   if (q.last_prompt_chunk) return true;
   if (q.at_finish) return kind_ != Kind::kAdaptive || q.keep_finish;
   if (keep_base(q)) return true;
@@ -227,8 +241,44 @@ bool SnapshotPolicy::keep(const SnapshotQuery& q) const {
   return false;
 }
 
+std::size_t SnapshotPolicy::sglang_branch_point(const SnapshotQuery& q) {
+  // mamba_radix_cache.py, _match_prefix_helper: mamba_branching_seqlen = the KV match floored
+  // to the tracking granularity, when the KV match goes beyond the usable (state) match.
+  const std::size_t g = std::max<std::size_t>(kSglangTrackGranularity, q.page_size);
+  if (q.branch_tokens <= q.cached_tokens) return 0;
+  const std::size_t b = q.branch_tokens / g * g;
+  const std::size_t final_boundary = q.page_size == 0 ? 0 : q.prompt_tokens / q.page_size * q.page_size;
+  return b > q.cached_tokens && b < final_boundary ? b : 0;
+}
+
+bool SnapshotPolicy::keep_sglang(const SnapshotQuery& q) const {
+  if (q.at_finish) return true;  // cache_finished_req: the whole sequence / the last track
+  if (kind_ == Kind::kSglangNoBuffer) return !q.last_prompt_chunk;  // cache_unfinished_req
+  // extra_buffer (schedule_batch.py, _mamba_radix_cache_v2_req_prepare_for_extend): one track
+  // per extend of >= 64 tokens, at its aligned end or at the branch point inside it.
+  if (q.last_prompt_chunk) {
+    // Inserted only by cache_finished_req, and only if no decode track replaced it.
+    const std::size_t i = kSglangTrackInterval;
+    const std::size_t last = q.prompt_tokens + (q.output_tokens > 0 ? q.output_tokens - 1 : 0);
+    if (last / i > q.prompt_tokens / i) return false;
+  }
+  const std::size_t branch = sglang_branch_point(q);
+  if (branch != 0 && q.boundary == branch) return true;
+  // A chunk end (counted from the resume point) whose chunk held the branch point tracked it
+  // instead.
+  if (branch != 0 && q.chunk_tokens > 0 && q.boundary > branch) {
+    const std::size_t chunk_start =
+        q.cached_tokens + (q.boundary - q.cached_tokens - 1) / q.chunk_tokens * q.chunk_tokens;
+    if (branch > chunk_start) return false;
+  }
+  return true;
+}
+
 bool SnapshotPolicy::keep_base(const SnapshotQuery& q) const {
   switch (kind_) {
+    case Kind::kSglangNoBuffer:
+    case Kind::kSglangExtraBuffer:
+      return keep_sglang(q);
     case Kind::kEndOnly:
       return false;
     case Kind::kEveryChunk:

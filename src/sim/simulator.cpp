@@ -18,6 +18,7 @@
 #include "sim/cost_executor.hpp"
 #include "sim/counting_store_engine.hpp"
 #include "sim/counting_transfer_engine.hpp"
+#include "sim/vllm_like_cache.hpp"
 
 namespace radixtier::sim {
 
@@ -35,17 +36,21 @@ const char* to_string(CacheKind kind) {
       return "attention-only";
     case CacheKind::kSglangLike:
       return "sglang-like";
+    case CacheKind::kVllmLike:
+      return "vllm-like";
   }
   return "?";
 }
 
 Result<CacheKind> parse_cache_kind(std::string_view text) {
   for (CacheKind k : {CacheKind::kNode, CacheKind::kAttentionOnly, CacheKind::kSglangLike,
-                      CacheKind::kIndex, CacheKind::kGpuOnly, CacheKind::kIdeal}) {
+                      CacheKind::kVllmLike, CacheKind::kIndex, CacheKind::kGpuOnly,
+                      CacheKind::kIdeal}) {
     if (text == to_string(k)) return k;
   }
-  return invalid_argument("unknown cache '" + std::string(text) +
-                          "' (known: node, attention-only, sglang-like, index, gpu-only, ideal)");
+  return invalid_argument(
+      "unknown cache '" + std::string(text) +
+      "' (known: node, attention-only, sglang-like, vllm-like, index, gpu-only, ideal)");
 }
 
 CacheConfig config_for(CacheKind kind, const CacheConfig& base) {
@@ -60,24 +65,43 @@ CacheConfig config_for(CacheKind kind, const CacheConfig& base) {
       c = AttentionOnlyCache::twin_config(base);
       break;
     case CacheKind::kSglangLike: {
-      // A fixed host state pool, hicache_ratio x the GPU state pool, beside the host KV pool;
-      // the rest of the host bytes are KV.
+      // HiCache's two host pools (hi_mamba_radix_cache.py, HiMambaRadixCache.__init__: the
+      // same hicache_ratio for MHATokenToKVPoolHost and MambaPoolHost) are each that ratio x
+      // their device pool, so the host bytes split as the device pools' bytes do. No host
+      // bytes: HiCache off (enable_hierarchical_cache defaults to False).
       const std::uint64_t host = std::uint64_t{base.host_pages} * base.page_bytes +
                                  std::uint64_t{base.host_snapshot_slots} * base.snapshot_bytes;
-      const std::uint64_t slots = std::uint64_t{kSglangHicacheRatio} * base.gpu_snapshot_slots;
-      const std::uint64_t slot_bytes = std::min(host, slots * base.snapshot_bytes);
-      c.host_snapshot_slots = static_cast<std::uint32_t>(slot_bytes / base.snapshot_bytes);
-      c.host_pages = static_cast<std::uint32_t>((host - slot_bytes) / base.page_bytes);
-      c.write_policy = WritePolicy::kWriteThrough;
-      c.snapshot_eviction = SnapshotEviction::kLru;
+      const double gpu_states = static_cast<double>(base.gpu_snapshot_slots) *
+                                static_cast<double>(base.snapshot_bytes);
+      const double gpu_all =
+          gpu_states + static_cast<double>(base.gpu_pages) * static_cast<double>(base.page_bytes);
+      const auto state_bytes =
+          static_cast<std::uint64_t>(gpu_all > 0 ? static_cast<double>(host) * gpu_states / gpu_all : 0);
+      c.host_snapshot_slots = static_cast<std::uint32_t>(state_bytes / base.snapshot_bytes);
+      c.host_pages = static_cast<std::uint32_t>(
+          (host - std::uint64_t{c.host_snapshot_slots} * base.snapshot_bytes) / base.page_bytes);
+      c.write_policy = WritePolicy::kWriteThrough;  // hicache_write_policy = write_through
+      c.snapshot_eviction = SnapshotEviction::kLru;  // mamba_lru_list / full_lru_list
       break;
     }
+    case CacheKind::kVllmLike:  // GPU only (the offloading connector is not modelled)
+      c.host_pages = 0;
+      c.host_snapshot_slots = 0;
+      break;
     case CacheKind::kNode:
     case CacheKind::kIndex:
     case CacheKind::kIdeal:
       break;
   }
   return c;
+}
+
+std::size_t sglang_chunk_tokens(double hbm_bytes) {
+  const double gib = hbm_bytes / static_cast<double>(kGiB);
+  if (gib < 35) return 2048;
+  if (gib < 60) return 4096;
+  if (gib < 160) return 8192;
+  return 16384;
 }
 
 namespace {
@@ -324,6 +348,21 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
   out.instances = n_inst;
   out.router = n_inst > 1 ? to_string(o.router) : "-";
   Budget budget = s.budget;
+  if (budget.gpu_kv_tokens == 0 && o.cache == CacheKind::kSglangLike) {
+    // SGLang sizes its state pool from the memory ratio (model_runner_kv_cache_mixin.py,
+    // handle_max_mamba_cache): rest x r / (1 + r) in whole slots, the rest KV.
+    auto bytes = gpu_cache_bytes(*hw, *model);
+    if (!bytes) return bytes.status();
+    const double r = o.sglang.mamba_full_memory_ratio;
+    if (!(r > 0)) return invalid_argument("--sglang-memory-ratio must be > 0");
+    const auto slots = static_cast<std::uint32_t>(static_cast<double>(*bytes) * r / (1 + r) /
+                                                  static_cast<double>(model->snapshot_bytes()));
+    budget.gpu_snapshot_slots = std::max(slots, 1u);
+    const std::uint64_t state = std::uint64_t{budget.gpu_snapshot_slots} * model->snapshot_bytes();
+    if (*bytes <= state) return invalid_argument("--sglang-memory-ratio leaves no GPU room for KV");
+    budget.gpu_kv_tokens = static_cast<std::size_t>((*bytes - state) / model->kv_bytes_per_token() /
+                                                    s.page_size * s.page_size);
+  }
   if (budget.gpu_kv_tokens == 0) {
     // Derived from the presets: what HBM holds beside the weights, the runtime and the GPU
     // snapshot slots (docs/simulator.md, "GPU KV budget").
@@ -357,24 +396,65 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
   }
 
   const CacheConfig config = config_for(o.cache, out.config);
-  if (o.cache == CacheKind::kAttentionOnly || o.cache == CacheKind::kSglangLike) {
+  if (o.cache == CacheKind::kAttentionOnly || o.cache == CacheKind::kSglangLike ||
+      o.cache == CacheKind::kVllmLike) {
     out.config = config;
   }
+  const bool vllm = o.cache == CacheKind::kVllmLike;
+  VllmBlockGeometry vg;
+  std::uint32_t vllm_blocks = 0;
+  if (vllm) {
+    auto g = vllm_block_geometry(model->full_layers, model->kv_bytes_per_token(),
+                                 model->gdn_layers, model->snapshot_bytes());
+    if (!g) return g.status();
+    vg = *g;
+    // The same GPU bytes as every other cache, in block ids of one pool.
+    const std::uint64_t gpu = std::uint64_t{config.gpu_pages} * config.page_bytes +
+                              std::uint64_t{config.gpu_snapshot_slots} * config.snapshot_bytes;
+    vllm_blocks = static_cast<std::uint32_t>(gpu / vg.id_bytes);
+    // What the JSON's config says: pages are vLLM blocks; states are blocks of the same pool.
+    out.config.page_size = vg.block_size;
+    out.config.page_bytes = vg.id_bytes * vg.kv_ids;
+    out.config.gpu_pages = vllm_blocks / vg.kv_ids;
+    out.config.gpu_snapshot_slots = 0;
+  }
   const bool node_like = o.cache == CacheKind::kNode || o.cache == CacheKind::kAttentionOnly;
-  const char* default_policy = node_like                           ? kDefaultPolicy
-                               : o.cache == CacheKind::kSglangLike ? kSglangPolicy
-                                                                   : "end-only";
+  const bool sglang = o.cache == CacheKind::kSglangLike;
+  const char* default_policy = node_like ? kDefaultPolicy
+                               : sglang  ? (o.sglang.extra_buffer ? "sglang-extra-buffer"
+                                                                  : "sglang-no-buffer")
+                               : vllm    ? "every-chunk"
+                                         : "end-only";
   auto policy = sched::SnapshotPolicy::parse(!o.policy.empty() ? o.policy : default_policy);
   if (!policy) return policy.status();
 
   sched::SchedulerConfig sc;
   sc.chunk_tokens = s.chunk_tokens;
+  if (sglang) {
+    // SGLang's chunked prefill: its own size, counted from where the request resumed.
+    sc.chunk_tokens = o.sglang.chunk_tokens > 0 ? o.sglang.chunk_tokens
+                                                : sglang_chunk_tokens(hw->hbm_bytes);
+    sc.chunk_origin = sched::ChunkOrigin::kResume;
+  }
+  if (vllm) {
+    // arg_utils.py: max_num_batched_tokens 8192 for `vllm serve` on >= 70 GiB GPUs, else
+    // 2048; align mode cuts each chunk down to whole blocks (_mamba_block_aligned_split).
+    const std::size_t budget = o.vllm_chunk_tokens > 0 ? o.vllm_chunk_tokens
+                               : hw->hbm_bytes >= 70.0 * static_cast<double>(kGiB) ? 8192
+                                                                                    : 2048;
+    sc.chunk_tokens = std::max<std::size_t>(1, budget / vg.block_size) * vg.block_size;
+    sc.chunk_origin = sched::ChunkOrigin::kResume;
+  }
   sc.max_running = s.max_running;
   sc.policy = *policy;
   sc.max_admissions = 64;
   sc.check_invariants = o.check_invariants;
   sc.kv_bytes_per_token = model->kv_bytes_per_token();
-  if (o.cache == CacheKind::kSglangLike) sc.decode_checkpoint_interval = kSglangTrackInterval;
+  // extra_buffer tracks decode states every mamba_track_interval tokens; no_buffer inserts the
+  // whole sequence at the finish (every page here).
+  if (sglang && policy->kind() == sched::SnapshotPolicy::Kind::kSglangExtraBuffer) {
+    sc.decode_checkpoint_interval = sched::SnapshotPolicy::kSglangTrackInterval;
+  }
   out.policy = policy->name();
   out.eviction = (node_like || o.cache == CacheKind::kSglangLike)
                      ? radixtier::to_string(config.snapshot_eviction)
@@ -383,7 +463,7 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
   CostExecutorOptions eo;
   eo.decode_step_s = o.decode_step_s;
   eo.decode_batch = s.max_running;
-  eo.gpu_slots = config.gpu_snapshot_slots;
+  eo.gpu_slots = vllm ? 0 : config.gpu_snapshot_slots;  // vllm-like: states are blocks
   // The stores outlive the caches (declared first, destroyed last): a restart keeps them.
   const bool with_store = o.disk_bytes > 0 && o.cache == CacheKind::kNode;
   if (s.restart_before && s.is_trace()) {
@@ -412,6 +492,10 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
       in.cache = std::move(*c);
     } else if (o.cache == CacheKind::kAttentionOnly) {
       auto c = AttentionOnlyCache::create(config, *in.engine);
+      if (!c) return c.status();
+      in.cache = std::move(*c);
+    } else if (vllm) {
+      auto c = VllmLikeCache::create(vllm_blocks, vg.block_size, vg.kv_ids, vg.state_ids);
       if (!c) return c.status();
       in.cache = std::move(*c);
     } else {

@@ -7,10 +7,14 @@
 //   attention-only  the node cache's attention-only twin (AttentionOnlyCache): snapshots cost
 //                   nothing, every page boundary resumable, their bytes given to KV; the
 //                   hybrid tax is hit(node) / hit(attention-only)
-//   sglang-like     PrefixCache configured as SGLang's hybrid radix cache with HiCache
-//                   (docs/sglang-like.md): a snapshot at every chunk end (extra_buffer), decode
-//                   snapshots every 256 tokens, a host snapshot pool of hicache_ratio (2) x the
-//                   GPU slots (the rest of the host budget is KV), LRU, write-through
+//   sglang-like     PrefixCache configured as SGLang's hybrid radix cache (docs/sglang-like.md):
+//                   a GPU state pool from mamba_full_memory_ratio, SGLang's chunk size counted
+//                   from the resume point, its no_buffer or extra_buffer state placement, LRU;
+//                   HiCache (write-through) when the host budget is not 0, its host bytes split
+//                   as its two host pools are (in proportion to the device pools' bytes)
+//   vllm-like       VllmLikeCache (docs/vllm-like.md): vLLM's hybrid prefix caching, one GPU
+//                   pool of blocks for KV and states, its block size (the state's bytes per
+//                   layer), states at block-aligned chunk ends, LRU; no host tier
 //   index           IndexTierCache with its host tier (the baseline; end-only unless told)
 //   gpu-only        IndexTierCache without a host tier (the engine before either design)
 //   ideal           trace only, reference: BlockLruIdeal with the same total bytes (GPU KV +
@@ -58,16 +62,35 @@
 
 namespace radixtier::sim {
 
-enum class CacheKind { kNode, kIndex, kGpuOnly, kIdeal, kAttentionOnly, kSglangLike };
+enum class CacheKind {
+  kNode,
+  kIndex,
+  kGpuOnly,
+  kIdeal,
+  kAttentionOnly,
+  kSglangLike,
+  kVllmLike
+};
 
 const char* to_string(CacheKind kind);
-/// "node" | "index" | "gpu-only" | "ideal" | "attention-only" | "sglang-like"
+/// "node" | "index" | "gpu-only" | "ideal" | "attention-only" | "sglang-like" | "vllm-like"
 Result<CacheKind> parse_cache_kind(std::string_view text);
 
-/// SGLang's defaults the sglang-like cache reproduces (docs/sglang-like.md).
-inline constexpr std::size_t kSglangTrackInterval = 256;  ///< --mamba-track-interval
-inline constexpr std::uint32_t kSglangHicacheRatio = 2;   ///< --hicache-ratio
-inline constexpr const char* kSglangPolicy = "every-chunk";
+/// SGLang's options the sglang-like cache runs with (docs/sglang-like.md cites each default).
+struct SglangOptions {
+  /// --mamba-scheduler-strategy: false = no_buffer (what "auto" resolves to), true =
+  /// extra_buffer (branch-point and decode tracking).
+  bool extra_buffer = false;
+  /// --mamba-full-memory-ratio: the GPU state pool gets rest x r / (1 + r) of the cache bytes
+  /// (applied when the GPU budget is derived from the presets, as SGLang derives its own).
+  double mamba_full_memory_ratio = 0.9;
+  /// --chunked-prefill-size; 0: SGLang's default for the preset's GPU memory.
+  std::size_t chunk_tokens = 0;
+};
+
+/// SGLang's default --chunked-prefill-size for a GPU of `hbm_bytes` (server_args.py,
+/// _handle_gpu_memory_settings): 2048 under 35 GiB, 4096 under 60, 8192 under 160, else 16384.
+std::size_t sglang_chunk_tokens(double hbm_bytes);
 
 /// The target of the default instance count: modeled utilization at most this.
 inline constexpr double kTargetUtilization = 0.7;
@@ -108,6 +131,10 @@ struct SimOptions {
   /// Modeled GPUs behind the router; 0: traces default_instances(), other scenarios 1.
   std::size_t instances = 0;
   RouterKind router = RouterKind::kPrefix;
+  SglangOptions sglang;  ///< the sglang-like cache's options
+  /// vllm-like: --max-num-batched-tokens; 0: vLLM's default for the GPU (8192 at >= 70 GiB,
+  /// else 2048), floored to the block size (_mamba_block_aligned_split).
+  std::size_t vllm_chunk_tokens = 0;
   bool check_invariants = false;  ///< the cache's invariants after every scheduler step
   std::function<void(const sched::Progress&)> progress;
   /// Observers (radixtier sim --metrics-port): called with each instance's PrefixCache as it

@@ -419,12 +419,16 @@ class PrefixCache final : public CacheBackend {
   // the keys the orders sort by (node.hpp, "Eviction orders")
   OrderKey gpu_kv_key(const Node& n) const;
   OrderKey host_kv_key(const Node& n) const;
+  /// uses x value per byte of n's host KV; with the snapshot its drop would lose (see .cpp).
+  double host_kv_value(const Node& n) const;
   OrderKey gpu_snap_key(const Node& n) const;
   OrderKey host_snap_key(const Node& n) const;
   OrderKey store_kv_key(const Node& n) const;
   OrderKey store_snap_key(const Node& n) const;
   /// Tokens back to the nearest snapshot above n (or the root).
   std::size_t gap_above(const Node& n) const;
+  /// n gained or lost its snapshot: the gaps of the nearest snapshots below it (re-keyed).
+  void refresh_gaps_below(Node* n);
   /// The host pool's next victim (KV or snapshot, whichever key is lower); nullptr if none.
   Node* host_victim(bool& snapshot) const;
   void lock_path(Node* n);
@@ -463,8 +467,10 @@ class PrefixCache final : public CacheBackend {
   /// Plans the copy of n's GPU snapshot into `dst` (take_host_snapshot_pages) in `batch`.
   void plan_snapshot_to_host(Node* n, std::vector<HostPageId> dst, Xfer kind, PendingBatch& batch);
   void add_snapshot_pieces(TransferBatch& batch, const Node* n) const;
-  void evict_gpu_kv(Node* n, PendingBatch& demote);
-  void evict_gpu_snapshot(Node* n, PendingBatch& demote);
+  /// `ahead` (the watermark step): when host room cannot be made now, leave n as it is and
+  /// return false instead of dropping it; true when n left the order.
+  bool evict_gpu_kv(Node* n, PendingBatch& demote, bool ahead = false);
+  bool evict_gpu_snapshot(Node* n, PendingBatch& demote, bool ahead = false);
   void drop_host_kv(Node* n);
   void drop_host_snapshot(Node* n);
   void drop_gpu_kv(Node* n);
@@ -600,6 +606,7 @@ class PrefixCache final : public CacheBackend {
   }
 
   std::unordered_map<std::uint32_t, LockRecord> locks_;
+  std::size_t alloc_burst_ = 0;  ///< the largest alloc_pages() so far (the watermarks' unit)
   /// Roots of the namespaces other than the default one (root_), by namespace id.
   std::unordered_map<std::uint32_t, Node*> ns_roots_;
   std::unordered_map<std::uint32_t, PinRecord> pins_;

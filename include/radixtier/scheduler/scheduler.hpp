@@ -57,8 +57,14 @@
 
 namespace radixtier::sched {
 
+/// Where prefill chunks are counted from: multiples of chunk_tokens from the root (a chunk end
+/// is the same token position for every request that shares it), or from where the request
+/// resumed (SGLang's and vLLM's chunked prefill: chunk_tokens at a time from the cache hit).
+enum class ChunkOrigin { kRoot, kResume };
+
 struct SchedulerConfig {
   std::size_t chunk_tokens = 256;  ///< prefill chunk, a positive multiple of the page size
+  ChunkOrigin chunk_origin = ChunkOrigin::kRoot;
   std::size_t max_running = 4;     ///< requests in flight at once
   SnapshotPolicy policy = SnapshotPolicy::adaptive();
   bool snapshot_at_finish = true;  ///< keep a snapshot at the finish boundary

@@ -44,6 +44,18 @@
 //                 scheduler cuts a chunk at the tail and the branch point (next_cut).
 //                 PlacementLearner learns G and keep_finish from what admissions do
 //                 (placement_learner.hpp); the same rule for every workload.
+// Two bases reproduce SGLang's hybrid radix cache (docs/sglang-like.md cites each rule), for
+// the sglang-like baseline; the scheduler runs them with chunks counted from where the
+// request resumed (SchedulerConfig::chunk_origin):
+//   sglang-no-buffer     SGLang's default (--mamba-scheduler-strategy auto -> no_buffer):
+//                        cache_unfinished_req inserts every non-final chunk end with a copy of
+//                        the live state; cache_finished_req inserts the whole sequence with the
+//                        request's state (the finish boundary). No state at the prompt end.
+//   sglang-extra-buffer  extra_buffer: one state per prefill chunk at its page-aligned end, or
+//                        at the branch point instead when the chunk contains it (the KV match
+//                        beyond the usable match, floored to 64 tokens); decode tracks a state
+//                        every 256 tokens and the finish inserts the last track, so the prompt
+//                        end's state survives only when decode crossed no multiple of 256.
 // Policies are values: cheap to copy, no per-request state (the budgeted plan is a pure
 // function of the prompt's geometry, and for adaptive of the free host bytes the scheduler
 // fixes at admission, so keep() answers the same at every chunk; the adaptive policy's
@@ -76,6 +88,7 @@ struct SnapshotQuery {
   std::size_t chunk_tokens = 0;
   std::size_t alignment = 0;  ///< adaptive: learned alignment G of branch points (0: a page)
   bool keep_finish = true;    ///< adaptive: finish snapshots are being resumed from
+  std::size_t output_tokens = 0;  ///< the request's max_new_tokens (sglang-extra-buffer)
   /// adaptive: host bytes free at the request's admission (CacheBackend::host_bytes_free();
   /// 0: none, or the backend does not say)
   std::uint64_t host_free_bytes = 0;
@@ -83,7 +96,15 @@ struct SnapshotQuery {
 
 class SnapshotPolicy {
  public:
-  enum class Kind { kEndOnly, kEveryChunk, kInterval, kBudgeted, kAdaptive };
+  enum class Kind {
+    kEndOnly,
+    kEveryChunk,
+    kInterval,
+    kBudgeted,
+    kAdaptive,
+    kSglangNoBuffer,
+    kSglangExtraBuffer
+  };
 
   static SnapshotPolicy end_only() { return SnapshotPolicy(Kind::kEndOnly, 0, std::nullopt); }
   static SnapshotPolicy every_chunk() { return SnapshotPolicy(Kind::kEveryChunk, 0, std::nullopt); }
@@ -95,6 +116,17 @@ class SnapshotPolicy {
   }
   /// The default: learned placement (see above and placement_learner.hpp).
   static SnapshotPolicy adaptive() { return SnapshotPolicy(Kind::kAdaptive, 0, std::nullopt); }
+  /// SGLang's placements (see above).
+  static SnapshotPolicy sglang_no_buffer() {
+    return SnapshotPolicy(Kind::kSglangNoBuffer, 0, std::nullopt);
+  }
+  static SnapshotPolicy sglang_extra_buffer() {
+    return SnapshotPolicy(Kind::kSglangExtraBuffer, 0, std::nullopt);
+  }
+  /// SGLang's decode track interval (mamba_track_interval) and state-tracking granularity
+  /// (FLA_CHUNK_SIZE): sglang-extra-buffer's constants.
+  static constexpr std::size_t kSglangTrackInterval = 256;
+  static constexpr std::size_t kSglangTrackGranularity = 64;
 
   /// This policy plus the `+tail` / `+branch` rule.
   SnapshotPolicy with_tail(bool on = true) const {
@@ -109,7 +141,7 @@ class SnapshotPolicy {
   }
 
   /// "BASE[+tail][+branch]", BASE one of "adaptive" | "end-only" | "every-chunk" |
-  /// "interval:N" | "budgeted" | "budgeted:BYTES" (BYTES may end in K, M or G: powers of 1024); the
+  /// "interval:N" | "budgeted" | "budgeted:BYTES" | "sglang-no-buffer" | "sglang-extra-buffer" (BYTES may end in K, M or G: powers of 1024); the
   /// modifiers in any order, each at most once. kInvalidArgument naming the accepted forms
   /// otherwise.
   static Result<SnapshotPolicy> parse(std::string_view text);
@@ -127,7 +159,8 @@ class SnapshotPolicy {
   static std::size_t branch_boundary(const SnapshotQuery& q);
 
   /// The first boundary > `done` where this policy needs a chunk to end for q's prompt
-  /// (interval: the next multiple of N; adaptive: the aligned tail or the branch point);
+  /// (interval: the next multiple of N; adaptive: the aligned tail or the branch point;
+  /// sglang-extra-buffer: the branch point);
   /// std::nullopt when chunk ends suffice. q.boundary is ignored.
   std::optional<std::size_t> next_cut(const SnapshotQuery& q, std::size_t done) const;
   /// The adaptive aligned tail of q's prompt: floor(L / G) * G when G (q.alignment) is
@@ -137,6 +170,9 @@ class SnapshotPolicy {
   /// The adaptive branch point: q.branch_tokens when above the usable match and below the
   /// final prompt boundary (0: none).
   static std::size_t branch_point(const SnapshotQuery& q);
+  /// SGLang's branch point (sglang-extra-buffer): q.branch_tokens floored to
+  /// max(64, page), when above the usable match and below the final prompt boundary (0: none).
+  static std::size_t sglang_branch_point(const SnapshotQuery& q);
 
   /// Budgeted and adaptive: the intermediate boundaries (chunk multiples strictly between the
   /// cached prefix and the final prompt boundary) chosen for q's prompt, ascending. Empty for the
@@ -161,6 +197,7 @@ class SnapshotPolicy {
       : kind_(kind), interval_(interval), budget_(budget) {}
 
   bool keep_base(const SnapshotQuery& q) const;
+  bool keep_sglang(const SnapshotQuery& q) const;
 
   Kind kind_;
   std::size_t interval_;

@@ -1,0 +1,405 @@
+// vLLM's hybrid prefix caching (see vllm_like_cache.hpp and docs/vllm-like.md).
+#include "sim/vllm_like_cache.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "radixtier/cache/block_hash.hpp"
+
+namespace radixtier::sim {
+
+namespace {
+
+std::uint64_t cdiv(std::uint64_t a, std::uint64_t b) {
+  return (a + b - 1) / b;
+}
+
+}  // namespace
+
+Result<VllmBlockGeometry> vllm_block_geometry(std::uint32_t full_layers,
+                                              std::uint64_t kv_bytes_per_token,
+                                              std::uint32_t gdn_layers,
+                                              std::uint64_t state_bytes) {
+  if (full_layers == 0 || gdn_layers == 0 || kv_bytes_per_token == 0 || state_bytes == 0) {
+    return invalid_argument("vllm-like needs a hybrid model: attention and GDN layers, KV and "
+                            "state bytes all > 0");
+  }
+  // _get_kv_cache_groups_uniform_page_size: the group size is the smallest layer count per
+  // type, or the largest when that is below 1.5x the smallest.
+  const std::uint32_t lo = std::min(full_layers, gdn_layers);
+  const std::uint32_t hi = std::max(full_layers, gdn_layers);
+  VllmBlockGeometry g;
+  g.group_size = hi < lo + lo / 2 ? hi : lo;
+  g.kv_ids = static_cast<std::uint32_t>(cdiv(full_layers, g.group_size));
+  g.state_ids = static_cast<std::uint32_t>(cdiv(gdn_layers, g.group_size));
+  // verify_and_update_config: attention block size = 16 x cdiv(mamba page, 16 x attention
+  // page of one token), per layer; the mamba page is padded up to the attention page.
+  const std::uint64_t attn_token_layer = cdiv(kv_bytes_per_token, full_layers);
+  const std::uint64_t state_layer = cdiv(state_bytes, gdn_layers);
+  g.block_size = static_cast<std::uint32_t>(16 * cdiv(state_layer, 16 * attn_token_layer));
+  g.id_bytes = std::uint64_t{g.group_size} * g.block_size * attn_token_layer;
+  return g;
+}
+
+Result<std::unique_ptr<VllmLikeCache>> VllmLikeCache::create(std::uint32_t blocks,
+                                                             std::uint32_t page_size,
+                                                             std::uint32_t kv_ids,
+                                                             std::uint32_t state_ids) {
+  if (page_size == 0 || kv_ids == 0 || state_ids == 0) {
+    return invalid_argument("VllmLikeCache: page_size, kv_ids and state_ids must be > 0");
+  }
+  if (blocks < kv_ids + state_ids) {
+    return invalid_argument("VllmLikeCache: " + std::to_string(blocks) +
+                            " block ids cannot hold one page and one state");
+  }
+  return std::unique_ptr<VllmLikeCache>(new VllmLikeCache(blocks, page_size, kv_ids, state_ids));
+}
+
+VllmLikeCache::VllmLikeCache(std::uint32_t blocks, std::uint32_t page_size, std::uint32_t kv_ids,
+                             std::uint32_t state_ids)
+    : page_size_(page_size), kv_ids_(kv_ids), state_ids_(state_ids), blocks_(blocks) {
+  for (std::uint32_t i = 0; i < blocks; ++i) {
+    blocks_[i].queued = true;
+    blocks_[i].at = queue_.insert(queue_.end(), i);
+  }
+}
+
+Result<VllmLikeCache::Request*> VllmLikeCache::find(LockId lock, const char* what) {
+  auto it = requests_.find(lock.value());
+  if (it == requests_.end()) {
+    return Status(ErrorCode::kNotFound,
+                  std::string(what) + ": unknown lock " + std::to_string(lock.value()));
+  }
+  return &it->second;
+}
+
+Result<const VllmLikeCache::Request*> VllmLikeCache::find(LockId lock, const char* what) const {
+  auto it = requests_.find(lock.value());
+  if (it == requests_.end()) {
+    return Status(ErrorCode::kNotFound,
+                  std::string(what) + ": unknown lock " + std::to_string(lock.value()));
+  }
+  return &it->second;
+}
+
+void VllmLikeCache::evict(std::uint32_t u) {
+  Unit& unit = units_[u];
+  const bool state = blocks_[unit.ids.front()].owner == Owner::kState;
+  if (unit.hash) {
+    auto& index = state ? states_ : kv_;
+    index.erase(*unit.hash);
+    if (state) {
+      ++stats_.snapshots_dropped;
+    } else {
+      ++stats_.kv_pages_dropped_gpu;
+    }
+  }
+  for (std::uint32_t id : unit.ids) blocks_[id].owner = Owner::kNone;
+  unit = Unit{};
+  free_units_.push_back(u);
+}
+
+Result<std::vector<std::uint32_t>> VllmLikeCache::take(std::size_t n) {
+  if (queue_.size() < n) {
+    return Status(ErrorCode::kOutOfMemory, "vllm-like: " + std::to_string(n) +
+                                               " block ids asked for, " +
+                                               std::to_string(queue_.size()) + " free");
+  }
+  std::vector<std::uint32_t> ids;
+  ids.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint32_t id = queue_.front();
+    queue_.pop_front();
+    Block& b = blocks_[id];
+    b.queued = false;
+    if (b.owner != Owner::kNone) evict(b.unit);  // its other ids stay free, unowned
+    ids.push_back(id);
+  }
+  return ids;
+}
+
+std::uint32_t VllmLikeCache::new_unit(Owner kind, std::vector<std::uint32_t> ids) {
+  std::uint32_t u;
+  if (!free_units_.empty()) {
+    u = free_units_.back();
+    free_units_.pop_back();
+  } else {
+    u = static_cast<std::uint32_t>(units_.size());
+    units_.emplace_back();
+  }
+  for (std::uint32_t id : ids) {
+    blocks_[id].owner = kind;
+    blocks_[id].unit = u;
+  }
+  units_[u].ids = std::move(ids);
+  units_[u].ref = 1;
+  units_[u].live = true;
+  return u;
+}
+
+void VllmLikeCache::pin(std::uint32_t u) {
+  Unit& unit = units_[u];
+  if (unit.ref++ == 0) {
+    for (std::uint32_t id : unit.ids) {
+      queue_.erase(blocks_[id].at);
+      blocks_[id].queued = false;
+    }
+  }
+}
+
+void VllmLikeCache::unpin(std::uint32_t u) {
+  Unit& unit = units_[u];
+  if (--unit.ref > 0) return;
+  if (unit.hash) {
+    // block_pool.py free_blocks: cached blocks to the back (kept longest).
+    for (std::uint32_t id : unit.ids) {
+      blocks_[id].queued = true;
+      blocks_[id].at = queue_.insert(queue_.end(), id);
+    }
+    return;
+  }
+  // Never cached: fresh blocks to the front (used first).
+  for (std::uint32_t id : unit.ids) {
+    blocks_[id].owner = Owner::kNone;
+    blocks_[id].queued = true;
+    blocks_[id].at = queue_.insert(queue_.begin(), id);
+  }
+  unit = Unit{};
+  free_units_.push_back(u);
+}
+
+Result<Admission> VllmLikeCache::admit(std::span<const Token> prompt) {
+  if (prompt.empty()) return invalid_argument("admit: empty prompt");
+  // kv_cache_manager.py get_computed_blocks: at most num_tokens - 1 tokens can hit.
+  const auto hashes = block_hashes(prompt.first(prompt.size() - 1), page_size_);
+  std::size_t kv = 0;
+  while (kv < hashes.size() && kv_.count(hashes[kv])) ++kv;
+  // MambaManager.find_longest_cache_hit: the deepest boundary among them with a state.
+  std::size_t hit = kv;
+  while (hit > 0 && !states_.count(hashes[hit - 1])) --hit;
+  Request r;
+  for (std::size_t i = 0; i < hit; ++i) {
+    const std::uint32_t u = kv_.at(hashes[i]);
+    pin(u);
+    r.path.push_back(u);
+  }
+  if (hit > 0) {
+    r.path_state = states_.at(hashes[hit - 1]);
+    pin(*r.path_state);
+  }
+  r.cached = r.inserted = hit * page_size_;
+  const LockId lock(next_lock_++);
+  requests_.emplace(lock.value(), std::move(r));
+  ++stats_.admissions;
+  stats_.requested_tokens += prompt.size() - 1;
+  stats_.hit_tokens_gpu += hit * page_size_;
+  Admission a;
+  a.lock = lock;
+  a.cached_tokens = a.gpu_tokens = hit * page_size_;
+  a.kv_tokens = kv * page_size_;
+  return a;
+}
+
+Result<TransferState> VllmLikeCache::poll(LockId lock) {
+  auto r = find(lock, "poll");
+  if (!r) return r.status();
+  return TransferState::kDone;  // GPU only: nothing is ever copied
+}
+
+Result<std::size_t> VllmLikeCache::wait(LockId lock) {
+  auto r = find(lock, "wait");
+  if (!r) return r.status();
+  return (*r)->cached;
+}
+
+Result<std::vector<GpuPageId>> VllmLikeCache::path_pages(LockId lock) const {
+  auto r = find(lock, "path_pages");
+  if (!r) return r.status();
+  std::vector<GpuPageId> out;
+  for (std::uint32_t u : (*r)->path) out.emplace_back(u);
+  return out;
+}
+
+Result<GpuSlotId> VllmLikeCache::path_snapshot(LockId lock) const {
+  auto r = find(lock, "path_snapshot");
+  if (!r) return r.status();
+  if (!(*r)->path_state) return Status(ErrorCode::kNotFound, "path_snapshot: no match");
+  return GpuSlotId(*(*r)->path_state);
+}
+
+Result<std::vector<GpuPageId>> VllmLikeCache::alloc_pages(LockId lock, std::size_t n) {
+  auto r = find(lock, "alloc_pages");
+  if (!r) return r.status();
+  auto ids = take(n * kv_ids_);
+  if (!ids) return ids.status();
+  std::vector<GpuPageId> out;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint32_t u = new_unit(
+        Owner::kPage, std::vector<std::uint32_t>(ids->begin() + static_cast<long>(i * kv_ids_),
+                                                 ids->begin() + static_cast<long>((i + 1) * kv_ids_)));
+    (*r)->pages.push_back(u);
+    out.emplace_back(u);
+  }
+  return out;
+}
+
+Result<GpuSlotId> VllmLikeCache::alloc_snapshot_slot(LockId lock) {
+  auto r = find(lock, "alloc_snapshot_slot");
+  if (!r) return r.status();
+  auto ids = take(state_ids_);
+  if (!ids) return ids.status();
+  const std::uint32_t u = new_unit(Owner::kState, std::move(*ids));
+  (*r)->states.push_back(u);
+  return GpuSlotId(u);
+}
+
+namespace {
+
+/// Removes `u` from `owned`; false when the request does not own it.
+bool disown(std::vector<std::uint32_t>& owned, std::uint32_t u) {
+  auto it = std::find(owned.begin(), owned.end(), u);
+  if (it == owned.end()) return false;
+  owned.erase(it);
+  return true;
+}
+
+}  // namespace
+
+Status VllmLikeCache::free_pages(LockId lock, std::span<const GpuPageId> pages) {
+  auto r = find(lock, "free_pages");
+  if (!r) return r.status();
+  for (GpuPageId p : pages) {
+    if (std::find((*r)->pages.begin(), (*r)->pages.end(), p.value()) == (*r)->pages.end()) {
+      return invalid_argument("free_pages: page " + std::to_string(p.value()) +
+                              " is not this request's");
+    }
+  }
+  for (GpuPageId p : pages) {
+    disown((*r)->pages, p.value());
+    unpin(p.value());
+  }
+  return Status::ok();
+}
+
+Status VllmLikeCache::free_snapshot_slot(LockId lock, GpuSlotId slot) {
+  auto r = find(lock, "free_snapshot_slot");
+  if (!r) return r.status();
+  if (!disown((*r)->states, slot.value())) {
+    return invalid_argument("free_snapshot_slot: slot " + std::to_string(slot.value()) +
+                            " is not this request's");
+  }
+  unpin(slot.value());
+  return Status::ok();
+}
+
+Result<InsertResult> VllmLikeCache::insert(LockId lock, std::span<const Token> tokens,
+                                           std::span<const GpuPageId> pages,
+                                           std::optional<GpuSlotId> snapshot) {
+  auto found = find(lock, "insert");
+  if (!found) return found.status();
+  Request& r = **found;
+  const std::size_t n = tokens.size() / page_size_;
+  if (tokens.size() % page_size_ != 0 || pages.size() != n || tokens.size() < r.inserted) {
+    return invalid_argument("insert: " + std::to_string(tokens.size()) + " tokens and " +
+                            std::to_string(pages.size()) + " pages: whole pages from the root, " +
+                            "at or beyond the inserted " + std::to_string(r.inserted));
+  }
+  for (std::size_t i = r.path.size(); i < n; ++i) {
+    if (std::find(r.pages.begin(), r.pages.end(), pages[i].value()) == r.pages.end()) {
+      return invalid_argument("insert: page " + std::to_string(pages[i].value()) +
+                              " is not this request's");
+    }
+  }
+  if (snapshot &&
+      std::find(r.states.begin(), r.states.end(), snapshot->value()) == r.states.end()) {
+    return invalid_argument("insert: snapshot slot " + std::to_string(snapshot->value()) +
+                            " is not this request's");
+  }
+  InsertResult out;
+  std::uint64_t parent = r.path.empty() ? 0 : *units_[r.path.back()].hash;
+  for (std::size_t i = r.path.size(); i < n; ++i) {
+    const std::uint64_t h = block_hash(parent, tokens.subspan(i * page_size_, page_size_));
+    parent = h;
+    if (auto it = kv_.find(h); it != kv_.end()) {
+      pin(it->second);  // cached already: the request uses that copy
+      r.path.push_back(it->second);
+      out.not_taken.push_back(pages[i]);
+      continue;
+    }
+    const std::uint32_t u = pages[i].value();
+    disown(r.pages, u);  // its ownership reference becomes the path's pin
+    units_[u].hash = h;
+    kv_.emplace(h, u);
+    r.path.push_back(u);
+  }
+  r.inserted = tokens.size();
+  if (snapshot && n > 0 && !states_.count(parent)) {
+    const std::uint32_t s = snapshot->value();
+    disown(r.states, s);
+    units_[s].hash = parent;
+    states_.emplace(parent, s);
+    ++stats_.snapshots_inserted;
+    unpin(s);  // the running request moves on to a new state block; this one stays cached
+    out.snapshot_taken = true;
+  }
+  return out;
+}
+
+Status VllmLikeCache::release(LockId lock) {
+  auto it = requests_.find(lock.value());
+  if (it == requests_.end()) {
+    return Status(ErrorCode::kNotFound, "release: unknown lock " + std::to_string(lock.value()));
+  }
+  Request& r = it->second;
+  // single_type_kv_cache_manager.py free(): the tail first, so it is evicted first.
+  for (auto u = r.path.rbegin(); u != r.path.rend(); ++u) unpin(*u);
+  if (r.path_state) unpin(*r.path_state);
+  for (std::uint32_t u : r.pages) unpin(u);
+  for (std::uint32_t u : r.states) unpin(u);
+  requests_.erase(it);
+  return Status::ok();
+}
+
+std::string VllmLikeCache::check_invariants() const {
+  std::size_t pinned = 0;
+  for (std::uint32_t u = 0; u < units_.size(); ++u) {
+    const Unit& unit = units_[u];
+    if (!unit.live) continue;
+    const bool state = blocks_[unit.ids.front()].owner == Owner::kState;
+    if (unit.ids.size() != (state ? state_ids_ : kv_ids_)) {
+      return "unit " + std::to_string(u) + " has " + std::to_string(unit.ids.size()) + " ids";
+    }
+    for (std::uint32_t id : unit.ids) {
+      if (blocks_[id].unit != u || blocks_[id].queued != (unit.ref == 0)) {
+        return "block " + std::to_string(id) + " disagrees with unit " + std::to_string(u);
+      }
+    }
+    if (unit.ref == 0 && !unit.hash) return "unit " + std::to_string(u) + " free but not cached";
+    if (unit.hash) {
+      const auto& index = state ? states_ : kv_;
+      auto it = index.find(*unit.hash);
+      if (it == index.end() || it->second != u) {
+        return "unit " + std::to_string(u) + " is cached but not indexed";
+      }
+    }
+    if (unit.ref > 0) pinned += unit.ids.size();
+  }
+  std::size_t queued = 0;
+  for (std::uint32_t id : queue_) {
+    if (!blocks_[id].queued) return "block " + std::to_string(id) + " queued but not marked";
+    ++queued;
+  }
+  if (queued + pinned != blocks_.size()) {
+    return "block ids: " + std::to_string(queued) + " free + " + std::to_string(pinned) +
+           " held != " + std::to_string(blocks_.size());
+  }
+  for (const auto& [h, u] : kv_) {
+    if (!units_[u].live || units_[u].hash != h) return "a KV index entry names a stale unit";
+  }
+  for (const auto& [h, u] : states_) {
+    if (!units_[u].live || units_[u].hash != h) return "a state index entry names a stale unit";
+  }
+  return {};
+}
+
+}  // namespace radixtier::sim
