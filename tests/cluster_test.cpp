@@ -184,7 +184,7 @@ TEST(AttentionOnly, ResumesAtEveryPageBoundaryAndNeverBelowTheNodeCache) {
   }
 }
 
-TEST(SglangLike, FixedHostStatePoolWriteThroughAndDecodeSnapshotsEvery256) {
+TEST(SglangLike, HostSplitAsTheDevicePoolsWriteThroughAndExtraBufferDecodeTracks) {
   CacheConfig base;
   base.page_size = 64;
   base.page_bytes = 64 * 24'576;
@@ -194,10 +194,16 @@ TEST(SglangLike, FixedHostStatePoolWriteThroughAndDecodeSnapshotsEvery256) {
   base.host_pages = 10'000;
   base.host_snapshot_slots = 300;
   const CacheConfig c = config_for(CacheKind::kSglangLike, base);
-  EXPECT_EQ(c.host_snapshot_slots, 82u);  // hicache_ratio 2 x the GPU state pool
-  EXPECT_EQ(
-      std::uint64_t{c.host_pages} * c.page_bytes / c.page_bytes,
-      (std::uint64_t{10'000} * base.page_bytes + 218u * base.snapshot_bytes) / base.page_bytes);
+  // HiCache: both host pools the same ratio of their device pools, so the host bytes split as
+  // the device pools' bytes do (41 slots vs 100 pages: 95.3% states).
+  const double host = 10'000.0 * double(base.page_bytes) + 300.0 * double(base.snapshot_bytes);
+  const double gpu_states = 41.0 * double(base.snapshot_bytes);
+  const double share = gpu_states / (gpu_states + 100.0 * double(base.page_bytes));
+  EXPECT_EQ(c.host_snapshot_slots,
+            static_cast<std::uint32_t>(host * share / double(base.snapshot_bytes)));
+  EXPECT_NEAR(double(c.host_pages) * double(base.page_bytes) +
+                  double(c.host_snapshot_slots) * double(base.snapshot_bytes),
+              host, double(base.page_bytes));
   EXPECT_EQ(c.write_policy, WritePolicy::kWriteThrough);
 
   ScenarioOptions so;
@@ -206,13 +212,14 @@ TEST(SglangLike, FixedHostStatePoolWriteThroughAndDecodeSnapshotsEvery256) {
   SimOptions o;
   o.hardware = "h200-gen5";
   o.cache = CacheKind::kSglangLike;
+  o.sglang.extra_buffer = true;
   o.check_invariants = true;
   auto r = simulate(s, o);
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
-  EXPECT_EQ(r->policy, "every-chunk");
-  // Prompt boundary 960 and the finish boundary at the last multiple of 256 of the 1,399
-  // forwarded tokens: 1,280 (a page-granular finish would be 1,344).
-  EXPECT_EQ(r->snapshots_kept, 2u);
+  EXPECT_EQ(r->policy, "sglang-extra-buffer");
+  // Decode crossed multiples of 256, so the prompt end's track (960) was replaced: only the
+  // finish at the last multiple of 256 of the 1,399 forwarded tokens, 1,280, is kept.
+  EXPECT_EQ(r->snapshots_kept, 1u);
 }
 
 }  // namespace

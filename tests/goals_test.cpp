@@ -34,8 +34,7 @@ SimResult run(const Scenario& s, CacheKind cache, const std::string& model,
   o.model = model;
   o.hardware = hardware;
   auto r = simulate(s, o);
-  EXPECT_TRUE(r.is_ok()) << s.name << " / " << to_string(cache) << ": "
-                         << r.status().to_string();
+  EXPECT_TRUE(r.is_ok()) << s.name << " / " << to_string(cache) << ": " << r.status().to_string();
   if (!r) return {};
   EXPECT_TRUE(r->status.empty()) << r->status;
   return std::move(*r);

@@ -191,8 +191,7 @@ void PrefixCache::demote_ahead() {
   // docs/results.md).
   const std::size_t running = std::max<std::size_t>(1, locks_.size());
   const std::size_t page_need = running * std::max<std::size_t>(1, alloc_burst_);
-  const std::size_t page_low =
-      std::min(config_.low_watermark(gpu_pages_.capacity()), page_need);
+  const std::size_t page_low = std::min(config_.low_watermark(gpu_pages_.capacity()), page_need);
   const std::size_t slot_low = std::min(config_.low_watermark(gpu_slots_.capacity()), running);
   // Free room alone at or above the low watermark is the common case: it returns before
   // walking the copies in flight (poll() runs this on every entry point).
@@ -380,7 +379,7 @@ bool PrefixCache::evict_gpu_snapshot(Node* n, PendingBatch& demote, bool ahead) 
   }
   std::vector<HostPageId> dst = take_host_snapshot_pages(n);
   if (dst.empty() && ahead && n->has_kv()) return false;  // as for KV: no drop ahead of need
-  if (dst.empty() || !n->has_kv()) {  // no room, or making room took n's own KV
+  if (dst.empty() || !n->has_kv()) {                      // no room, or making room took n's own KV
     for (HostPageId id : dst) host_pages_.give_back(id);
     drop_gpu_snapshot(n);
     remove_if_empty(n);

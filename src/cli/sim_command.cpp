@@ -265,6 +265,13 @@ int run_sim(SimArgs& args) {
 #else
   auto hold = [] {};
 #endif
+  if (r->overrun) {
+    std::fprintf(stderr,
+                 "radixtier sim: warning: the replay's clock ran %.2fx the trace's span (%zu "
+                 "instances): the cluster is overloaded, its hit ratio and TTFTs describe a "
+                 "queue; give more --instances\n",
+                 r->clock_span_ratio, r->instances);
+  }
   if (json) {
     std::printf("%s\n", sim::to_json(*r, rows).c_str());
   } else {

@@ -247,7 +247,8 @@ std::size_t SnapshotPolicy::sglang_branch_point(const SnapshotQuery& q) {
   const std::size_t g = std::max<std::size_t>(kSglangTrackGranularity, q.page_size);
   if (q.branch_tokens <= q.cached_tokens) return 0;
   const std::size_t b = q.branch_tokens / g * g;
-  const std::size_t final_boundary = q.page_size == 0 ? 0 : q.prompt_tokens / q.page_size * q.page_size;
+  const std::size_t final_boundary =
+      q.page_size == 0 ? 0 : q.prompt_tokens / q.page_size * q.page_size;
   return b > q.cached_tokens && b < final_boundary ? b : 0;
 }
 

@@ -18,10 +18,11 @@ namespace radixtier::sim {
 namespace {
 
 constexpr std::size_t kCompactionPrompt = 985'577;
-constexpr CacheKind kCaches[] = {CacheKind::kNode, CacheKind::kIndex, CacheKind::kGpuOnly};
-constexpr CacheKind kTraceCaches[] = {CacheKind::kNode,       CacheKind::kAttentionOnly,
-                                      CacheKind::kSglangLike, CacheKind::kIndex,
-                                      CacheKind::kGpuOnly,    CacheKind::kIdeal};
+constexpr CacheKind kCaches[] = {CacheKind::kNode, CacheKind::kSglangLike, CacheKind::kVllmLike,
+                                 CacheKind::kIndex, CacheKind::kGpuOnly};
+constexpr CacheKind kTraceCaches[] = {
+    CacheKind::kNode,  CacheKind::kAttentionOnly, CacheKind::kSglangLike, CacheKind::kVllmLike,
+    CacheKind::kIndex, CacheKind::kGpuOnly,       CacheKind::kIdeal};
 
 std::string f(const char* format, double v) {
   char buf[64];
@@ -74,6 +75,14 @@ class Runner {
     opt.policy = policy;
     opt.eviction = eviction;
     auto r = simulate(s, opt);
+    if (r && cache == CacheKind::kSglangLike && policy.empty()) {
+      // SGLang at its best: its default strategy (no_buffer) or extra_buffer, whichever
+      // reuses more here (docs/sglang-like.md).
+      opt.sglang.extra_buffer = true;
+      auto extra = simulate(s, opt);
+      if (!extra) return extra;
+      if (extra->cached_tokens > r->cached_tokens) r = std::move(extra);
+    }
     if (o_.progress) o_.progress(phase_, ++done_, total_);
     if (r) {
       jsonl_ << to_json(*r) << "\n";
@@ -133,8 +142,11 @@ Status write_report(const ReportOptions& o) {
   std::map<std::string, std::map<CacheKind, SimResult>> res;
   md << "## Scenarios x caches\n\n"
      << "node = PrefixCache with the default placement `" << kDefaultPolicy
-     << "` unless the row says otherwise; index = the index-based tier (end-only, as the "
-        "original); gpu-only = the same GPU tree without a host tier. *last* = the scenario's "
+     << "` unless the row says otherwise; sglang-like = SGLang's hybrid radix cache (the better "
+        "of its no_buffer and extra_buffer strategies, docs/sglang-like.md); vllm-like = vLLM's "
+        "hybrid prefix caching (GPU only, docs/vllm-like.md); index = the index-based tier "
+        "(end-only, as the original); gpu-only = the same GPU tree without a host tier. *last* = "
+        "the scenario's "
         "last request (churn/flush: turn 2; compaction: the replay; agent: the last side "
         "request).\n\n"
      << "| scenario | cache | policy | hit ratio | cached (last) | recomputed (last) | TTFT last s "
@@ -278,9 +290,12 @@ Status write_report(const ReportOptions& o) {
        << "prompt without reuse + decode over N x the trace's span, is <= "
        << f("%.1f", kTargetUtilization) << "), prefix router. Per instance: GPU KV from the "
        << "presets (HBM x 0.9 - weights - " << gpu_snapshot_slots_for(8)
-       << " GPU snapshot slots), max running 8; the host budget is per instance, KV + "
-          "snapshots, 1/8 of it for snapshots (sglang-like: a fixed pool of 2 x the GPU "
-          "slots, the rest KV; attention-only: all of it KV). attention-only = the node cache's "
+       << " GPU snapshot slots; sglang-like: the same bytes split by its memory ratio; "
+          "vllm-like: the same bytes as one pool of blocks), max running 8; the host budget is "
+          "per instance, KV + snapshots (node: one pool; sglang-like: HiCache's two pools in "
+          "proportion to the device pools, off at 0 GiB; attention-only: all of it KV; "
+          "vllm-like: none). 0 GiB = no host tier, how most servers run. attention-only = the node "
+          "cache's "
           "twin with free snapshots and every page boundary resumable: *tax* = node / "
           "attention-only at the same budget. ideal = LRU cache of KV blocks alone with the "
           "cluster's total bytes, strictly in order, no time (reference only). Infinite-cache "
@@ -290,15 +305,15 @@ Status write_report(const ReportOptions& o) {
           "p90 s | p99 s | utilization | H2D GB | D2H GB | host peak GB | snapshots kept | wall "
           "s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
     const std::size_t budgets = o.trace_host_gib.size();
-    const std::size_t per_budget = std::size(kTraceCaches);  // gpu-only runs once
-    runner.phase("trace", budgets == 0 ? 0 : per_budget * budgets - (budgets - 1));
+    const std::size_t per_budget = std::size(kTraceCaches);  // gpu-only, vllm-like run once
+    runner.phase("trace", budgets == 0 ? 0 : per_budget * budgets - 2 * (budgets - 1));
     for (double g : o.trace_host_gib) {
       ScenarioOptions so;
       so.trace_host_bytes = static_cast<std::uint64_t>(g * static_cast<double>(kGiB));
       Scenario s = trace_scenario(*trace, *model, so);
       std::map<CacheKind, SimResult> at;
       for (CacheKind k : kTraceCaches) {
-        if (k == CacheKind::kGpuOnly && !trace_res.empty()) {
+        if ((k == CacheKind::kGpuOnly || k == CacheKind::kVllmLike) && !trace_res.empty()) {
           at[k] = trace_res.front().at(k);  // no host tier: the budget does not matter
         } else {
           auto r = runner.run(s, k, o.trace_hardware);
@@ -315,7 +330,8 @@ Status write_report(const ReportOptions& o) {
            << (twin > 0 ? f("%.1f%%", 100 * r.hit_ratio / twin) : "-") << " | "
            << (ideal > 0 ? f("%.1f%%", 100 * r.hit_ratio / ideal) : "-") << " | "
            << f("%.3f", r.ttft_s_p50) << " | " << f("%.3f", r.ttft_s_p90) << " | "
-           << f("%.3f", r.ttft_s_p99) << " | " << f("%.3f", r.utilization) << " | "
+           << f("%.3f", r.ttft_s_p99) << " | " << f("%.3f", r.utilization)
+           << (r.overrun ? f(" (clock %.2fx span)", r.clock_span_ratio) : std::string()) << " | "
            << gb(r.bytes_h2d) << " | " << gb(r.bytes_d2h) << " | " << gb(r.host_bytes_peak) << " | "
            << r.snapshots_kept << " | " << f("%.2f", r.wall_s) << " |\n";
       }
@@ -379,16 +395,19 @@ Status write_report(const ReportOptions& o) {
       const double node = trace_res[i].at(CacheKind::kNode).hit_ratio;
       const double twin = trace_res[i].at(CacheKind::kAttentionOnly).hit_ratio;
       const double sgl = trace_res[i].at(CacheKind::kSglangLike).hit_ratio;
+      const double vll = trace_res[i].at(CacheKind::kVllmLike).hit_ratio;
       const double idx = trace_res[i].at(CacheKind::kIndex).hit_ratio;
       const double ideal = trace_res[i].at(CacheKind::kIdeal).hit_ratio;
       md << "- trace at " << f("%g", o.trace_host_gib[i]) << " GiB per instance: node "
          << f("%.4f", node) << "; node / attention-only = " << f("%.3f", twin > 0 ? node / twin : 0)
          << " (attention-only " << f("%.4f", twin) << " >= node: " << mark(twin >= node)
          << "); node / sglang-like = " << f("%.3f", sgl > 0 ? node / sgl : 0) << " (sglang-like "
-         << f("%.4f", sgl) << "); " << f("%.1f%%", ideal > 0 ? 100 * node / ideal : 0)
-         << " of the ideal " << f("%.4f", ideal) << " (goal >= 90%): " << mark(node >= 0.9 * ideal)
-         << "; above the index tier (" << f("%.4f", idx) << "): " << mark(node > idx)
-         << ". Ceiling " << f("%.4f", ceiling) << ".\n";
+         << f("%.4f", sgl) << "); node / vllm-like = " << f("%.3f", vll > 0 ? node / vll : 0)
+         << " (vllm-like " << f("%.4f", vll) << "); "
+         << f("%.1f%%", ideal > 0 ? 100 * node / ideal : 0) << " of the ideal " << f("%.4f", ideal)
+         << " (goal >= 90%): " << mark(node >= 0.9 * ideal) << "; above the index tier ("
+         << f("%.4f", idx) << "): " << mark(node > idx) << ". Ceiling " << f("%.4f", ceiling)
+         << ".\n";
     }
   }
   md << "\n";

@@ -15,7 +15,7 @@ struct ReportOptions {
   std::string out_dir = "report";
   std::string trace_path = "../shared/traces/mooncake_synthetic_trace.jsonl";
   std::size_t trace_limit = 0;  ///< > 0: only the first N trace requests (said in the report)
-  std::vector<double> trace_host_gib = {16, 64, 256};
+  std::vector<double> trace_host_gib = {0, 16, 64, 256};  ///< 0: no host tier
   std::string model = "qwen3-next-80b";
   std::string hardware = "consumer-gen4";    ///< the seed scenarios
   std::string trace_hardware = "h200-gen5";  ///< the trace (a server trace)

@@ -1,6 +1,9 @@
 // The cluster router (see router.hpp).
 #include "sim/router.hpp"
 
+#include <algorithm>
+#include <cstdint>
+
 namespace radixtier::sim {
 
 const char* to_string(RouterKind kind) {
@@ -52,6 +55,21 @@ std::size_t Router::route(const TraceRequest& r, std::span<const std::size_t> lo
       return it->second;
     }
     case RouterKind::kPrefix: {
+      // SGLang's cache-aware policy (sgl-router/src/policies/cache_aware.rs, select_worker, at
+      // its CLI defaults): an imbalanced cluster routes to the least loaded instance; so does
+      // a request whose best match covers at most cache_threshold of it (SGLang: the
+      // instance with the smallest tree); otherwise the best match.
+      std::size_t lo = SIZE_MAX, hi = 0;
+      for (std::size_t i = 0; i < n_ && i < load.size(); ++i) {
+        lo = std::min(lo, load[i]);
+        hi = std::max(hi, load[i]);
+      }
+      if (!load.empty() && hi - lo > kBalanceAbsThreshold &&
+          static_cast<double>(hi) > static_cast<double>(lo) * kBalanceRelThreshold) {
+        const std::size_t i = least_loaded(load);
+        index_[i].access(r);
+        return i;
+      }
       std::size_t best = 0;
       std::uint64_t best_match = index_[0].leading_blocks(r);
       for (std::size_t i = 1; i < n_; ++i) {
@@ -62,6 +80,10 @@ std::size_t Router::route(const TraceRequest& r, std::span<const std::size_t> lo
           best = i;
           best_match = m;
         }
+      }
+      if (!r.hash_ids.empty() && static_cast<double>(best_match) <=
+                                     kCacheThreshold * static_cast<double>(r.hash_ids.size())) {
+        best = least_loaded(load);
       }
       index_[best].access(r);
       return best;

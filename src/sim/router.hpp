@@ -5,13 +5,15 @@
 //                hash id (a Mooncake trace has no session field; a conversation's turns share
 //                their first block) go where the first of them went; a new key goes to the
 //                least loaded instance
-//   prefix       the instance whose cache holds the longest run of the request's leading
-//                blocks, ties by load, then by index (SGLang's cache-aware router and llm-d's
-//                precise-prefix scorer route by prefix match). The router cannot look into an
-//                instance's cache without changing it (an admission locks and promotes), so it
-//                keeps, per instance, an LRU index of the blocks it sent there, as large as
-//                the instance's cache bytes, as SGLang's router keeps an approximate tree of
-//                what it routed to each worker
+//   prefix       SGLang's cache-aware router at its defaults: when the loads are imbalanced
+//                (max - min > 64 and max > 1.5 min) the least loaded instance; else the
+//                instance whose cache holds the longest run of the request's leading blocks,
+//                ties by load, then by index, unless that run is at most 0.3 of the request
+//                (then the least loaded; SGLang takes the smallest tree). The router cannot look
+//                into an instance's cache without changing it (an admission locks and promotes), so
+//                it keeps, per instance, an LRU index of the blocks it sent there, as large as the
+//                instance's cache bytes, as SGLang's router keeps an approximate tree of what it
+//                routed to each worker
 //
 // Load = requests routed to the instance and not finished yet, as the caller reports it.
 #pragma once
@@ -31,6 +33,11 @@
 namespace radixtier::sim {
 
 enum class RouterKind { kRoundRobin, kSession, kPrefix };
+
+/// SGLang router defaults (sgl-router main.rs CliArgs / router_args.py RouterArgs).
+inline constexpr std::size_t kBalanceAbsThreshold = 64;
+inline constexpr double kBalanceRelThreshold = 1.5;
+inline constexpr double kCacheThreshold = 0.3;
 
 const char* to_string(RouterKind kind);
 /// "round-robin" | "session" | "prefix"

@@ -43,9 +43,9 @@ const char* to_string(CacheKind kind) {
 }
 
 Result<CacheKind> parse_cache_kind(std::string_view text) {
-  for (CacheKind k : {CacheKind::kNode, CacheKind::kAttentionOnly, CacheKind::kSglangLike,
-                      CacheKind::kVllmLike, CacheKind::kIndex, CacheKind::kGpuOnly,
-                      CacheKind::kIdeal}) {
+  for (CacheKind k :
+       {CacheKind::kNode, CacheKind::kAttentionOnly, CacheKind::kSglangLike, CacheKind::kVllmLike,
+        CacheKind::kIndex, CacheKind::kGpuOnly, CacheKind::kIdeal}) {
     if (text == to_string(k)) return k;
   }
   return invalid_argument(
@@ -71,16 +71,17 @@ CacheConfig config_for(CacheKind kind, const CacheConfig& base) {
       // bytes: HiCache off (enable_hierarchical_cache defaults to False).
       const std::uint64_t host = std::uint64_t{base.host_pages} * base.page_bytes +
                                  std::uint64_t{base.host_snapshot_slots} * base.snapshot_bytes;
-      const double gpu_states = static_cast<double>(base.gpu_snapshot_slots) *
-                                static_cast<double>(base.snapshot_bytes);
+      const double gpu_states =
+          static_cast<double>(base.gpu_snapshot_slots) * static_cast<double>(base.snapshot_bytes);
       const double gpu_all =
           gpu_states + static_cast<double>(base.gpu_pages) * static_cast<double>(base.page_bytes);
-      const auto state_bytes =
-          static_cast<std::uint64_t>(gpu_all > 0 ? static_cast<double>(host) * gpu_states / gpu_all : 0);
+      const auto state_bytes = static_cast<std::uint64_t>(
+          gpu_all > 0 ? static_cast<double>(host) * gpu_states / gpu_all : 0);
       c.host_snapshot_slots = static_cast<std::uint32_t>(state_bytes / base.snapshot_bytes);
       c.host_pages = static_cast<std::uint32_t>(
           (host - std::uint64_t{c.host_snapshot_slots} * base.snapshot_bytes) / base.page_bytes);
-      c.write_policy = WritePolicy::kWriteThrough;  // hicache_write_policy = write_through
+      // hicache_write_policy = write_through (HiCache on: there is a host tier)
+      c.write_policy = c.host_pages > 0 ? WritePolicy::kWriteThrough : WritePolicy::kWriteBack;
       c.snapshot_eviction = SnapshotEviction::kLru;  // mamba_lru_list / full_lru_list
       break;
     }
@@ -321,6 +322,12 @@ void finish_cluster(SimResult& out, const Scenario& s, const HardwarePreset& hw,
     const double cap = static_cast<double>(out.instances) * span;
     out.utilization = offered_busy_seconds(s, hw, decode_s) / cap;
     out.busy_utilization = executor_s / cap;
+    // The replay's clock against the trace's: a cluster too small for the trace finishes
+    // late, and its hit ratios and TTFTs describe a queue, not the trace.
+    if (out.sim_clock_s > 0) {  // the ideal runs without a clock
+      out.clock_span_ratio = (out.sim_clock_s - arrival_s(s, 0)) / span;
+      out.overrun = out.clock_span_ratio > kMaxClockOverrun;
+    }
   }
 }
 
@@ -404,8 +411,8 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
   VllmBlockGeometry vg;
   std::uint32_t vllm_blocks = 0;
   if (vllm) {
-    auto g = vllm_block_geometry(model->full_layers, model->kv_bytes_per_token(),
-                                 model->gdn_layers, model->snapshot_bytes());
+    auto g = vllm_block_geometry(model->full_layers, model->kv_bytes_per_token(), model->gdn_layers,
+                                 model->snapshot_bytes());
     if (!g) return g.status();
     vg = *g;
     // The same GPU bytes as every other cache, in block ids of one pool.
@@ -420,11 +427,11 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
   }
   const bool node_like = o.cache == CacheKind::kNode || o.cache == CacheKind::kAttentionOnly;
   const bool sglang = o.cache == CacheKind::kSglangLike;
-  const char* default_policy = node_like ? kDefaultPolicy
-                               : sglang  ? (o.sglang.extra_buffer ? "sglang-extra-buffer"
-                                                                  : "sglang-no-buffer")
-                               : vllm    ? "every-chunk"
-                                         : "end-only";
+  const char* default_policy =
+      node_like ? kDefaultPolicy
+      : sglang  ? (o.sglang.extra_buffer ? "sglang-extra-buffer" : "sglang-no-buffer")
+      : vllm    ? "every-chunk"
+                : "end-only";
   auto policy = sched::SnapshotPolicy::parse(!o.policy.empty() ? o.policy : default_policy);
   if (!policy) return policy.status();
 
@@ -432,8 +439,8 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
   sc.chunk_tokens = s.chunk_tokens;
   if (sglang) {
     // SGLang's chunked prefill: its own size, counted from where the request resumed.
-    sc.chunk_tokens = o.sglang.chunk_tokens > 0 ? o.sglang.chunk_tokens
-                                                : sglang_chunk_tokens(hw->hbm_bytes);
+    sc.chunk_tokens =
+        o.sglang.chunk_tokens > 0 ? o.sglang.chunk_tokens : sglang_chunk_tokens(hw->hbm_bytes);
     sc.chunk_origin = sched::ChunkOrigin::kResume;
   }
   if (vllm) {
@@ -441,7 +448,7 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
     // 2048; align mode cuts each chunk down to whole blocks (_mamba_block_aligned_split).
     const std::size_t budget = o.vllm_chunk_tokens > 0 ? o.vllm_chunk_tokens
                                : hw->hbm_bytes >= 70.0 * static_cast<double>(kGiB) ? 8192
-                                                                                    : 2048;
+                                                                                   : 2048;
     sc.chunk_tokens = std::max<std::size_t>(1, budget / vg.block_size) * vg.block_size;
     sc.chunk_origin = sched::ChunkOrigin::kResume;
   }
@@ -769,6 +776,8 @@ std::string to_json(const SimResult& r, bool rows) {
   o["total_budget_bytes"] = r.total_budget_bytes;
   o["ceiling_ratio"] = num(r.ceiling_ratio);
   o["sim_clock_s"] = num(r.sim_clock_s);
+  o["clock_span_ratio"] = num(r.clock_span_ratio);
+  o["overrun"] = r.overrun;
   o["wall_s"] = num(r.wall_s);
   nlohmann::ordered_json& c = o["config"];
   c["page_size"] = r.config.page_size;

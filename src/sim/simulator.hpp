@@ -62,15 +62,7 @@
 
 namespace radixtier::sim {
 
-enum class CacheKind {
-  kNode,
-  kIndex,
-  kGpuOnly,
-  kIdeal,
-  kAttentionOnly,
-  kSglangLike,
-  kVllmLike
-};
+enum class CacheKind { kNode, kIndex, kGpuOnly, kIdeal, kAttentionOnly, kSglangLike, kVllmLike };
 
 const char* to_string(CacheKind kind);
 /// "node" | "index" | "gpu-only" | "ideal" | "attention-only" | "sglang-like" | "vllm-like"
@@ -94,6 +86,9 @@ std::size_t sglang_chunk_tokens(double hbm_bytes);
 
 /// The target of the default instance count: modeled utilization at most this.
 inline constexpr double kTargetUtilization = 0.7;
+/// A trace replay whose clock ends later than this x the trace's span overran it
+/// (SimResult::overrun; the CLI says so on stderr).
+inline constexpr double kMaxClockOverrun = 1.1;
 
 /// The CacheConfig cache `kind` runs with, from the scenario's `base` (the same bytes).
 CacheConfig config_for(CacheKind kind, const CacheConfig& base);
@@ -210,6 +205,9 @@ struct SimResult {
   double utilization = 0;       ///< modeled: offered_busy_seconds / (instances x span)
   double busy_utilization = 0;  ///< executor seconds spent / (instances x span)
   double ttft_s_p50 = 0, ttft_s_p90 = 0, ttft_s_p99 = 0;
+  /// Trace: (the replay's end - the first arrival) / the trace's span; overrun: > 1.1.
+  double clock_span_ratio = 0;
+  bool overrun = false;
   // --- the disk tier ---
   std::uint64_t disk_bytes = 0;     ///< the store's budget (0: this cache had none)
   std::uint64_t store_records = 0;  ///< records on the store at the end

@@ -18,11 +18,11 @@ std::uint64_t cdiv(std::uint64_t a, std::uint64_t b) {
 
 Result<VllmBlockGeometry> vllm_block_geometry(std::uint32_t full_layers,
                                               std::uint64_t kv_bytes_per_token,
-                                              std::uint32_t gdn_layers,
-                                              std::uint64_t state_bytes) {
+                                              std::uint32_t gdn_layers, std::uint64_t state_bytes) {
   if (full_layers == 0 || gdn_layers == 0 || kv_bytes_per_token == 0 || state_bytes == 0) {
-    return invalid_argument("vllm-like needs a hybrid model: attention and GDN layers, KV and "
-                            "state bytes all > 0");
+    return invalid_argument(
+        "vllm-like needs a hybrid model: attention and GDN layers, KV and "
+        "state bytes all > 0");
   }
   // _get_kv_cache_groups_uniform_page_size: the group size is the smallest layer count per
   // type, or the largest when that is below 1.5x the smallest.
@@ -234,9 +234,10 @@ Result<std::vector<GpuPageId>> VllmLikeCache::alloc_pages(LockId lock, std::size
   if (!ids) return ids.status();
   std::vector<GpuPageId> out;
   for (std::size_t i = 0; i < n; ++i) {
-    const std::uint32_t u = new_unit(
-        Owner::kPage, std::vector<std::uint32_t>(ids->begin() + static_cast<long>(i * kv_ids_),
-                                                 ids->begin() + static_cast<long>((i + 1) * kv_ids_)));
+    const std::uint32_t u =
+        new_unit(Owner::kPage,
+                 std::vector<std::uint32_t>(ids->begin() + static_cast<long>(i * kv_ids_),
+                                            ids->begin() + static_cast<long>((i + 1) * kv_ids_)));
     (*r)->pages.push_back(u);
     out.emplace_back(u);
   }

@@ -48,8 +48,7 @@ struct VllmBlockGeometry {
 /// and the state bytes (all of them). kInvalidArgument when a count is 0.
 Result<VllmBlockGeometry> vllm_block_geometry(std::uint32_t full_layers,
                                               std::uint64_t kv_bytes_per_token,
-                                              std::uint32_t gdn_layers,
-                                              std::uint64_t state_bytes);
+                                              std::uint32_t gdn_layers, std::uint64_t state_bytes);
 
 class VllmLikeCache final : public CacheBackend {
  public:
@@ -85,8 +84,8 @@ class VllmLikeCache final : public CacheBackend {
   struct Block {
     std::uint32_t ref = 0;
     Owner owner = Owner::kNone;
-    std::uint32_t unit = 0;       ///< the page or state it belongs to
-    bool queued = false;          ///< in queue_ (ref 0)
+    std::uint32_t unit = 0;  ///< the page or state it belongs to
+    bool queued = false;     ///< in queue_ (ref 0)
     std::list<std::uint32_t>::iterator at;
   };
   /// A KV page or a state: its block ids, its hash when cached, who holds it.

@@ -65,7 +65,7 @@ enum class ChunkOrigin { kRoot, kResume };
 struct SchedulerConfig {
   std::size_t chunk_tokens = 256;  ///< prefill chunk, a positive multiple of the page size
   ChunkOrigin chunk_origin = ChunkOrigin::kRoot;
-  std::size_t max_running = 4;     ///< requests in flight at once
+  std::size_t max_running = 4;  ///< requests in flight at once
   SnapshotPolicy policy = SnapshotPolicy::adaptive();
   bool snapshot_at_finish = true;  ///< keep a snapshot at the finish boundary
   /// Decode checkpoints the live state every this many tokens (0: every page boundary); the

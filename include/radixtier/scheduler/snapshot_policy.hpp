@@ -86,8 +86,8 @@ struct SnapshotQuery {
   std::size_t kv_bytes_per_token = 0;
   std::uint32_t page_size = 0;
   std::size_t chunk_tokens = 0;
-  std::size_t alignment = 0;  ///< adaptive: learned alignment G of branch points (0: a page)
-  bool keep_finish = true;    ///< adaptive: finish snapshots are being resumed from
+  std::size_t alignment = 0;      ///< adaptive: learned alignment G of branch points (0: a page)
+  bool keep_finish = true;        ///< adaptive: finish snapshots are being resumed from
   std::size_t output_tokens = 0;  ///< the request's max_new_tokens (sglang-extra-buffer)
   /// adaptive: host bytes free at the request's admission (CacheBackend::host_bytes_free();
   /// 0: none, or the backend does not say)
@@ -141,9 +141,9 @@ class SnapshotPolicy {
   }
 
   /// "BASE[+tail][+branch]", BASE one of "adaptive" | "end-only" | "every-chunk" |
-  /// "interval:N" | "budgeted" | "budgeted:BYTES" | "sglang-no-buffer" | "sglang-extra-buffer" (BYTES may end in K, M or G: powers of 1024); the
-  /// modifiers in any order, each at most once. kInvalidArgument naming the accepted forms
-  /// otherwise.
+  /// "interval:N" | "budgeted" | "budgeted:BYTES" | "sglang-no-buffer" | "sglang-extra-buffer"
+  /// (BYTES may end in K, M or G: powers of 1024); the modifiers in any order, each at most once.
+  /// kInvalidArgument naming the accepted forms otherwise.
   static Result<SnapshotPolicy> parse(std::string_view text);
 
   /// Checks the policy against the scheduler's geometry (interval: a positive page multiple).

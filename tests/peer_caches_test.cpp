@@ -1,0 +1,221 @@
+// The faithful peers (issue 19): vllm-like (VllmLikeCache) and sglang-like (SGLang's placement
+// rules, its GPU split and chunking), the router's balance rule and the replay's overrun flag.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "radixtier/scheduler/snapshot_policy.hpp"
+#include "sim/router.hpp"
+#include "sim/scenarios.hpp"
+#include "sim/simulator.hpp"
+#include "sim/vllm_like_cache.hpp"
+
+namespace radixtier::sim {
+namespace {
+
+std::vector<Token> tokens(std::size_t n, Token base = 1) {
+  std::vector<Token> t(n);
+  for (std::size_t i = 0; i < n; ++i) t[i] = base + static_cast<Token>(i);
+  return t;
+}
+
+TEST(VllmGeometry, Qwen3NextGetsVllmsBlockSize) {
+  // bf16 state (vLLM's default): 12 attention layers x 2 KV heads x 256 x 2 B x 2 = 24,576 B
+  // per token; 36 GDN layers x 1,097,728 B. vLLM: block 544, 1 attention + 3 GDN groups.
+  auto g = vllm_block_geometry(12, 24'576, 36, 36ull * 1'097'728);
+  ASSERT_TRUE(g.is_ok());
+  EXPECT_EQ(g->block_size, 544u);
+  EXPECT_EQ(g->group_size, 12u);
+  EXPECT_EQ(g->kv_ids, 1u);
+  EXPECT_EQ(g->state_ids, 3u);
+  EXPECT_EQ(g->id_bytes, 12ull * 544 * 2'048);
+  EXPECT_FALSE(vllm_block_geometry(0, 1, 1, 1).is_ok());
+}
+
+TEST(VllmLikeCache, HitsTheDeepestBlockWithAStateAndEvictsLru) {
+  auto made = VllmLikeCache::create(/*blocks=*/12, /*page=*/4, /*kv=*/1, /*state=*/2);
+  ASSERT_TRUE(made.is_ok());
+  VllmLikeCache& c = **made;
+  const auto p = tokens(17);
+  auto a = c.admit(p);
+  ASSERT_TRUE(a.is_ok());
+  EXPECT_EQ(a->cached_tokens, 0u);
+  auto pages = c.alloc_pages(a->lock, 4);
+  ASSERT_TRUE(pages.is_ok());
+  auto slot = c.alloc_snapshot_slot(a->lock);
+  ASSERT_TRUE(slot.is_ok());
+  // A state at 8 (two pages), then the KV to 16 without one.
+  auto ins = c.insert(a->lock, std::span<const Token>(p).first(8),
+                      std::span<const GpuPageId>(*pages).first(2), *slot);
+  ASSERT_TRUE(ins.is_ok());
+  EXPECT_TRUE(ins->snapshot_taken);
+  ASSERT_TRUE(c.insert(a->lock, std::span<const Token>(p).first(16), *pages, std::nullopt));
+  EXPECT_EQ(c.check_invariants(), "");
+  ASSERT_TRUE(c.release(a->lock));
+  EXPECT_EQ(c.check_invariants(), "");
+  // The same prompt: KV to 16, the deepest state at 8.
+  auto b = c.admit(p);
+  ASSERT_TRUE(b.is_ok());
+  EXPECT_EQ(b->kv_tokens, 16u);
+  EXPECT_EQ(b->cached_tokens, 8u);
+  EXPECT_EQ(c.path_pages(b->lock)->size(), 2u);
+  ASSERT_TRUE(c.release(b->lock));
+  // Another prompt takes every block: the cached ones are evicted, state and all.
+  const auto q = tokens(40, 1000);
+  auto d = c.admit(q);
+  ASSERT_TRUE(d.is_ok());
+  ASSERT_TRUE(c.alloc_pages(d->lock, 12).is_ok());
+  EXPECT_EQ(c.alloc_pages(d->lock, 1).status().code(), ErrorCode::kOutOfMemory);
+  EXPECT_EQ(c.cached_pages(), 0u);
+  EXPECT_EQ(c.cached_states(), 0u);
+  EXPECT_EQ(c.check_invariants(), "");
+  ASSERT_TRUE(c.release(d->lock));
+  EXPECT_EQ(c.free_ids(), 12u);
+}
+
+TEST(VllmLikeCache, RefusesWhatTheRequestDoesNotOwn) {
+  auto made = VllmLikeCache::create(8, 4, 1, 2);
+  ASSERT_TRUE(made.is_ok());
+  VllmLikeCache& c = **made;
+  auto a = c.admit(tokens(9));
+  auto b = c.admit(tokens(9, 500));
+  ASSERT_TRUE(a.is_ok() && b.is_ok());
+  auto pa = c.alloc_pages(a->lock, 1);
+  ASSERT_TRUE(pa.is_ok());
+  EXPECT_EQ(c.free_pages(b->lock, *pa).code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(c.insert(b->lock, std::span<const Token>(tokens(4)), *pa, std::nullopt).status().code(),
+            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(c.release(LockId(99)).code(), ErrorCode::kNotFound);
+  EXPECT_EQ(c.check_invariants(), "");
+}
+
+TEST(VllmLike, RunsEveryScenarioWithItsInvariants) {
+  const ModelGeometry m = *find_model("qwen3-next-80b");
+  for (const char* name : {"churn", "flush", "agent"}) {
+    auto s = make_scenario(name, m);
+    ASSERT_TRUE(s.is_ok());
+    SimOptions o;
+    o.cache = CacheKind::kVllmLike;
+    o.check_invariants = true;
+    auto r = simulate(*s, o);
+    ASSERT_TRUE(r.is_ok()) << name << ": " << r.status().to_string();
+    EXPECT_TRUE(r->status.empty()) << name << ": " << r->status;
+    EXPECT_EQ(r->failed, 0u) << name;
+    EXPECT_EQ(r->config.page_size, 1056u);  // fp32 recurrent state: 16 x cdiv(2,146,304, 32,768)
+  }
+}
+
+sched::SnapshotQuery query(std::size_t boundary, std::size_t prompt) {
+  sched::SnapshotQuery q;
+  q.boundary = boundary;
+  q.prompt_tokens = prompt;
+  q.page_size = 64;
+  q.chunk_tokens = 8192;
+  q.last_prompt_chunk = boundary == prompt / 64 * 64;
+  return q;
+}
+
+TEST(SglangPolicy, NoBufferKeepsChunkEndsAndTheFinishButNotThePromptEnd) {
+  const auto p = sched::SnapshotPolicy::sglang_no_buffer();
+  EXPECT_TRUE(p.keep(query(8192, 20'000)));
+  EXPECT_FALSE(p.keep(query(19'968, 20'000)));  // the prompt end
+  auto fin = query(20'480, 20'000);
+  fin.at_finish = true;
+  EXPECT_TRUE(p.keep(fin));
+  EXPECT_EQ(sched::SnapshotPolicy::parse("sglang-no-buffer")->name(), "sglang-no-buffer");
+}
+
+TEST(SglangPolicy, ExtraBufferTracksTheBranchPointInsteadOfItsChunkEnd) {
+  const auto p = sched::SnapshotPolicy::sglang_extra_buffer();
+  auto q = query(0, 30'000);
+  q.cached_tokens = 1024;
+  q.branch_tokens = 5'000;  // KV match beyond the state match: 4,992 after flooring to 64
+  EXPECT_EQ(sched::SnapshotPolicy::sglang_branch_point(q), 4'992u);
+  EXPECT_EQ(p.next_cut(q, 1024), std::optional<std::size_t>(4'992));
+  q.boundary = 4'992;
+  EXPECT_TRUE(p.keep(q));
+  q.boundary = 1024 + 8192;  // the chunk that held the branch point tracked it instead
+  EXPECT_FALSE(p.keep(q));
+  q.boundary = 1024 + 2 * 8192;
+  EXPECT_TRUE(p.keep(q));
+  // The prompt end survives only when decode crosses no multiple of 256.
+  auto end = query(29'952, 30'000);
+  end.output_tokens = 10;  // 30,000..30,009: no multiple of 256 after 29,952's chunk
+  EXPECT_TRUE(p.keep(end));
+  end.output_tokens = 400;
+  EXPECT_FALSE(p.keep(end));
+}
+
+TEST(SglangLike, StatePoolFromTheMemoryRatioAndItsChunkSize) {
+  EXPECT_EQ(sglang_chunk_tokens(16e9), 2048u);
+  EXPECT_EQ(sglang_chunk_tokens(141e9), 8192u);
+  EXPECT_EQ(sglang_chunk_tokens(192e9), 16384u);
+  const ModelGeometry m = *find_model("qwen3-next-80b");
+  std::vector<TraceRequest> trace;
+  for (int i = 0; i < 4; ++i) {
+    TraceRequest t;
+    t.timestamp_ms = 1000 * i;
+    t.input_length = 2000;
+    t.output_length = 4;
+    for (std::uint64_t b = 0; b < 4; ++b) t.hash_ids.push_back(10 * std::uint64_t(i) + b);
+    trace.push_back(t);
+  }
+  ScenarioOptions so;
+  so.trace_host_bytes = 0;
+  const Scenario s = trace_scenario(trace, m, so);
+  SimOptions o;
+  o.cache = CacheKind::kSglangLike;
+  o.hardware = "h200-gen5";
+  o.instances = 1;
+  auto r = simulate(s, o);
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  const double state = double(r->config.gpu_snapshot_slots) * double(r->config.snapshot_bytes);
+  const double kv = double(r->config.gpu_pages) * double(r->config.page_bytes);
+  EXPECT_NEAR(state / kv, 0.9, 0.01);  // mamba_full_memory_ratio
+  EXPECT_EQ(r->config.host_pages, 0u);  // HiCache off without host bytes
+  EXPECT_EQ(r->policy, "sglang-no-buffer");
+}
+
+TEST(Router, CacheAwareRoutingBalancesAnOverloadedInstance) {
+  Router r(RouterKind::kPrefix, 2, 1'000'000, 64);
+  TraceRequest t;
+  t.input_length = 1024;
+  t.hash_ids = {7, 8};
+  std::vector<std::size_t> load = {0, 0};
+  const std::size_t first = r.route(t, load);
+  // The same prefix goes where it went while the loads are balanced ...
+  load[first] = 10;
+  EXPECT_EQ(r.route(t, load), first);
+  // ... and to the other instance once they are not (64 apart and 1.5x).
+  load[first] = 100;
+  load[1 - first] = 10;
+  EXPECT_EQ(r.route(t, load), 1 - first);
+}
+
+TEST(Simulator, AnOverloadedReplaySaysSo) {
+  const ModelGeometry m = *find_model("qwen3-next-80b");
+  std::vector<TraceRequest> trace;
+  for (int i = 0; i < 40; ++i) {
+    TraceRequest t;
+    t.timestamp_ms = 100 * i;  // 4 s of arrivals, each ~20 s of prefill on one GPU
+    t.input_length = 60'000;
+    t.output_length = 2;
+    for (std::uint64_t b = 0; b < 117; ++b) t.hash_ids.push_back(1000 * i + b);
+    trace.push_back(t);
+  }
+  const Scenario s = trace_scenario(trace, m, ScenarioOptions{});
+  SimOptions o;
+  o.hardware = "h200-gen5";
+  o.instances = 1;
+  auto r = simulate(s, o);
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_GT(r->clock_span_ratio, 1.1);
+  EXPECT_TRUE(r->overrun);
+  o.instances = 0;  // the default count for this trace
+  auto d = simulate(s, o);
+  ASSERT_TRUE(d.is_ok());
+  EXPECT_GT(d->instances, 1u);
+}
+
+}  // namespace
+}  // namespace radixtier::sim
