@@ -1,4 +1,4 @@
-// The goals the project claims (docs/results.md, "Guarded goals"), each asserted on the
+// The goals the project claims (docs/simulator.md, "Guarded goals"), each asserted on the
 // deterministic simulator, so a change that loses one fails CI (ctest label `goals`).
 //
 // Each test runs the scenario the claim is about with the simulator's defaults and checks the
