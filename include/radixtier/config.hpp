@@ -70,7 +70,9 @@ struct CacheConfig {
   /// slots), counting the demotions already in flight, fall below ceil(low x pool), the
   /// cache demotes the next victims of that pool's eviction order without waiting, until
   /// ceil(high x pool) are free or on their way; an allocation that fits in the free room
-  /// then never waits for a copy. 0 <= low <= high < 1; low 0 turns it off. Why 2% and 4%, for
+  /// then never waits for a copy. The cache keeps at most what its running requests may ask
+  /// for next (each its largest allocation so far; one slot each), within these shares
+  /// (PrefixCache::demote_ahead). 0 <= low <= high < 1; low 0 turns it off. Why 2% and 4%, for
   /// every workload: an allocation is a prefill chunk or a decode page, a small part of a pool
   /// sized for many requests, and what is demoted ahead stays one promotion away on host, so at
   /// most 4% of the GPU pool moves early (Linux keeps its min/low/high free-page watermarks at a
