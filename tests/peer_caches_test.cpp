@@ -73,6 +73,39 @@ TEST(VllmLikeCache, HitsTheDeepestBlockWithAStateAndEvictsLru) {
   EXPECT_EQ(c.free_ids(), 12u);
 }
 
+TEST(VllmLikeCache, CpuOffloadingServesWhatTheGpuEvicted) {
+  // 8 GPU block ids, a CPU tier of 100, 1,000 bytes per id.
+  auto made = VllmLikeCache::create(8, 4, 1, 2, 100, 1000);
+  ASSERT_TRUE(made.is_ok());
+  VllmLikeCache& c = **made;
+  const auto p = tokens(9);
+  auto a = c.admit(p);
+  ASSERT_TRUE(a.is_ok());
+  auto pages = c.alloc_pages(a->lock, 2);
+  auto slot = c.alloc_snapshot_slot(a->lock);
+  ASSERT_TRUE(pages.is_ok() && slot.is_ok());
+  ASSERT_TRUE(c.insert(a->lock, std::span<const Token>(p).first(8), *pages, *slot));
+  ASSERT_TRUE(c.release(a->lock));
+  EXPECT_EQ(c.cpu_entries(), 3u);  // two pages and the state, stored as they were cached
+  EXPECT_EQ(c.stats().bytes_d2h, 4u * 1000);
+  // Another request takes every GPU block: the GPU copies are gone, the CPU ones stay.
+  auto d = c.admit(tokens(40, 1000));
+  ASSERT_TRUE(c.alloc_pages(d->lock, 8).is_ok());
+  ASSERT_TRUE(c.release(d->lock));
+  EXPECT_EQ(c.cached_pages(), 0u);
+  const CacheStats before = c.stats();
+  auto b = c.admit(p);
+  ASSERT_TRUE(b.is_ok());
+  EXPECT_EQ(b->cached_tokens, 8u);
+  EXPECT_EQ(b->host_tokens, 8u);
+  EXPECT_EQ(c.stats().bytes_h2d - before.bytes_h2d, 4u * 1000);  // 2 pages + a 2-id state
+  EXPECT_EQ(c.path_pages(b->lock)->size(), 2u);
+  EXPECT_TRUE(c.path_snapshot(b->lock).is_ok());
+  EXPECT_EQ(c.check_invariants(), "");
+  ASSERT_TRUE(c.release(b->lock));
+  EXPECT_EQ(c.check_invariants(), "");
+}
+
 TEST(VllmLikeCache, RefusesWhatTheRequestDoesNotOwn) {
   auto made = VllmLikeCache::create(8, 4, 1, 2);
   ASSERT_TRUE(made.is_ok());
@@ -101,6 +134,12 @@ TEST(VllmLike, RunsEveryScenarioWithItsInvariants) {
     ASSERT_TRUE(r.is_ok()) << name << ": " << r.status().to_string();
     EXPECT_TRUE(r->status.empty()) << name << ": " << r->status;
     EXPECT_EQ(r->failed, 0u) << name;
+    o.vllm_offload = true;  // and with its CPU tier in the scenario's host bytes
+    auto off = simulate(*s, o);
+    ASSERT_TRUE(off.is_ok()) << name << ": " << off.status().to_string();
+    EXPECT_TRUE(off->status.empty()) << name << ": " << off->status;
+    EXPECT_GE(off->cached_tokens, r->cached_tokens) << name;
+    EXPECT_EQ(off->eviction, "lru+cpu-offload");
     EXPECT_EQ(r->config.page_size, 1056u);  // fp32 recurrent state: 16 x cdiv(2,146,304, 32,768)
   }
 }
@@ -171,7 +210,7 @@ TEST(SglangLike, StatePoolFromTheMemoryRatioAndItsChunkSize) {
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
   const double state = double(r->config.gpu_snapshot_slots) * double(r->config.snapshot_bytes);
   const double kv = double(r->config.gpu_pages) * double(r->config.page_bytes);
-  EXPECT_NEAR(state / kv, 0.9, 0.01);  // mamba_full_memory_ratio
+  EXPECT_NEAR(state / kv, 0.9, 0.01);   // mamba_full_memory_ratio
   EXPECT_EQ(r->config.host_pages, 0u);  // HiCache off without host bytes
   EXPECT_EQ(r->policy, "sglang-no-buffer");
 }

@@ -153,6 +153,9 @@ radixtier::cli::CommandRun setup_sim(CLI::App& app) {
   app.add_option("--sglang-chunk", a.opt.sglang.chunk_tokens,
                  "sglang-like: --chunked-prefill-size (default: SGLang's for the GPU's memory)")
       ->check(radixtier::cli::count_at_least(1));
+  app.add_flag("--vllm-offload", a.opt.vllm_offload,
+               "vllm-like: vLLM's CPU offloading tier (OffloadingConnector, LRU) in the host "
+               "budget (default: off, as in vLLM)");
   app.add_flag("--check-invariants", a.opt.check_invariants,
                "check the cache's invariants after every step (slow)");
 #ifdef RADIXTIER_CLI_METRICS

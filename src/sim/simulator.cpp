@@ -402,6 +402,9 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
     return r;
   }
 
+  const std::uint64_t host_budget =  // what the scenario gives every cache's host tier
+      std::uint64_t{out.config.host_pages} * out.config.page_bytes +
+      std::uint64_t{out.config.host_snapshot_slots} * out.config.snapshot_bytes;
   const CacheConfig config = config_for(o.cache, out.config);
   if (o.cache == CacheKind::kAttentionOnly || o.cache == CacheKind::kSglangLike ||
       o.cache == CacheKind::kVllmLike) {
@@ -410,6 +413,7 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
   const bool vllm = o.cache == CacheKind::kVllmLike;
   VllmBlockGeometry vg;
   std::uint32_t vllm_blocks = 0;
+  std::uint64_t vllm_cpu_ids = 0;  // the CPU offloading tier, in block ids
   if (vllm) {
     auto g = vllm_block_geometry(model->full_layers, model->kv_bytes_per_token(), model->gdn_layers,
                                  model->snapshot_bytes());
@@ -419,6 +423,7 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
     const std::uint64_t gpu = std::uint64_t{config.gpu_pages} * config.page_bytes +
                               std::uint64_t{config.gpu_snapshot_slots} * config.snapshot_bytes;
     vllm_blocks = static_cast<std::uint32_t>(gpu / vg.id_bytes);
+    if (o.vllm_offload) vllm_cpu_ids = host_budget / vg.id_bytes;
     // What the JSON's config says: pages are vLLM blocks; states are blocks of the same pool.
     out.config.page_size = vg.block_size;
     out.config.page_bytes = vg.id_bytes * vg.kv_ids;
@@ -465,7 +470,8 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
   out.policy = policy->name();
   out.eviction = (node_like || o.cache == CacheKind::kSglangLike)
                      ? radixtier::to_string(config.snapshot_eviction)
-                     : "lru";
+                 : vllm && vllm_cpu_ids > 0 ? "lru+cpu-offload"
+                                            : "lru";
 
   CostExecutorOptions eo;
   eo.decode_step_s = o.decode_step_s;
@@ -502,7 +508,8 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
       if (!c) return c.status();
       in.cache = std::move(*c);
     } else if (vllm) {
-      auto c = VllmLikeCache::create(vllm_blocks, vg.block_size, vg.kv_ids, vg.state_ids);
+      auto c = VllmLikeCache::create(vllm_blocks, vg.block_size, vg.kv_ids, vg.state_ids,
+                                     vllm_cpu_ids, vg.id_bytes);
       if (!c) return c.status();
       in.cache = std::move(*c);
     } else {

@@ -14,7 +14,8 @@
 //                   as its two host pools are (in proportion to the device pools' bytes)
 //   vllm-like       VllmLikeCache (docs/vllm-like.md): vLLM's hybrid prefix caching, one GPU
 //                   pool of blocks for KV and states, its block size (the state's bytes per
-//                   layer), states at block-aligned chunk ends, LRU; no host tier
+//                   layer), states at block-aligned chunk ends, LRU; with vllm_offload its
+//                   CPU offloading tier in the host bytes
 //   index           IndexTierCache with its host tier (the baseline; end-only unless told)
 //   gpu-only        IndexTierCache without a host tier (the engine before either design)
 //   ideal           trace only, reference: BlockLruIdeal with the same total bytes (GPU KV +
@@ -130,6 +131,9 @@ struct SimOptions {
   /// vllm-like: --max-num-batched-tokens; 0: vLLM's default for the GPU (8192 at >= 70 GiB,
   /// else 2048), floored to the block size (_mamba_block_aligned_split).
   std::size_t vllm_chunk_tokens = 0;
+  /// vllm-like: the CPU offloading tier (OffloadingConnector, native CPU backend, LRU) with
+  /// the scenario's host bytes; off by default, as in vLLM.
+  bool vllm_offload = false;
   bool check_invariants = false;  ///< the cache's invariants after every scheduler step
   std::function<void(const sched::Progress&)> progress;
   /// Observers (radixtier sim --metrics-port): called with each instance's PrefixCache as it

@@ -41,10 +41,9 @@ Result<VllmBlockGeometry> vllm_block_geometry(std::uint32_t full_layers,
   return g;
 }
 
-Result<std::unique_ptr<VllmLikeCache>> VllmLikeCache::create(std::uint32_t blocks,
-                                                             std::uint32_t page_size,
-                                                             std::uint32_t kv_ids,
-                                                             std::uint32_t state_ids) {
+Result<std::unique_ptr<VllmLikeCache>> VllmLikeCache::create(
+    std::uint32_t blocks, std::uint32_t page_size, std::uint32_t kv_ids, std::uint32_t state_ids,
+    std::uint64_t cpu_ids, std::uint64_t id_bytes) {
   if (page_size == 0 || kv_ids == 0 || state_ids == 0) {
     return invalid_argument("VllmLikeCache: page_size, kv_ids and state_ids must be > 0");
   }
@@ -52,12 +51,18 @@ Result<std::unique_ptr<VllmLikeCache>> VllmLikeCache::create(std::uint32_t block
     return invalid_argument("VllmLikeCache: " + std::to_string(blocks) +
                             " block ids cannot hold one page and one state");
   }
-  return std::unique_ptr<VllmLikeCache>(new VllmLikeCache(blocks, page_size, kv_ids, state_ids));
+  return std::unique_ptr<VllmLikeCache>(
+      new VllmLikeCache(blocks, page_size, kv_ids, state_ids, cpu_ids, id_bytes));
 }
 
 VllmLikeCache::VllmLikeCache(std::uint32_t blocks, std::uint32_t page_size, std::uint32_t kv_ids,
-                             std::uint32_t state_ids)
-    : page_size_(page_size), kv_ids_(kv_ids), state_ids_(state_ids), blocks_(blocks) {
+                             std::uint32_t state_ids, std::uint64_t cpu_ids, std::uint64_t id_bytes)
+    : page_size_(page_size),
+      kv_ids_(kv_ids),
+      state_ids_(state_ids),
+      blocks_(blocks),
+      cpu_capacity_(cpu_ids),
+      id_bytes_(id_bytes) {
   for (std::uint32_t i = 0; i < blocks; ++i) {
     blocks_[i].queued = true;
     blocks_[i].at = queue_.insert(queue_.end(), i);
@@ -168,34 +173,126 @@ void VllmLikeCache::unpin(std::uint32_t u) {
   free_units_.push_back(u);
 }
 
+void VllmLikeCache::offload(std::uint64_t hash, bool state) {
+  const std::uint64_t ids = state ? state_ids_ : kv_ids_;
+  if (cpu_capacity_ < ids) return;
+  const std::uint64_t key = cpu_key(hash, state);
+  if (auto it = cpu_.find(key); it != cpu_.end()) {  // LRUCachePolicy.touch: most recent
+    cpu_lru_.splice(cpu_lru_.end(), cpu_lru_, it->second);
+    return;
+  }
+  while (cpu_used_ + ids > cpu_capacity_) {
+    const std::uint64_t victim = cpu_lru_.front();
+    cpu_lru_.pop_front();
+    cpu_.erase(victim);
+    // A state's key is ~hash: a page's hash < 2^63 is as likely as not, so the kind is kept
+    // by the size of what the key held; both sizes are charged the same way below.
+    cpu_used_ -= victim_ids_.at(victim);
+    victim_ids_.erase(victim);
+  }
+  cpu_lru_.push_back(key);
+  cpu_.emplace(key, std::prev(cpu_lru_.end()));
+  victim_ids_.emplace(key, ids);
+  cpu_used_ += ids;
+  stats_.bytes_d2h += ids * id_bytes_;
+  ++stats_.copies_d2h;
+  if (state) {
+    ++stats_.snapshots_demoted;
+  } else {
+    ++stats_.kv_pages_demoted;
+  }
+}
+
+std::optional<std::uint32_t> VllmLikeCache::load(std::uint64_t hash, bool state) {
+  if (!on_cpu(hash, state)) return std::nullopt;  // evicted from the CPU meanwhile
+  auto ids = take(state ? state_ids_ : kv_ids_);
+  if (!ids) return std::nullopt;
+  const std::uint32_t u = new_unit(state ? Owner::kState : Owner::kPage, std::move(*ids));
+  units_[u].hash = hash;
+  (state ? states_ : kv_).emplace(hash, u);
+  const auto key = cpu_key(hash, state);
+  cpu_lru_.splice(cpu_lru_.end(), cpu_lru_, cpu_.at(key));
+  stats_.bytes_h2d += units_[u].ids.size() * id_bytes_;
+  ++stats_.copies_h2d;
+  if (state) {
+    ++stats_.snapshots_promoted;
+  } else {
+    ++stats_.kv_pages_promoted;
+  }
+  return u;
+}
+
 Result<Admission> VllmLikeCache::admit(std::span<const Token> prompt) {
   if (prompt.empty()) return invalid_argument("admit: empty prompt");
   // kv_cache_manager.py get_computed_blocks: at most num_tokens - 1 tokens can hit.
   const auto hashes = block_hashes(prompt.first(prompt.size() - 1), page_size_);
   std::size_t kv = 0;
-  while (kv < hashes.size() && kv_.count(hashes[kv])) ++kv;
-  // MambaManager.find_longest_cache_hit: the deepest boundary among them with a state.
+  while (kv < hashes.size() && (kv_.count(hashes[kv]) || on_cpu(hashes[kv], false))) ++kv;
+  // MambaManager.find_longest_cache_hit: the deepest boundary among them with a state (on the
+  // GPU, or on the CPU with offloading: the connector extends the GPU hit).
   std::size_t hit = kv;
-  while (hit > 0 && !states_.count(hashes[hit - 1])) --hit;
+  while (hit > 0 && !states_.count(hashes[hit - 1]) && !on_cpu(hashes[hit - 1], true)) --hit;
+  // Pin what the GPU holds first (a load's allocation must not evict it), then load the rest.
   Request r;
+  std::vector<std::optional<std::uint32_t>> path(hit);
+  std::size_t gpu_hit = 0;  // the leading part of the hit already on the GPU
   for (std::size_t i = 0; i < hit; ++i) {
-    const std::uint32_t u = kv_.at(hashes[i]);
-    pin(u);
-    r.path.push_back(u);
+    if (auto it = kv_.find(hashes[i]); it != kv_.end()) {
+      pin(it->second);
+      path[i] = it->second;
+      if (gpu_hit == i) ++gpu_hit;
+    }
   }
   if (hit > 0) {
-    r.path_state = states_.at(hashes[hit - 1]);
-    pin(*r.path_state);
+    if (auto it = states_.find(hashes[hit - 1]); it != states_.end()) {
+      r.path_state = it->second;
+      pin(it->second);
+    }
   }
+  bool loaded_all = true;
+  for (std::size_t i = 0; i < hit && loaded_all; ++i) {
+    if (!path[i]) {
+      path[i] = load(hashes[i], false);
+      loaded_all = path[i].has_value();
+    }
+  }
+  if (hit > 0 && loaded_all && !r.path_state) {
+    r.path_state = load(hashes[hit - 1], true);
+    loaded_all = r.path_state.has_value();
+  }
+  if (!loaded_all) {
+    // No GPU room for the load: resume at the deepest GPU state the leading GPU pages reach.
+    for (const auto& u : path) {
+      if (u) unpin(*u);
+    }
+    if (r.path_state) unpin(*r.path_state);
+    r.path_state.reset();
+    hit = gpu_hit;
+    while (hit > 0 && !states_.count(hashes[hit - 1])) --hit;
+    for (std::size_t i = 0; i < hit; ++i) {
+      const std::uint32_t u = kv_.at(hashes[i]);
+      pin(u);
+      path[i] = u;
+    }
+    if (hit > 0) {
+      r.path_state = states_.at(hashes[hit - 1]);
+      pin(*r.path_state);
+    }
+  }
+  for (std::size_t i = 0; i < hit; ++i) r.path.push_back(*path[i]);
   r.cached = r.inserted = hit * page_size_;
   const LockId lock(next_lock_++);
   requests_.emplace(lock.value(), std::move(r));
   ++stats_.admissions;
   stats_.requested_tokens += prompt.size() - 1;
-  stats_.hit_tokens_gpu += hit * page_size_;
+  const std::size_t on_gpu = std::min(gpu_hit, hit);
+  stats_.hit_tokens_gpu += on_gpu * page_size_;
+  stats_.hit_tokens_host += (hit - on_gpu) * page_size_;
   Admission a;
   a.lock = lock;
-  a.cached_tokens = a.gpu_tokens = hit * page_size_;
+  a.cached_tokens = hit * page_size_;
+  a.gpu_tokens = on_gpu * page_size_;
+  a.host_tokens = (hit - on_gpu) * page_size_;
   a.kv_tokens = kv * page_size_;
   return a;
 }
@@ -332,6 +429,7 @@ Result<InsertResult> VllmLikeCache::insert(LockId lock, std::span<const Token> t
     units_[u].hash = h;
     kv_.emplace(h, u);
     r.path.push_back(u);
+    offload(h, false);
   }
   r.inserted = tokens.size();
   if (snapshot && n > 0 && !states_.count(parent)) {
@@ -340,6 +438,7 @@ Result<InsertResult> VllmLikeCache::insert(LockId lock, std::span<const Token> t
     units_[s].hash = parent;
     states_.emplace(parent, s);
     ++stats_.snapshots_inserted;
+    offload(parent, true);
     unpin(s);  // the running request moves on to a new state block; this one stays cached
     out.snapshot_taken = true;
   }

@@ -19,7 +19,11 @@
 // States of a block (the state machine):
 //   free (front, no hash) -> owned by a request (ref 1, no hash) -> cached (hash, ref >= 1)
 //   -> cached and free (hash, ref 0, in the queue) -> taken: evicted, owned again.
-// GPU only: vLLM's CPU offloading connector is not modelled (docs/vllm-like.md).
+// CPU offloading (vLLM's OffloadingConnector with its native CPU backend, optional): every
+// block cached on the GPU is also stored to a CPU LRU of `cpu_ids` block ids (a page or a
+// state whole, kept together); an admission extends its GPU match with what the CPU holds,
+// the deepest state on either side wins, and what it needs from the CPU is loaded into newly
+// taken GPU blocks before the request runs (charged as host -> device bytes).
 #pragma once
 
 #include <cstdint>
@@ -53,10 +57,10 @@ Result<VllmBlockGeometry> vllm_block_geometry(std::uint32_t full_layers,
 class VllmLikeCache final : public CacheBackend {
  public:
   /// `blocks` block ids in the pool; pages of `page_size` (= the block size) tokens.
-  static Result<std::unique_ptr<VllmLikeCache>> create(std::uint32_t blocks,
-                                                       std::uint32_t page_size,
-                                                       std::uint32_t kv_ids,
-                                                       std::uint32_t state_ids);
+  /// `cpu_ids` > 0: the CPU offloading tier, in block ids of `id_bytes` each.
+  static Result<std::unique_ptr<VllmLikeCache>> create(
+      std::uint32_t blocks, std::uint32_t page_size, std::uint32_t kv_ids, std::uint32_t state_ids,
+      std::uint64_t cpu_ids = 0, std::uint64_t id_bytes = 0);
 
   std::uint32_t page_size() const override { return page_size_; }
   Result<Admission> admit(std::span<const Token> prompt) override;
@@ -78,6 +82,7 @@ class VllmLikeCache final : public CacheBackend {
   std::uint32_t free_ids() const { return static_cast<std::uint32_t>(queue_.size()); }
   std::size_t cached_pages() const { return kv_.size(); }
   std::size_t cached_states() const { return states_.size(); }
+  std::size_t cpu_entries() const { return cpu_.size(); }
 
  private:
   enum class Owner : std::uint8_t { kNone, kPage, kState };
@@ -103,7 +108,15 @@ class VllmLikeCache final : public CacheBackend {
   };
 
   VllmLikeCache(std::uint32_t blocks, std::uint32_t page_size, std::uint32_t kv_ids,
-                std::uint32_t state_ids);
+                std::uint32_t state_ids, std::uint64_t cpu_ids, std::uint64_t id_bytes);
+  /// CPU tier key: a page's or a state's hash (a state's tagged so the two never collide).
+  static std::uint64_t cpu_key(std::uint64_t hash, bool state) { return state ? ~hash : hash; }
+  bool on_cpu(std::uint64_t hash, bool state) const { return cpu_.count(cpu_key(hash, state)); }
+  /// Stores a cached unit to the CPU tier (or refreshes it there), evicting LRU entries.
+  void offload(std::uint64_t hash, bool state);
+  /// Loads a unit from the CPU tier into new GPU blocks, cached and pinned; nullopt when the
+  /// GPU has no free block ids for it.
+  std::optional<std::uint32_t> load(std::uint64_t hash, bool state);
 
   Result<Request*> find(LockId lock, const char* what);
   Result<const Request*> find(LockId lock, const char* what) const;
@@ -125,6 +138,10 @@ class VllmLikeCache final : public CacheBackend {
   std::unordered_map<std::uint64_t, std::uint32_t> states_;  ///< hash -> state unit
   std::unordered_map<std::uint32_t, Request> requests_;
   std::uint32_t next_lock_ = 0;
+  std::uint64_t cpu_capacity_ = 0, cpu_used_ = 0, id_bytes_ = 0;  ///< in block ids, bytes
+  std::list<std::uint64_t> cpu_lru_;                              ///< front: evicted first
+  std::unordered_map<std::uint64_t, std::list<std::uint64_t>::iterator> cpu_;
+  std::unordered_map<std::uint64_t, std::uint64_t> victim_ids_;  ///< CPU key -> its block ids
   CacheStats stats_;
 };
 
