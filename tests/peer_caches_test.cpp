@@ -213,6 +213,21 @@ TEST(SglangLike, StatePoolFromTheMemoryRatioAndItsChunkSize) {
   EXPECT_NEAR(state / kv, 0.9, 0.01);   // mamba_full_memory_ratio
   EXPECT_EQ(r->config.host_pages, 0u);  // HiCache off without host bytes
   EXPECT_EQ(r->policy, "sglang-no-buffer");
+  EXPECT_EQ(r->eviction, "lru");
+  // With host bytes HiCache is on (write-through), unless told off (SGLang's default).
+  ScenarioOptions with_host;
+  with_host.trace_host_bytes = 16 * kGiB;
+  const Scenario h = trace_scenario(trace, m, with_host);
+  auto on = simulate(h, o);
+  ASSERT_TRUE(on.is_ok()) << on.status().to_string();
+  EXPECT_GT(on->config.host_pages, 0u);
+  EXPECT_EQ(on->config.write_policy, WritePolicy::kWriteThrough);
+  EXPECT_EQ(on->eviction, "lru+hicache");
+  o.sglang.hicache = false;
+  auto off = simulate(h, o);
+  ASSERT_TRUE(off.is_ok()) << off.status().to_string();
+  EXPECT_EQ(off->config.host_pages, 0u);
+  EXPECT_EQ(off->eviction, "lru");
 }
 
 TEST(Router, CacheAwareRoutingBalancesAnOverloadedInstance) {

@@ -150,6 +150,8 @@ radixtier::cli::CommandRun setup_sim(CLI::App& app) {
                  "of the cache bytes when they come from the presets)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  app.add_flag("!--sglang-no-hicache", a.opt.sglang.hicache,
+               "sglang-like: HiCache off (SGLang's default) whatever the host budget");
   app.add_option("--sglang-chunk", a.opt.sglang.chunk_tokens,
                  "sglang-like: --chunked-prefill-size (default: SGLang's for the GPU's memory)")
       ->check(radixtier::cli::count_at_least(1));

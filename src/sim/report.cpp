@@ -76,12 +76,19 @@ class Runner {
     opt.eviction = eviction;
     auto r = simulate(s, opt);
     if (r && cache == CacheKind::kSglangLike && policy.empty()) {
-      // SGLang at its best: its default strategy (no_buffer) or extra_buffer, whichever
-      // reuses more here (docs/sglang-like.md).
-      opt.sglang.extra_buffer = true;
-      auto extra = simulate(s, opt);
-      if (!extra) return extra;
-      if (extra->cached_tokens > r->cached_tokens) r = std::move(extra);
+      // SGLang at its best: its default strategy (no_buffer) or extra_buffer, with HiCache on
+      // (the host budget) or off (its default), whichever reuses most here
+      // (docs/sglang-like.md).
+      for (bool hicache : {true, false}) {
+        for (bool extra_buffer : {false, true}) {
+          if (hicache && !extra_buffer) continue;  // the first run
+          opt.sglang.hicache = hicache;
+          opt.sglang.extra_buffer = extra_buffer;
+          auto other = simulate(s, opt);
+          if (!other) return other;
+          if (other->cached_tokens > r->cached_tokens) r = std::move(other);
+        }
+      }
     }
     if (r && cache == CacheKind::kVllmLike && r->total_budget_bytes > 0) {
       // vLLM at its best: with its CPU offloading tier in the host bytes when that reuses more.
@@ -334,9 +341,10 @@ Status write_report(const ReportOptions& o) {
       const double twin = at.at(CacheKind::kAttentionOnly).hit_ratio;
       for (CacheKind k : kTraceCaches) {
         const SimResult& r = at.at(k);
-        md << "| " << f("%g", g) << " GiB | " << r.cache << " | " << r.policy << " | "
-           << f("%.4f", r.hit_ratio) << " | "
-           << (twin > 0 ? f("%.1f%%", 100 * r.hit_ratio / twin) : "-") << " | "
+        const bool peer = k == CacheKind::kSglangLike || k == CacheKind::kVllmLike;
+        md << "| " << f("%g", g) << " GiB | " << r.cache << " | " << r.policy
+           << (peer ? " (" + r.eviction + ")" : std::string()) << " | " << f("%.4f", r.hit_ratio)
+           << " | " << (twin > 0 ? f("%.1f%%", 100 * r.hit_ratio / twin) : "-") << " | "
            << (ideal > 0 ? f("%.1f%%", 100 * r.hit_ratio / ideal) : "-") << " | "
            << f("%.3f", r.ttft_s_p50) << " | " << f("%.3f", r.ttft_s_p90) << " | "
            << f("%.3f", r.ttft_s_p99) << " | " << f("%.3f", r.utilization)

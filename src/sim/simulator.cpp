@@ -405,7 +405,12 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
   const std::uint64_t host_budget =  // what the scenario gives every cache's host tier
       std::uint64_t{out.config.host_pages} * out.config.page_bytes +
       std::uint64_t{out.config.host_snapshot_slots} * out.config.snapshot_bytes;
-  const CacheConfig config = config_for(o.cache, out.config);
+  CacheConfig base_config = out.config;
+  if (o.cache == CacheKind::kSglangLike && !o.sglang.hicache) {
+    base_config.host_pages = 0;
+    base_config.host_snapshot_slots = 0;
+  }
+  const CacheConfig config = config_for(o.cache, base_config);
   if (o.cache == CacheKind::kAttentionOnly || o.cache == CacheKind::kSglangLike ||
       o.cache == CacheKind::kVllmLike) {
     out.config = config;
@@ -468,8 +473,9 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
     sc.decode_checkpoint_interval = sched::SnapshotPolicy::kSglangTrackInterval;
   }
   out.policy = policy->name();
-  out.eviction = (node_like || o.cache == CacheKind::kSglangLike)
-                     ? radixtier::to_string(config.snapshot_eviction)
+  out.eviction = node_like ? radixtier::to_string(config.snapshot_eviction)
+                 : sglang  ? std::string(radixtier::to_string(config.snapshot_eviction)) +
+                                (config.host_pages > 0 ? "+hicache" : "")
                  : vllm && vllm_cpu_ids > 0 ? "lru+cpu-offload"
                                             : "lru";
 

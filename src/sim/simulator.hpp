@@ -79,6 +79,9 @@ struct SglangOptions {
   double mamba_full_memory_ratio = 0.9;
   /// --chunked-prefill-size; 0: SGLang's default for the preset's GPU memory.
   std::size_t chunk_tokens = 0;
+  /// --enable-hierarchical-cache with the scenario's host bytes; false: HiCache off (SGLang's
+  /// default), no host tier whatever the budget.
+  bool hicache = true;
 };
 
 /// SGLang's default --chunked-prefill-size for a GPU of `hbm_bytes` (server_args.py,
