@@ -156,8 +156,9 @@ Status write_report(const ReportOptions& o) {
   std::map<std::string, std::map<CacheKind, SimResult>> res;
   md << "## Scenarios x caches\n\n"
      << "node = PrefixCache with the default placement `" << kDefaultPolicy
-     << "` unless the row says otherwise; sglang-like = SGLang's hybrid radix cache (the better "
-        "of its no_buffer and extra_buffer strategies, docs/sglang-like.md); vllm-like = vLLM's "
+     << "` unless the row says otherwise; sglang-like = SGLang's hybrid radix cache (the best "
+        "of its no_buffer and extra_buffer strategies with HiCache on or off, "
+        "docs/sglang-like.md); vllm-like = vLLM's "
         "hybrid prefix caching (the better of GPU only and its CPU offloading tier, "
         "docs/vllm-like.md); index = the index-based tier "
         "(end-only, as the original); gpu-only = the same GPU tree without a host tier. *last* = "
