@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 
 #include "radixtier/cache/block_hash.hpp"
 
@@ -70,12 +71,9 @@ VllmLikeCache::VllmLikeCache(std::uint32_t blocks, std::uint32_t page_size, std:
 }
 
 Result<VllmLikeCache::Request*> VllmLikeCache::find(LockId lock, const char* what) {
-  auto it = requests_.find(lock.value());
-  if (it == requests_.end()) {
-    return Status(ErrorCode::kNotFound,
-                  std::string(what) + ": unknown lock " + std::to_string(lock.value()));
-  }
-  return &it->second;
+  auto r = std::as_const(*this).find(lock, what);
+  if (!r) return r.status();
+  return const_cast<Request*>(*r);
 }
 
 Result<const VllmLikeCache::Request*> VllmLikeCache::find(LockId lock, const char* what) const {
@@ -182,17 +180,12 @@ void VllmLikeCache::offload(std::uint64_t hash, bool state) {
     return;
   }
   while (cpu_used_ + ids > cpu_capacity_) {
-    const std::uint64_t victim = cpu_lru_.front();
+    cpu_used_ -= cpu_lru_.front().ids;
+    cpu_.erase(cpu_lru_.front().key);
     cpu_lru_.pop_front();
-    cpu_.erase(victim);
-    // A state's key is ~hash: a page's hash < 2^63 is as likely as not, so the kind is kept
-    // by the size of what the key held; both sizes are charged the same way below.
-    cpu_used_ -= victim_ids_.at(victim);
-    victim_ids_.erase(victim);
   }
-  cpu_lru_.push_back(key);
+  cpu_lru_.push_back({key, ids});
   cpu_.emplace(key, std::prev(cpu_lru_.end()));
-  victim_ids_.emplace(key, ids);
   cpu_used_ += ids;
   stats_.bytes_d2h += ids * id_bytes_;
   ++stats_.copies_d2h;

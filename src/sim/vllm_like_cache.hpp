@@ -87,7 +87,6 @@ class VllmLikeCache final : public CacheBackend {
  private:
   enum class Owner : std::uint8_t { kNone, kPage, kState };
   struct Block {
-    std::uint32_t ref = 0;
     Owner owner = Owner::kNone;
     std::uint32_t unit = 0;  ///< the page or state it belongs to
     bool queued = false;     ///< in queue_ (ref 0)
@@ -139,9 +138,11 @@ class VllmLikeCache final : public CacheBackend {
   std::unordered_map<std::uint32_t, Request> requests_;
   std::uint32_t next_lock_ = 0;
   std::uint64_t cpu_capacity_ = 0, cpu_used_ = 0, id_bytes_ = 0;  ///< in block ids, bytes
-  std::list<std::uint64_t> cpu_lru_;                              ///< front: evicted first
-  std::unordered_map<std::uint64_t, std::list<std::uint64_t>::iterator> cpu_;
-  std::unordered_map<std::uint64_t, std::uint64_t> victim_ids_;  ///< CPU key -> its block ids
+  struct CpuEntry {
+    std::uint64_t key = 0, ids = 0;  ///< cpu_key() and the block ids it holds
+  };
+  std::list<CpuEntry> cpu_lru_;  ///< front: evicted first
+  std::unordered_map<std::uint64_t, std::list<CpuEntry>::iterator> cpu_;
   CacheStats stats_;
 };
 
