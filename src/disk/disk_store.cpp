@@ -93,7 +93,10 @@ void PendingReads::abandon() {
 }
 
 DiskStore::DiskStore(DiskStoreConfig config, std::unique_ptr<DiskIoEngine> engine)
-    : config_(std::move(config)), engine_(std::move(engine)), files_(std::make_unique<Files>()) {}
+    : config_(std::move(config)),
+      fs_(config_.file_system ? *config_.file_system : posix_file_system()),
+      engine_(fs_.observe(std::move(engine))),
+      files_(std::make_unique<Files>()) {}
 
 DiskStore::~DiskStore() {
   if (disabled_.empty()) (void)sync();  // best effort: unsynced commits may be lost anyway
@@ -375,12 +378,12 @@ Status DiskStore::sync() {
   if (Status s = check_usable(); !s) return s;
   if (batch_entries_ == 0) return Status::ok();
   // 1. The data of every record the batch commits is durable before any commit entry is.
-  if (Status s = fdatasync_fd(files_->data.get(), "fdatasync of data"); !s) {
+  if (Status s = fdatasync_fd(fs_, files_->data.get(), "fdatasync of data"); !s) {
     return disable(s.message());
   }
   // 2. The entries, then 3. their durability. A crash between leaves a torn tail, ignored.
   if (Status s = write_journal_entries(batch_); !s) return s;
-  if (Status s = fdatasync_fd(files_->journal.get(), "fdatasync of journal"); !s) {
+  if (Status s = fdatasync_fd(fs_, files_->journal.get(), "fdatasync of journal"); !s) {
     return disable(s.message());
   }
   journal_end_ += batch_.size();
@@ -399,7 +402,7 @@ Status DiskStore::sync() {
 
 Status DiskStore::write_journal_entries(std::span<const std::byte> bytes) {
   // At journal_end_: a failed or partial write leaves a torn tail the next write overwrites.
-  return pwrite_all(files_->journal.get(), bytes.data(), bytes.size(), journal_end_,
+  return pwrite_all(fs_, files_->journal.get(), bytes.data(), bytes.size(), journal_end_,
                     "journal append");
 }
 

@@ -26,11 +26,11 @@ std::string path_in(const DiskStoreConfig& c, const char* name) {
   return c.directory + "/" + name;
 }
 
-Result<std::vector<std::byte>> read_whole(int fd, const char* what) {
-  auto size = file_size(fd, what);
+Result<std::vector<std::byte>> read_whole(FileSystem& fs, int fd, const char* what) {
+  auto size = file_size(fs, fd, what);
   if (!size) return size.status();
   std::vector<std::byte> bytes(*size);
-  auto got = pread_upto(fd, bytes.data(), bytes.size(), 0, what);
+  auto got = pread_upto(fs, fd, bytes.data(), bytes.size(), 0, what);
   if (!got) return got.status();
   bytes.resize(*got);
   return bytes;
@@ -77,17 +77,21 @@ Status DiskStore::refuse_or_wipe(Status why) {
 }
 
 Status DiskStore::recover() {
-  if (::mkdir(config_.directory.c_str(), 0755) != 0 && errno != EEXIST) {
+  if (fs_.mkdir(config_.directory.c_str(), 0755) == 0) {
+    // The new directory's entry in its parent is durable before anything synced into it is
+    // promised: else a power cut can take the whole store although sync() returned OK.
+    if (Status s = fsync_dir(fs_, parent_dir(config_.directory)); !s) return s;
+  } else if (errno != EEXIST) {
     return io_error(errno, ("mkdir " + config_.directory).c_str());
   }
-  auto lock = open_file(path_in(config_, kLockFile), O_RDWR | O_CREAT);
+  auto lock = open_file(fs_, path_in(config_, kLockFile), O_RDWR | O_CREAT);
   if (!lock) return lock.status();
   // A process killed with io_uring requests in flight keeps its files (and this lock) until
   // the kernel tears its ring down, asynchronously, shortly after the process is reaped: a
   // restart right after a kill -9 waits for that, up to two seconds, before it refuses.
   bool locked = false;
   for (int attempt = 0; attempt < 200 && !locked; ++attempt) {
-    locked = ::flock(lock->get(), LOCK_EX | LOCK_NB) == 0;
+    locked = fs_.flock(lock->get(), LOCK_EX | LOCK_NB) == 0;
     if (!locked && errno != EWOULDBLOCK) break;
     if (!locked) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
@@ -99,21 +103,21 @@ Status DiskStore::recover() {
   slot_state_.assign(config_.capacity_slots(), SlotState::kFree);
 
   const std::string header_path = path_in(config_, kHeaderFile);
-  if (!file_exists(header_path)) {
+  if (!file_exists(fs_, header_path)) {
     // Creation writes the journal and data first and the header last: no header and an
     // empty journal is an interrupted creation; no header beside records is not ours to use.
     const std::string jp = path_in(config_, kJournalFile);
     const std::string dp = path_in(config_, kDataFile);
     bool leftovers = false;
     struct stat st {};
-    if (::stat(jp.c_str(), &st) == 0 && st.st_size > 32) leftovers = true;
-    if (::stat(dp.c_str(), &st) == 0 && st.st_size > 0) leftovers = true;
+    if (fs_.stat(jp.c_str(), &st) == 0 && st.st_size > 32) leftovers = true;
+    if (fs_.stat(dp.c_str(), &st) == 0 && st.st_size > 0) leftovers = true;
     if (!leftovers) return create_fresh();
     return refuse_or_wipe({ErrorCode::kDataLoss, "store header is missing beside its records"});
   }
-  auto hfd = open_file(header_path, O_RDONLY);
+  auto hfd = open_file(fs_, header_path, O_RDONLY);
   if (!hfd) return hfd.status();
-  auto hbytes = read_whole(hfd->get(), "header");
+  auto hbytes = read_whole(fs_, hfd->get(), "header");
   if (!hbytes) return hbytes.status();
   auto header = format::decode_header(*hbytes);
   if (!header) return refuse_or_wipe(header.status());
@@ -126,27 +130,28 @@ Status DiskStore::recover() {
 
 Status DiskStore::wipe_files() {
   for (const char* name : {kHeaderFile, kJournalFile, kDataFile}) {
-    if (Status s = remove_file(path_in(config_, name)); !s) return s;
-    if (Status s = remove_file(path_in(config_, name) + ".tmp"); !s) return s;
+    if (Status s = remove_file(fs_, path_in(config_, name)); !s) return s;
+    if (Status s = remove_file(fs_, path_in(config_, name) + ".tmp"); !s) return s;
   }
-  return fsync_dir(config_.directory);
+  return fsync_dir(fs_, config_.directory);
 }
 
 Status DiskStore::create_fresh() {
   recovery_.created = true;
   store_id_ = random_store_id();
-  auto journal = open_file(path_in(config_, kJournalFile), O_RDWR | O_CREAT | O_TRUNC);
+  auto journal = open_file(fs_, path_in(config_, kJournalFile), O_RDWR | O_CREAT | O_TRUNC);
   if (!journal) return journal.status();
   const std::vector<std::byte> prologue = format::encode_journal_prologue(store_id_, 0);
-  if (Status s = pwrite_all(journal->get(), prologue.data(), prologue.size(), 0, "journal"); !s) {
+  if (Status s = pwrite_all(fs_, journal->get(), prologue.data(), prologue.size(), 0, "journal");
+      !s) {
     return s;
   }
-  if (Status s = fdatasync_fd(journal->get(), "journal"); !s) return s;
-  auto data = open_file(path_in(config_, kDataFile), O_RDWR | O_CREAT | O_TRUNC);
+  if (Status s = fdatasync_fd(fs_, journal->get(), "journal"); !s) return s;
+  auto data = open_file(fs_, path_in(config_, kDataFile), O_RDWR | O_CREAT | O_TRUNC);
   if (!data) return data.status();
-  if (Status s = fsync_dir(config_.directory); !s) return s;
+  if (Status s = fsync_dir(fs_, config_.directory); !s) return s;
   const std::vector<std::byte> header = format::encode_header({store_id_, config_.fingerprint});
-  if (Status s = write_file_atomic(config_.directory, kHeaderFile, header); !s) return s;
+  if (Status s = write_file_atomic(fs_, config_.directory, kHeaderFile, header); !s) return s;
   files_->journal = std::move(journal).value();
   files_->data = std::move(data).value();
   journal_end_ = prologue.size();
@@ -161,9 +166,9 @@ Status DiskStore::create_fresh() {
 }
 
 Status DiskStore::replay_journal() {
-  auto journal = open_file(path_in(config_, kJournalFile), O_RDWR);
+  auto journal = open_file(fs_, path_in(config_, kJournalFile), O_RDWR);
   if (!journal) return refuse_or_wipe({ErrorCode::kDataLoss, journal.status().message()});
-  auto bytes = read_whole(journal->get(), "journal");
+  auto bytes = read_whole(fs_, journal->get(), "journal");
   if (!bytes) return bytes.status();
   auto first_id = format::check_journal_prologue(*bytes, store_id_);
   if (!first_id) {
@@ -208,10 +213,11 @@ Status DiskStore::replay_journal() {
   // The valid prefix ends here: cut the torn or uncommitted tail so appends follow it.
   recovery_.torn_tail_bytes = bytes->size() - pos;
   if (recovery_.torn_tail_bytes > 0) {
-    if (::ftruncate(journal->get(), static_cast<off_t>(pos)) != 0) {
-      return io_error(errno, "truncating the journal's torn tail");
+    if (Status s = truncate_fd(fs_, journal->get(), pos, "truncating the journal's torn tail");
+        !s) {
+      return s;
     }
-    if (Status s = fdatasync_fd(journal->get(), "journal"); !s) return s;
+    if (Status s = fdatasync_fd(fs_, journal->get(), "journal"); !s) return s;
   }
   files_->journal = std::move(journal).value();
   journal_end_ = pos;
@@ -219,10 +225,16 @@ Status DiskStore::replay_journal() {
   next_seq_ = seq;
   next_id_ = std::max(*first_id, any_id ? max_id + 1 : 0);
 
-  auto data = open_file(path_in(config_, kDataFile), O_RDWR | O_CREAT);
+  const bool data_missing = !file_exists(fs_, path_in(config_, kDataFile));
+  auto data = open_file(fs_, path_in(config_, kDataFile), O_RDWR | O_CREAT);
   if (!data) return data.status();
+  // Recreated (its records are dropped below as cut): records synced into it later are
+  // durable only once its directory entry is.
+  if (data_missing) {
+    if (Status s = fsync_dir(fs_, config_.directory); !s) return s;
+  }
   files_->data = std::move(data).value();
-  auto data_size = file_size(files_->data.get(), "data");
+  auto data_size = file_size(fs_, files_->data.get(), "data");
   if (!data_size) return data_size.status();
   const std::uint64_t pb = config_.fingerprint.page_bytes;
   std::vector<RecordId> drop;
@@ -255,8 +267,10 @@ Status DiskStore::replay_journal() {
   // A smaller budget: once the drops are durable, the file shrinks to it.
   const std::uint64_t budget_end = slot_state_.size() * pb;
   if (*data_size > budget_end) {
-    if (::ftruncate(files_->data.get(), static_cast<off_t>(budget_end)) != 0) {
-      return io_error(errno, "shrinking the data file to the budget");
+    if (Status s = truncate_fd(fs_, files_->data.get(), budget_end,
+                               "shrinking the data file to the budget");
+        !s) {
+      return s;
     }
   }
   if (journal_entries_ > 2 * live_.size() + config_.compact_slack) return compact();
@@ -269,10 +283,10 @@ Status DiskStore::compact() {
   std::vector<std::byte> bytes = format::encode_journal_prologue(store_id_, next_id_);
   std::uint64_t seq = 1;
   for (const RecordInfo& r : records()) format::append_commit(bytes, seq++, r);
-  if (Status s = write_file_atomic(config_.directory, kJournalFile, bytes); !s) {
+  if (Status s = write_file_atomic(fs_, config_.directory, kJournalFile, bytes); !s) {
     return disable("journal compaction: " + s.message());
   }
-  auto journal = open_file(path_in(config_, kJournalFile), O_RDWR);
+  auto journal = open_file(fs_, path_in(config_, kJournalFile), O_RDWR);
   if (!journal) return disable("journal compaction: " + journal.status().message());
   files_->journal = std::move(journal).value();
   journal_end_ = bytes.size();

@@ -3,12 +3,15 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "radixtier/disk/record.hpp"
 #include "radixtier/status.hpp"
 
 namespace radixtier::disk {
+
+class FileSystem;
 
 /// Which model wrote the bytes. Persisted in the store's header; a store opened with another
 /// fingerprint is refused (or wiped, when the caller asks): bytes of another model, another
@@ -64,6 +67,9 @@ struct DiskStoreConfig {
   /// twice the live records.
   std::uint64_t compact_slack = 4096;
   IoEngineConfig io;
+  /// Every file operation of the store goes through it; null: the kernel's
+  /// (posix_file_system()). Tests put a model of the page cache here (file_system.hpp).
+  std::shared_ptr<FileSystem> file_system;
 
   /// Names the first bad field; OK when the config can open a store.
   Status validate() const;

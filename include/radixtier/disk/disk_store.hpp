@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "radixtier/disk/disk_config.hpp"
+#include "radixtier/disk/file_system.hpp"
 #include "radixtier/disk/io_engine.hpp"
 #include "radixtier/disk/record.hpp"
 #include "radixtier/status.hpp"
@@ -219,6 +220,7 @@ class DiskStore {
   Status disable(std::string why);
 
   DiskStoreConfig config_;
+  FileSystem& fs_;  ///< config_.file_system's, or the kernel's
   std::unique_ptr<DiskIoEngine> engine_;
   std::unique_ptr<Files> files_;
   RecoveryReport recovery_;
