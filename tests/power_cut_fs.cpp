@@ -79,6 +79,7 @@ PowerCutFs::Ino PowerCutFs::add_node(bool dir) {
   initial_.emplace_back();
   initial_.back().dir = dir;
   is_dir_.push_back(dir);
+  name_of_.emplace_back();
   live_entries_.emplace_back();
   return static_cast<Ino>(initial_.size() - 1);
 }
@@ -99,6 +100,7 @@ void PowerCutFs::scan(Ino dir, const std::string& path) {
     const bool is_dir = S_ISDIR(st.st_mode);
     const Ino ino = add_node(is_dir);
     initial_[dir].entries[name] = ino;
+    name_of_[ino] = name;
     live_entries_[dir][name] = ino;
     if (is_dir) {
       scan(ino, child);
@@ -156,6 +158,7 @@ int PowerCutFs::open(const char* path, int flags, mode_t mode) {
   if (!w.exists) {  // O_CREAT made it
     ino = add_node(false);
     live_entries_[w.dir][w.leaf] = ino;
+    name_of_[ino] = w.leaf;
     Op op;
     op.kind = Op::Kind::kCreate;
     op.ino = ino;
@@ -249,6 +252,7 @@ int PowerCutFs::rename(const char* from, const char* to) {
   if (r != 0 || !a.inside || !a.exists || !b.inside) return r;
   live_entries_[a.dir].erase(a.leaf);
   live_entries_[b.dir][b.leaf] = a.ino;
+  name_of_[a.ino] = b.leaf;
   Op op;
   op.kind = Op::Kind::kRename;
   op.ino = a.ino;
@@ -302,6 +306,15 @@ std::unique_ptr<DiskIoEngine> PowerCutFs::observe(std::unique_ptr<DiskIoEngine> 
 std::size_t PowerCutFs::operations() const {
   std::lock_guard lock(mu_);
   return log_.size();
+}
+
+std::vector<std::size_t> PowerCutFs::cuts_after_writes_to(const std::string& name) const {
+  std::lock_guard lock(mu_);
+  std::vector<std::size_t> out;
+  for (std::size_t i = 0; i < log_.size(); ++i) {
+    if (log_[i].kind == Op::Kind::kWrite && name_of_[log_[i].ino] == name) out.push_back(i + 1);
+  }
+  return out;
 }
 
 std::string PowerCutFs::describe(std::size_t i) const {

@@ -72,6 +72,9 @@ class PowerCutFs final : public FileSystem {
   /// `cut` operations could leave under the root.
   void write_image(std::size_t cut, const CutOptions& options, std::mt19937_64& rng,
                    const std::string& image_root) const;
+  /// Cut points right after a write to a file named `name` (its last name), where a torn
+  /// write is possible: e.g. "journal".
+  std::vector<std::size_t> cuts_after_writes_to(const std::string& name) const;
   /// "write data @4096 +4096" and the like, for failure messages.
   std::string describe(std::size_t op) const;
 
@@ -112,8 +115,9 @@ class PowerCutFs final : public FileSystem {
 
   std::string root_;
   mutable std::mutex mu_;
-  std::vector<Initial> initial_;  ///< by ino: the tree found at construction
-  std::vector<bool> is_dir_;      ///< by ino
+  std::vector<Initial> initial_;      ///< by ino: the tree found at construction
+  std::vector<bool> is_dir_;          ///< by ino
+  std::vector<std::string> name_of_;  ///< by ino: its last name in its directory
   std::vector<std::map<std::string, Ino>> live_entries_;  ///< by ino (directories)
   std::unordered_map<int, Ino> fds_;
   std::vector<Op> log_;
