@@ -211,16 +211,22 @@ TEST(CacheStore, AStoreOfAnotherModelOrGeometryIsRefused) {
 /// The child of the crash test: a cache rebuilt from the store, serving random prompts and
 /// their extensions (demoting to disk, loading from it) until it is killed. Exit status: 0
 /// when it ran out of work first, 2 when the cache could not be made, 3 on wrong bytes.
+/// The child: random serving and persist() until killed; it writes one byte to `fd` after
+/// its first persist() (the parent's cue, whatever the machine's speed).
 [[noreturn]] void crash_child(const CacheConfig& c, const disk::DiskStoreConfig& d,
-                              std::uint64_t seed) {
+                              std::uint64_t seed, int fd) {
   std::mt19937_64 rng(seed);
   Process p(c, d);
   if (!p.created) _exit(2);
+  bool told = false;
   for (int op = 0; op < 5000; ++op) {
     const std::size_t i = rng() % kPrompts;
     const auto s = rng() % 2 ? p.h->serve(prompt(i), kSnapshotAtEnd) : p.h->serve(extended(i), {});
     if (!s.bytes_ok) _exit(3);
-    if (rng() % 8 == 0) (void)p.cache().persist();
+    if (rng() % 8 == 0) {
+      (void)p.cache().persist();
+      if (!told && ::write(fd, "p", 1) == 1) told = true;
+    }
   }
   _exit(0);
 }
@@ -238,9 +244,22 @@ TEST(CacheStore, AProcessKilledAtAnyMomentLeavesAStoreThatServesOnlyRightBytes) 
   constexpr int kKills = 24;
   for (int k = 0; k < kKills; ++k) {
     const std::uint64_t seed = rng();
+    int cue[2];
+    ASSERT_EQ(::pipe(cue), 0);
     const pid_t pid = ::fork();
     ASSERT_GE(pid, 0);
-    if (pid == 0) crash_child(c, d, seed);
+    if (pid == 0) {
+      ::close(cue[0]);
+      crash_child(c, d, seed, cue[1]);
+    }
+    ::close(cue[1]);
+    // Every other kill waits for the child's first persist(), so that some do land in a
+    // store with records, however slow the machine (a sanitizer build, a busy CI).
+    if (k % 2 == 1) {
+      char b = 0;
+      (void)::read(cue[0], &b, 1);
+    }
+    ::close(cue[0]);
     std::this_thread::sleep_for(std::chrono::microseconds(rng() % 60000));
     ::kill(pid, SIGKILL);
     int status = 0;

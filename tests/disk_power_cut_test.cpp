@@ -158,18 +158,13 @@ Timeline run_store_workload(const DiskStoreConfig& c, PowerCutFs& fs, std::uint6
   return t;
 }
 
-std::string parent_of(const std::string& dir) {
-  return std::filesystem::path(dir).parent_path().string();
-}
-
 /// Opens the store a cut left in `dir` (with the kernel's file system) and checks it against
 /// the timeline of the cut at `cut`; "" or what is wrong. `records` counts what it read.
 std::string check_cut(const DiskStoreConfig& base, const std::string& dir, const Timeline& t,
                       std::size_t cut, bool lying, std::uint64_t* records = nullptr) {
   DiskStoreConfig c = base;
   c.directory = dir;
-  // A model over the image: the store's fsyncs cost no disk time (and are not needed).
-  c.file_system = std::make_shared<PowerCutFs>(parent_of(dir));
+  c.file_system = testing::unsynced_file_system();  // the image's own flushes: not tested
   c.io.kind = IoEngineKind::kThreadPool;
   auto opened = DiskStore::open(c);
   if (!opened) {
@@ -322,7 +317,7 @@ TEST(DiskPowerCut, GenerationsOfCutsAndRecoveriesKeepTheJournalHonest) {
       std::filesystem::copy(next, probe, std::filesystem::copy_options::recursive);
       DiskStoreConfig pc = c;
       pc.directory = probe + "/store";
-      pc.file_system = std::make_shared<PowerCutFs>(probe);
+      pc.file_system = testing::unsynced_file_system();
       auto kept = DiskStore::open(pc);
       ASSERT_TRUE(kept.is_ok()) << kept.status().to_string();
       torn_tails += (*kept)->recovery().torn_tail_bytes > 0;
@@ -519,7 +514,7 @@ TEST(DiskPowerCut, ACacheReopenedAfterAnyCutServesOnlyRightBytes) {
       fs->write_image(cut, {CutMode::kSectors, false}, rng, img.path());
       auto dc = d;
       dc.directory = img.path() + "/store";
-      dc.file_system = std::make_shared<PowerCutFs>(img.path());
+      dc.file_system = testing::unsynced_file_system();
       Process p(cc, dc);
       ASSERT_TRUE(p.created) << "cut " << cut << ": " << p.created.to_string();
       ASSERT_EQ(p.cache().check_invariants(), "") << "cut " << cut;

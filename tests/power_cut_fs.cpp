@@ -53,7 +53,7 @@ std::vector<std::byte> read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::vector<char> raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::vector<std::byte> out(raw.size());
-  std::memcpy(out.data(), raw.data(), raw.size());
+  if (!raw.empty()) std::memcpy(out.data(), raw.data(), raw.size());
   return out;
 }
 
@@ -64,7 +64,41 @@ void write_file(const std::string& path, const std::vector<std::byte>& bytes) {
   if (!out) throw std::runtime_error("cannot write the crash image file " + path);
 }
 
+class UnsyncedFs final : public FileSystem {
+ public:
+  int open(const char* path, int flags, mode_t mode) override {
+    return posix().open(path, flags, mode);
+  }
+  int close(int fd) override { return posix().close(fd); }
+  ssize_t pwrite(int fd, const void* src, std::size_t n, off_t offset) override {
+    return posix().pwrite(fd, src, n, offset);
+  }
+  ssize_t pread(int fd, void* dst, std::size_t n, off_t offset) override {
+    return posix().pread(fd, dst, n, offset);
+  }
+  int fdatasync(int) override { return 0; }
+  int fsync(int) override { return 0; }
+  int ftruncate(int fd, off_t size) override { return posix().ftruncate(fd, size); }
+  int fstat(int fd, struct stat* st) override { return posix().fstat(fd, st); }
+  int stat(const char* path, struct stat* st) override { return posix().stat(path, st); }
+  int rename(const char* from, const char* to) override { return posix().rename(from, to); }
+  int unlink(const char* path) override { return posix().unlink(path); }
+  int mkdir(const char* path, mode_t mode) override { return posix().mkdir(path, mode); }
+  int flock(int fd, int operation) override { return posix().flock(fd, operation); }
+  std::unique_ptr<DiskIoEngine> observe(std::unique_ptr<DiskIoEngine> engine) override {
+    return engine;
+  }
+
+ private:
+  static FileSystem& posix() { return posix_file_system(); }
+};
+
 }  // namespace
+
+std::shared_ptr<FileSystem> unsynced_file_system() {
+  static const auto fs = std::make_shared<UnsyncedFs>();
+  return fs;
+}
 
 // ---------------------------------------------------------------------------------------
 // recording
@@ -469,7 +503,8 @@ void PowerCutFs::write_image(std::size_t cut, const CutOptions& options, std::mt
         }
         const std::uint64_t lo = std::max<std::uint64_t>(s, p->offset);
         const std::uint64_t hi = std::min<std::uint64_t>(end, p->offset + p->bytes.size());
-        for (std::uint64_t b = lo; b < hi; ++b) sector[b - s] = p->bytes[b - p->offset];
+        if (lo < hi)
+          std::memcpy(sector.data() + (lo - s), p->bytes.data() + (lo - p->offset), hi - lo);
       }
       std::copy(sector.begin(), sector.end(), img.begin() + static_cast<std::ptrdiff_t>(s));
     }

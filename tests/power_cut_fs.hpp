@@ -46,6 +46,10 @@ struct CutOptions {
   bool lying_disk = false;
 };
 
+/// The kernel's file system with fsync and fdatasync skipped: for opening crash images, whose
+/// own durability no test looks at (the kernel's flushes would only cost time).
+std::shared_ptr<FileSystem> unsynced_file_system();
+
 class PowerCutFs final : public FileSystem {
  public:
   /// Models everything under `root` (an existing directory; its own entry is durable).
