@@ -255,8 +255,8 @@ bool PrefixCache::make_host_page_room(std::size_t n, bool for_snapshot) {
   // `releasing`: host pages the store writes planned in this pass free when they land.
   auto short_of_room = [&](std::size_t releasing) {
     if (host_pages_.free_count() + releasing < n) return true;
-    return !shared_host_ &&
-           (for_snapshot ? host_snap_held_ : host_kv_held_) + n > share + releasing;
+    return !shared_host_ && (for_snapshot ? host_snap_held_ : host_kv_held_ + staging_pages_) + n >
+                                share + releasing;
   };
   while (short_of_room(0)) {
     // With a store, a victim is written there (host -> store demotion) and its host copy
@@ -577,7 +577,12 @@ bool PrefixCache::wait_any_transfer() {
   if (transfers_.empty()) {
     // A store write in flight keeps its node's GPU copy off the GPU order (one copy at a
     // time): when only those are left, waiting for one makes its node evictable again.
-    if (store_transfers_.empty()) return false;
+    if (store_transfers_.empty()) {
+      // Staged loads last: their chunks are nobody's source of room, but drain() ends them.
+      if (staged_.empty()) return false;
+      step_staged(staged_.begin()->first, true);
+      return true;
+    }
     std::uint32_t oldest = store_transfers_.begin()->first;
     for (const auto& [id, t] : store_transfers_) oldest = std::min(oldest, id);
     if (alloc_room_) {
@@ -596,6 +601,7 @@ bool PrefixCache::wait_any_transfer() {
 void PrefixCache::poll() {
   reap_store_transfers();  // first: a store read that arrived goes on to GPU
   reap_transfers();
+  reap_staged();
   demote_ahead();
   store_ahead();
 }
@@ -612,7 +618,8 @@ void PrefixCache::reap_transfers() {
 }
 
 void PrefixCache::drain() {
-  // GPU-host transfers and store transfers alike (a store read that lands starts a promotion).
+  // GPU-host transfers, store transfers and staged loads alike (a store read that lands
+  // starts a promotion).
   while (wait_any_transfer()) {
   }
 }

@@ -114,6 +114,9 @@ struct CacheStats {
   std::uint64_t restored_kv_pages = 0;   ///< KV pages the tree rebuilt from the store at create()
   std::uint64_t restored_snapshots = 0;  ///< snapshots it rebuilt
   std::uint64_t hit_tokens_store = 0;    ///< usable-match tokens loaded from the store
+  /// Admissions whose store match went store -> a few host staging pages -> GPU, a chunk at a
+  /// time, for want of host room for all of it (no host copy is kept of what is staged).
+  std::uint64_t staged_loads = 0;
 
   bool operator==(const CacheStats&) const = default;
 };

@@ -114,8 +114,9 @@ struct PageKeyEq {
 };
 
 /// The copy in flight of a node's KV or snapshot: GPU -> host (kDemote, kWriteThrough),
-/// host -> GPU (kPromote), host -> store (kStore), store -> host on its way to GPU (kLoad).
-enum class Xfer : std::uint8_t { kNone, kDemote, kWriteThrough, kPromote, kStore, kLoad };
+/// host -> GPU (kPromote), host -> store (kStore), store -> host on its way to GPU (kLoad),
+/// store -> GPU through a few host staging pages, slice by slice (kStage: no host copy).
+enum class Xfer : std::uint8_t { kNone, kDemote, kWriteThrough, kPromote, kStore, kLoad, kStage };
 
 using OrderHook =
     boost::intrusive::set_member_hook<boost::intrusive::link_mode<boost::intrusive::safe_link>>;
@@ -151,7 +152,7 @@ struct Node {
   Xfer kv_xfer = Xfer::kNone;
   Xfer snap_xfer = Xfer::kNone;
   /// The in-flight transfer moving the KV / the snapshot: an id of the GPU-host transfers,
-  /// or, for kStore and kLoad, of the store transfers.
+  /// for kStore and kLoad of the store transfers, for kStage of the staged loads.
   std::uint32_t kv_xfer_id = 0;
   std::uint32_t snap_xfer_id = 0;
 
@@ -207,8 +208,12 @@ struct Node {
     return gpu_snapshot.valid() || has_host_snapshot() || store_snapshot.valid();
   }
   /// gpu_pages / gpu_snapshot are a copy's destinations (not usable yet).
-  bool kv_to_gpu() const { return kv_xfer == Xfer::kPromote || kv_xfer == Xfer::kLoad; }
-  bool snap_to_gpu() const { return snap_xfer == Xfer::kPromote || snap_xfer == Xfer::kLoad; }
+  bool kv_to_gpu() const {
+    return kv_xfer == Xfer::kPromote || kv_xfer == Xfer::kLoad || kv_xfer == Xfer::kStage;
+  }
+  bool snap_to_gpu() const {
+    return snap_xfer == Xfer::kPromote || snap_xfer == Xfer::kLoad || snap_xfer == Xfer::kStage;
+  }
   /// host_pages / host_snapshot are a copy's destinations.
   bool kv_to_host() const {
     return kv_xfer == Xfer::kDemote || kv_xfer == Xfer::kWriteThrough || kv_xfer == Xfer::kLoad;
