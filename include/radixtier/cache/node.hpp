@@ -38,11 +38,19 @@
 //   Host+Store -(evict host)-> Store                (free: the store copy is clean)
 //   Store -(admit)-> Store+kLoad -(read done)-> Host+Store+kPromote -(done)-> all three
 //        (kLoad: host_pages and gpu_pages are both destinations, held by the transfer)
+//   Store -(admit, no host room for the whole store match)-> Store+kStage -(every page on
+//        GPU)-> Gpu+Store   (kStage, a staged load: gpu_pages / gpu_snapshot are the
+//        destinations, held by the load; host_pages stay empty: the records go store -> the
+//        load's few host staging pages -> GPU a chunk at a time, and no host copy is kept)
 //   Store -(store needs room, flush)-> Gone         (the records are erased)
 //   any+kStore -(write failed)-> Host, dropped when the write was for room (degrades to
 //        recompute as a drop did before the store existed)
 //   any+kLoad -(read failed: kDataLoss)-> the records are erased, the resource is Gone there;
 //        (an I/O error: kTransferFailed)-> Store; destinations freed either way (rule 7)
+//   any+kStage -(a chunk failed)-> as kLoad (kDataLoss: Gone, else Store); the node's pages
+//        that landed are freed with the rest when the load ends (no chunk writes them any
+//        more), and nothing below the node is read. A node whose pages all landed first
+//        stays Gpu+Store; the snapshot lands or fails on its own (one chunk)
 // Only the default namespace has a store row; store_pages (one record per page) is all or
 // nothing, like the other rows.
 // The snapshot at the boundary follows the same machine (gpu_snapshot, host_snapshot,
