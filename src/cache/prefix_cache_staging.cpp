@@ -100,6 +100,7 @@ Status PrefixCache::start_staged_load(Node* target, std::span<Node* const> path)
   // Evicting everything evictable did not make the room: what is free now is the most.
   if (!make_host_page_room(window)) window = std::min(window, staging_room());
   if (window < least || !make_host_page_room(window)) {
+    ++stats_.store_load_misses;
     return out_of_memory("admit: no host room to stage the store match through (" +
                          std::to_string(least) + " pages needed, " + std::to_string(window) +
                          " to be had)");
@@ -158,7 +159,9 @@ Status PrefixCache::pump_staged(StagedLoad& l) {
     StagedChunk c;
     c.staging = take_idle(snap);
     c.records = {l.target->store_snapshot};
-    if (Status s = submit_staged_read(l, std::move(c)); !s) refused = s;
+    // Refused: no KV is read either, so that an admission whose first reads the store refuses
+    // starts nothing and falls back (start_staged_load).
+    if (Status s = submit_staged_read(l, std::move(c)); !s) return s;
   }
   // Then the KV, root first, down to the first node that failed.
   while (l.next < l.cut) {

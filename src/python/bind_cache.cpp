@@ -148,6 +148,7 @@ constexpr StatField kStatFields[] = {
     {"restored_snapshots", &CacheStats::restored_snapshots},
     {"hit_tokens_store", &CacheStats::hit_tokens_store},
     {"staged_loads", &CacheStats::staged_loads},
+    {"store_load_misses", &CacheStats::store_load_misses},
 };
 static_assert(sizeof(CacheStats) == std::size(kStatFields) * sizeof(std::uint64_t),
               "a CacheStats counter is missing from kStatFields");

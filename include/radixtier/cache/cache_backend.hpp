@@ -117,6 +117,10 @@ struct CacheStats {
   /// Admissions whose store match went store -> a few host staging pages -> GPU, a chunk at a
   /// time, for want of host room for all of it (no host copy is kept of what is staged).
   std::uint64_t staged_loads = 0;
+  /// Store matches an admission could not load for want of host room: not even a staging
+  /// window of one page and the snapshot could be made (every host page held by running
+  /// requests, pins or copies); it fell back to a shallower candidate.
+  std::uint64_t store_load_misses = 0;
 
   bool operator==(const CacheStats&) const = default;
 };

@@ -327,7 +327,8 @@ class PrefixCache final : public CacheBackend {
   /// Takes the staging window (kOutOfMemory: not even one chunk, or the snapshot, fits) and
   /// the GPU destinations, marks the nodes kStage and starts the first chunks.
   Status start_staged_load(Node* target, std::span<Node* const> path);
-  /// Starts the chunks the idle staging pages allow (the snapshot first); the last refusal.
+  /// Starts the chunks the idle staging pages allow, the snapshot first (its read refused:
+  /// nothing else); returns the last refusal.
   Status pump_staged(StagedLoad& load);
   Status submit_staged_read(StagedLoad& load, StagedChunk chunk);
   /// The chunk's read finished: true when its copy to GPU is in flight.
