@@ -104,6 +104,24 @@ TEST(Goals, ChurnAndFlushKeepTurnOne) {
   EXPECT_GE(f.cached_tokens_last, 23'936u);
 }
 
+// Issue 25 item 4: a host pool smaller than the store match stages it a chunk at a time, so
+// the flush scenario with a quarter GiB of host (radixtier sim --scenario flush --disk-gib 64
+// --host-gib 0.25; turn 1's KV alone is 0.57 GB) reuses all of turn 1 from disk, as with a
+// host that holds it: 24,000 tokens + 200 out, floored to the 64-token page.
+TEST(Goals, FlushWithAQuarterGiBHostReusesTurnOneFromDisk) {
+  ScenarioOptions so;
+  so.host_bytes = kGiB / 4;
+  const Scenario s = scenario("flush", "qwen3-next-80b", so);
+  SimOptions o;
+  o.disk_bytes = 64 * kGiB;
+  const SimResult r = run(s, CacheKind::kNode, "qwen3-next-80b", "consumer-gen4", o);
+  ASSERT_EQ(r.rows.size(), 4u);
+  const std::size_t turn1 = (24'000 + 200) / s.page_size * s.page_size;
+  EXPECT_EQ(r.cached_tokens_last, turn1);
+  EXPECT_EQ(r.rows.back().store_cached_tokens, turn1);  // all of it from disk
+  EXPECT_GE(r.stats.staged_loads, 1u);
+}
+
 // Issue 9: the agent's side requests do not push the conversation out: node reuses at least
 // what the index tier does, and 0.75 of the prompt tokens (0.772 when claimed).
 TEST(Goals, AgentKeepsTheConversation) {

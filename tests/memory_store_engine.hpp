@@ -7,7 +7,8 @@
 // Ticket states: Pending (held: hold(true)) --release()--> Ready --finish_*--> gone.
 // Faults: fail_next_writes(n) (the next n write batches fail: nothing committed),
 // corrupt(id) (a flipped byte: the read reports kDataLoss and the record is erased),
-// io_error_next_reads(n) (kTransferFailed, the record kept), refuse_next(n) (submit refused).
+// io_error_next_reads(n) (kTransferFailed, the record kept), refuse_next(n) (submit refused);
+// each after `skip` reads / submits that go through, to fail in the middle of a stream.
 // The records outlive a cache: a test "restarts" by making a new cache on the same store.
 // crash(seed) is a kill -9 at that instant (what a real store promises, docs/architecture.md
 // "What a caller can rely on"): writes in flight commit nothing, each record committed since
@@ -53,10 +54,7 @@ class MemoryStoreEngine final : public StoreEngine {
 
   Result<std::uint64_t> submit_writes(std::vector<StoreWrite> batch) override {
     if (crashed_) return Status(ErrorCode::kTransferFailed, "memory store: the process crashed");
-    if (refuse_ > 0) {
-      --refuse_;
-      return Status(ErrorCode::kTransferFailed, "memory store: refused (injected)");
-    }
+    if (refused()) return Status(ErrorCode::kTransferFailed, "memory store: refused (injected)");
     std::uint64_t slots = 0;
     for (const StoreWrite& w : batch) {
       if (w.pages.size() != pieces(w.desc.kind)) return invalid_argument("wrong piece count");
@@ -75,10 +73,7 @@ class MemoryStoreEngine final : public StoreEngine {
 
   Result<std::uint64_t> submit_reads(std::vector<StoreRead> batch) override {
     if (crashed_) return Status(ErrorCode::kTransferFailed, "memory store: the process crashed");
-    if (refuse_ > 0) {
-      --refuse_;
-      return Status(ErrorCode::kTransferFailed, "memory store: refused (injected)");
-    }
+    if (refused()) return Status(ErrorCode::kTransferFailed, "memory store: refused (injected)");
     for (const StoreRead& r : batch) {
       auto it = records_.find(r.record.value());
       if (it == records_.end()) return not_found("memory store: no such record");
@@ -141,7 +136,9 @@ class MemoryStoreEngine final : public StoreEngine {
         out.push_back(Status(ErrorCode::kDataLoss, "memory store: the record is gone"));
         continue;
       }
-      if (io_errors_ > 0) {
+      if (io_errors_ > 0 && io_skip_ > 0) {
+        --io_skip_;
+      } else if (io_errors_ > 0) {
         --io_errors_;
         out.push_back(Status(ErrorCode::kTransferFailed, "memory store: I/O error (injected)"));
         continue;
@@ -184,8 +181,14 @@ class MemoryStoreEngine final : public StoreEngine {
 
   // --- faults and control -----------------------------------------------------------------
   void fail_next_writes(int n) { fail_writes_ = n; }
-  void io_error_next_reads(int n) { io_errors_ = n; }
-  void refuse_next(int n) { refuse_ = n; }
+  void io_error_next_reads(int n, int skip = 0) {
+    io_errors_ = n;
+    io_skip_ = skip;
+  }
+  void refuse_next(int n, int skip = 0) {
+    refuse_ = n;
+    refuse_skip_ = skip;
+  }
   /// Flips a byte of a record: its next read fails its checksum.
   void corrupt(RecordId id) { records_.at(id.value()).bytes[0] ^= std::byte{0x5A}; }
   /// While held, new tickets stay pending (ready() false) until release().
@@ -246,6 +249,16 @@ class MemoryStoreEngine final : public StoreEngine {
     for (std::byte x : b) h = (h ^ std::uint64_t(x)) * 0x100000001b3ull;
     return h;
   }
+  /// A submit the injected refusals take (after the ones they let through).
+  bool refused() {
+    if (refuse_ == 0) return false;
+    if (refuse_skip_ > 0) {
+      --refuse_skip_;
+      return false;
+    }
+    --refuse_;
+    return true;
+  }
   std::uint64_t add(Pending t) {
     t.held = hold_;
     pending_.emplace(next_ticket_, std::move(t));
@@ -266,7 +279,7 @@ class MemoryStoreEngine final : public StoreEngine {
   std::set<std::uint64_t> unsynced_;  ///< records committed since the last sync()
   std::uint64_t next_id_ = 0, next_ticket_ = 1;
   std::uint64_t used_slots_ = 0, reserved_slots_ = 0;
-  int fail_writes_ = 0, io_errors_ = 0, refuse_ = 0;
+  int fail_writes_ = 0, io_errors_ = 0, refuse_ = 0, io_skip_ = 0, refuse_skip_ = 0;
   bool hold_ = false;
   bool crashed_ = false;
 };

@@ -495,6 +495,8 @@ const char* to_string(Xfer copy) {
       return "store";
     case Xfer::kLoad:
       return "load";
+    case Xfer::kStage:
+      return "stage";
   }
   return "unknown";
 }

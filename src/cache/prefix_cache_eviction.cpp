@@ -1,4 +1,5 @@
-// Eviction (demote / drop) and the transfer bookkeeping of PrefixCache.
+// Eviction of PrefixCache: making room (demote / drop), the watermark step, drop_host(),
+// flush(), write-through; the transfers themselves are in prefix_cache_transfers.cpp.
 #include <algorithm>
 #include <cassert>
 #include <unordered_set>
@@ -6,13 +7,6 @@
 #include "radixtier/cache/prefix_cache.hpp"
 
 namespace radixtier {
-
-namespace {
-std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) {
-  return b == 0 ? 0 : (a + b - 1) / b;
-}
-
-}  // namespace
 
 // ---------------------------------------------------------------------------------------
 // making room
@@ -255,8 +249,8 @@ bool PrefixCache::make_host_page_room(std::size_t n, bool for_snapshot) {
   // `releasing`: host pages the store writes planned in this pass free when they land.
   auto short_of_room = [&](std::size_t releasing) {
     if (host_pages_.free_count() + releasing < n) return true;
-    return !shared_host_ &&
-           (for_snapshot ? host_snap_held_ : host_kv_held_) + n > share + releasing;
+    return !shared_host_ && (for_snapshot ? host_snap_held_ : host_kv_held_ + staging_pages_) + n >
+                                share + releasing;
   };
   while (short_of_room(0)) {
     // With a store, a victim is written there (host -> store demotion) and its host copy
@@ -490,226 +484,6 @@ void PrefixCache::write_through(std::span<Node* const> nodes, Node* snapshot_nod
   // Refused: the nodes stay GPU-only (cancel_ops), the insert that asked for the copy has
   // already succeeded; the demotion that evicts them later reports a refusal then.
   (void)submit_batch(std::move(copy));
-}
-
-// ---------------------------------------------------------------------------------------
-// transfers
-
-Status PrefixCache::submit_batch(PendingBatch&& pending, std::optional<std::uint32_t>* id_out) {
-  if (id_out) id_out->reset();
-  if (pending.batch.empty()) return Status::ok();
-  const TransferBatch& b = pending.batch;
-  std::uint64_t bytes = b.pages.size() * config_.page_bytes;
-  for (const SnapshotPieceCopy& p : b.pieces)
-    bytes += piece_bytes(p, config_.page_bytes, config_.snapshot_bytes);
-  const std::uint64_t copies = ceil_div(b.pages.size(), config_.slice_pages) +
-                               ceil_div(b.pieces.size(), config_.slice_pages);
-  const bool d2h = b.direction == Direction::kDeviceToHost;
-  const std::size_t pages = b.pages.size(), snapshots = b.snapshots.size();
-  const Direction direction = b.direction;
-  Result<Ticket> ticket = engine_.submit(std::move(pending.batch));
-  if (!ticket) {
-    // The engine refused the batch: nothing moved, so nothing is lost either.
-    ++stats_.transfers_failed;
-    cancel_ops(pending.ops);
-    return Status(ErrorCode::kTransferFailed,
-                  std::string("the transfer engine refused a ") + to_string(direction) +
-                      " batch of " + std::to_string(pages) + " pages and " +
-                      std::to_string(snapshots) + " snapshots: " + ticket.status().message());
-  }
-  (d2h ? stats_.bytes_d2h : stats_.bytes_h2d) += bytes;
-  (d2h ? stats_.copies_d2h : stats_.copies_h2d) += copies;
-  const std::uint32_t id = next_free_id(next_transfer_, transfers_);
-  for (const CopyOp& op : pending.ops)
-    (op.snapshot ? op.node->snap_xfer_id : op.node->kv_xfer_id) = id;
-  InFlight& f =
-      transfers_.emplace(id, InFlight{std::move(*ticket), std::move(pending.ops), bytes, copies})
-          .first->second;
-  if (timing_) {
-    f.timing = CopyTiming{d2h, bytes, static_cast<std::size_t>(copies), false, {}};
-    f.started = std::chrono::steady_clock::now();
-  }
-  if (id_out) *id_out = id;
-  return Status::ok();
-}
-
-void PrefixCache::cancel_ops(std::span<const CopyOp> ops) {
-  // Every copy was planned from a node without a copy on its destination tier: give the
-  // destinations back and the node is where it was.
-  for (const CopyOp& op : ops) {
-    Node* n = op.node;
-    if (!op.snapshot) {
-      n->kv_xfer = Xfer::kNone;
-      if (op.kind == Xfer::kPromote) {
-        for (GpuPageId id : n->gpu_pages) gpu_pages_.give_back(id);
-        set_gpu_pages(n, {});
-      } else {
-        for (HostPageId id : n->host_pages) host_pages_.give_back(id);
-        set_host_pages(n, {});
-      }
-      continue;
-    }
-    n->snap_xfer = Xfer::kNone;
-    // Keys are made of the last use, so re-linking puts n back where it was.
-    if (op.kind == Xfer::kPromote) {
-      gpu_slots_.give_back(n->gpu_snapshot);
-      set_gpu_snapshot(n, GpuSlotId());
-    } else {
-      for (HostPageId id : n->host_snapshot) host_pages_.give_back(id);
-      set_host_snapshot(n, {});
-    }
-  }
-}
-
-void PrefixCache::wait_transfer(std::uint32_t id) {
-  auto it = transfers_.find(id);
-  if (it == transfers_.end()) return;
-  if (alloc_room_) {
-    ++stats_.alloc_copy_waits;
-    stats_.alloc_wait_bytes += it->second.bytes;
-    stats_.alloc_wait_copies += it->second.copies;
-  }
-  const TransferState state = it->second.ticket.wait();
-  finish_transfer(id, state == TransferState::kDone);
-}
-
-bool PrefixCache::wait_any_transfer() {
-  if (transfers_.empty()) {
-    // A store write in flight keeps its node's GPU copy off the GPU order (one copy at a
-    // time): when only those are left, waiting for one makes its node evictable again.
-    if (store_transfers_.empty()) return false;
-    std::uint32_t oldest = store_transfers_.begin()->first;
-    for (const auto& [id, t] : store_transfers_) oldest = std::min(oldest, id);
-    if (alloc_room_) {
-      ++stats_.alloc_copy_waits;
-      stats_.alloc_wait_bytes += store_transfers_.at(oldest).bytes;
-    }
-    finish_store_transfer(oldest);
-    return true;
-  }
-  std::uint32_t oldest = transfers_.begin()->first;
-  for (const auto& [id, t] : transfers_) oldest = std::min(oldest, id);
-  wait_transfer(oldest);
-  return true;
-}
-
-void PrefixCache::poll() {
-  reap_store_transfers();  // first: a store read that arrived goes on to GPU
-  reap_transfers();
-  demote_ahead();
-  store_ahead();
-}
-
-void PrefixCache::reap_transfers() {
-  if (transfers_.empty()) return;
-  std::vector<std::pair<std::uint32_t, bool>> done;
-  for (auto& [id, t] : transfers_) {
-    const TransferState s = t.ticket.poll();
-    if (s != TransferState::kPending) done.emplace_back(id, s == TransferState::kDone);
-  }
-  std::sort(done.begin(), done.end());
-  for (auto [id, ok] : done) finish_transfer(id, ok);
-}
-
-void PrefixCache::drain() {
-  // GPU-host transfers and store transfers alike (a store read that lands starts a promotion).
-  while (wait_any_transfer()) {
-  }
-}
-
-void PrefixCache::finish_transfer(std::uint32_t id, bool ok) {
-  auto handle = transfers_.extract(id);
-  if (handle.empty()) return;
-  InFlight& t = handle.mapped();
-  t.ticket.reset();
-  if (!ok) ++stats_.transfers_failed;
-  if (timing_ && t.started != std::chrono::steady_clock::time_point{}) {
-    t.timing.ok = ok;
-    t.timing.elapsed = std::chrono::steady_clock::now() - t.started;
-    timing_->on_copy(t.timing);
-  }
-  finish_ops(t.ops, ok);
-}
-
-void PrefixCache::finish_ops(std::span<const CopyOp> ops, bool ok) {
-  // A finished copy is not a use: the keys (made of the last use) put each node back in
-  // its place.
-  for (const CopyOp& op : ops) finish_op(op, ok);
-  std::vector<Node*> nodes;
-  for (const CopyOp& op : ops) nodes.push_back(op.node);
-  prune_copied(std::move(nodes));
-}
-
-void PrefixCache::prune_copied(std::vector<Node*> nodes) {
-  // Failed copies may leave empty leaves; prune them deepest first, skipping any node an
-  // earlier prune already removed (a parent listed after its child).
-  std::sort(nodes.begin(), nodes.end(),
-            [](const Node* a, const Node* b) { return a->boundary > b->boundary; });
-  nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
-  std::vector<const Node*> removed;
-  for (Node* n : nodes) {
-    if (std::find(removed.begin(), removed.end(), n) == removed.end()) remove_if_empty(n, &removed);
-  }
-}
-
-void PrefixCache::finish_op(const CopyOp& op, bool ok) {
-  Node* n = op.node;
-  if (!op.snapshot) {
-    assert(n->kv_xfer == op.kind);
-    n->kv_xfer = Xfer::kNone;
-    const std::size_t np = n->gpu_pages.size();
-    if (op.kind == Xfer::kPromote) {
-      if (ok) {
-        for (GpuPageId id : n->gpu_pages) gpu_pages_.reassign(id, Holder::kNode);
-        stats_.kv_pages_promoted += np;
-        refresh(n);
-      } else {
-        // Rule 7: the destination is freed, nothing arrived; the intact host copy stays
-        // (Host), so the request recomputes and the next admission can promote it again.
-        for (GpuPageId id : n->gpu_pages) gpu_pages_.give_back(id);
-        set_gpu_pages(n, {});
-      }
-      return;
-    }
-    if (ok) {
-      for (HostPageId id : n->host_pages) host_pages_.reassign(id, Holder::kNode);
-    } else {
-      for (HostPageId id : n->host_pages) host_pages_.give_back(id);
-      set_host_pages(n, {});
-      // The GPU copy is intact and stays; the round that evicts skips it (node.hpp).
-      if (op.kind == Xfer::kDemote) n->kv_demote_failed = room_round_;
-    }
-    if (ok && op.kind == Xfer::kDemote && n->lock_count == 0) {
-      // Done: the GPU copy is freed. A node locked meanwhile keeps its GPU copy.
-      stats_.kv_pages_demoted += np;
-      drop_gpu_kv(n);
-    }
-    refresh(n);
-    return;
-  }
-  assert(n->snap_xfer == op.kind);
-  n->snap_xfer = Xfer::kNone;
-  if (op.kind == Xfer::kPromote) {
-    if (ok) {
-      gpu_slots_.reassign(n->gpu_snapshot, Holder::kNode);
-      ++stats_.snapshots_promoted;
-      refresh(n);
-    } else {  // as for KV: the host copy stays, the GPU slot is freed
-      gpu_slots_.give_back(n->gpu_snapshot);
-      set_gpu_snapshot(n, GpuSlotId());
-    }
-    return;
-  }
-  if (ok) {
-    for (HostPageId id : n->host_snapshot) host_pages_.reassign(id, Holder::kNode);
-    if (op.kind == Xfer::kDemote) ++stats_.snapshots_demoted;
-  } else {
-    for (HostPageId id : n->host_snapshot) host_pages_.give_back(id);
-    set_host_snapshot(n, {});
-    if (op.kind == Xfer::kDemote) n->snap_demote_failed = room_round_;
-  }
-  if (ok && op.kind == Xfer::kDemote && n->snapshot_lock == 0) drop_gpu_snapshot(n);
-  refresh(n);
 }
 
 }  // namespace radixtier

@@ -143,8 +143,13 @@ std::string PrefixCache::check_invariants() const {
     // Rule 2 and 5: each id in one place; ids of an in-flight copy are held by it.
     const bool kv_to_host = n->kv_to_host();
     const bool kv_to_gpu = n->kv_to_gpu();
-    if ((kv_to_host || kv_to_gpu) && !(n->has_gpu_kv() && n->has_host_kv()))
+    // A staged load's destinations are GPU pages only (its staging pages are the load's).
+    if (n->kv_xfer == Xfer::kStage) {
+      if (!n->has_gpu_kv() || n->has_host_kv())
+        return fail("a staged KV load is in flight without its GPU pages, or with host pages");
+    } else if ((kv_to_host || kv_to_gpu) && !(n->has_gpu_kv() && n->has_host_kv())) {
       return fail("a KV copy is in flight without both ends");
+    }
     if (n->kv_xfer == Xfer::kLoad && !n->has_store_kv())
       return fail("a KV load is in flight without its store records");
     if (n->kv_xfer == Xfer::kStore && !n->has_host_kv())
@@ -171,8 +176,13 @@ std::string PrefixCache::check_invariants() const {
         return fail(e);
     const bool snap_to_host = n->snap_to_host();
     const bool snap_to_gpu = n->snap_to_gpu();
-    if ((snap_to_host || snap_to_gpu) && !(n->gpu_snapshot.valid() && n->has_host_snapshot()))
+    if (n->snap_xfer == Xfer::kStage) {
+      if (!n->gpu_snapshot.valid() || n->has_host_snapshot())
+        return fail("a staged snapshot load is in flight without its GPU slot, or with host pages");
+    } else if ((snap_to_host || snap_to_gpu) &&
+               !(n->gpu_snapshot.valid() && n->has_host_snapshot())) {
       return fail("a snapshot copy is in flight without both ends");
+    }
     if (n->has_host_snapshot() && n->host_snapshot.size() != config_.snapshot_pages())
       return fail("a host snapshot does not span snapshot_pages() host pages");
     if (n->gpu_snapshot.valid())
@@ -183,6 +193,7 @@ std::string PrefixCache::check_invariants() const {
       if (auto e = host.add(id, snap_to_host ? Holder::kTransfer : Holder::kNode); !e.empty())
         return fail(e);
     auto recorded = [&](Xfer x, std::uint32_t id) {
+      if (x == Xfer::kStage) return staged_.count(id) != 0;
       return Node::store_copy(x) ? store_transfers_.count(id) != 0 : transfers_.count(id) != 0;
     };
     if (n->kv_xfer != Xfer::kNone && !recorded(n->kv_xfer, n->kv_xfer_id))
@@ -293,6 +304,36 @@ std::string PrefixCache::check_invariants() const {
   if (store_snaps != store_snaps_held_) return "store snapshot count is off";
   if (store_listed != store_kv_order_.size() + store_snap_order_.size())
     return "a store order holds a node that is not in the tree";
+  // Staged loads: their staging pages (held by them, as a transfer's), their nodes, and the
+  // records of nodes whose read failed its check, erased when the load ends.
+  std::size_t staging = 0;
+  for (const auto& [id, l] : staged_) {
+    staging += l.window;
+    std::size_t held = 0;
+    auto hold = [&](const std::vector<HostPageId>& pages) {
+      held += pages.size();
+      for (HostPageId p : pages) {
+        if (std::string e = host.add(p, Holder::kTransfer); !e.empty()) return e;
+      }
+      return std::string();
+    };
+    if (std::string e = hold(l.idle); !e.empty()) return e;
+    for (const StagedChunk& c : l.chunks) {
+      if (std::string e = hold(c.staging); !e.empty()) return e;
+    }
+    if (held != l.window) return "a staged load's staging pages differ from its window";
+    for (const Node* n : l.nodes) {
+      if (n != nullptr && (n->kv_xfer != Xfer::kStage || n->kv_xfer_id != id))
+        return "a staged load record disagrees with its node";
+    }
+    if (l.target != nullptr &&
+        (l.target->snap_xfer != Xfer::kStage || l.target->snap_xfer_id != id))
+      return "a staged load record disagrees with its snapshot node";
+    for (RecordId r : l.to_erase) {
+      if (!store_ids.insert(r).second) return "a store record is held twice";
+    }
+  }
+  if (staging != staging_pages_) return "staging page count is off";
   // The store holds exactly the records the nodes hold (writes in flight have no ids yet).
   if (store_ != nullptr) {
     const std::vector<StoredRecord> records = store_->records();

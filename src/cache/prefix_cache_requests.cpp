@@ -208,38 +208,11 @@ Result<Admission> PrefixCache::try_admit_at(Node* target) {
     return undo(Status(ErrorCode::kFailedPrecondition,
                        "admit: a copy that failed while making room took the snapshot"));
   }
-  // Store-only data travels store -> host -> GPU: its host pages (and the GPU pages made
-  // room for above) are taken now, as the read's and the promotion's destinations.
-  StoreBatch load;
+  // Store-only data travels store -> host -> GPU (whole, or staged a chunk at a time when
+  // host has no room for all of it); its GPU destinations are the pages made room for above.
+  // Refused or no host room: the path is store-only again and a shallower candidate is tried.
   std::size_t store_tokens = 0;
-  std::size_t load_pages = 0;
-  for (Node* n : path) {
-    if (!n->has_gpu_kv() && !n->has_host_kv()) load_pages += n->page_count(config_.page_size);
-  }
-  if (load_pages > 0) {
-    if (!make_host_page_room(load_pages)) {
-      return undo(out_of_memory("admit: no host room to load " + std::to_string(load_pages) +
-                                " pages from the store"));
-    }
-    for (Node* n : path) {
-      if (n->has_gpu_kv() || n->has_host_kv()) continue;
-      plan_kv_load(n, load);
-      store_tokens += n->tokens.size();
-    }
-  }
-  if (!target->gpu_snapshot.valid() && !target->has_host_snapshot()) {
-    std::vector<HostPageId> dst = take_host_snapshot_pages(target);
-    if (dst.empty()) {
-      cancel_store_ops(load.ops);
-      return undo(out_of_memory("admit: no host room to load the snapshot from the store"));
-    }
-    plan_snapshot_load(target, std::move(dst), load);
-  }
-  // Refused: the loads are cancelled (the nodes are store-only again) and a shallower
-  // candidate is tried.
-  if (Status s = submit_store_batch(std::move(load)); !s) {
-    return undo(Status(ErrorCode::kFailedPrecondition, "admit: " + s.message()));
-  }
+  if (Status s = load_from_store(target, path, &store_tokens); !s) return undo(s);
   stats_.hit_tokens_store += store_tokens;
   PendingBatch promote;
   promote.batch.direction = Direction::kHostToDevice;
@@ -259,7 +232,7 @@ Result<Admission> PrefixCache::try_admit_at(Node* target) {
     promote.ops.push_back({n, false, Xfer::kPromote});
     a.host_tokens += n->tokens.size();
   }
-  if (target->snap_xfer == Xfer::kLoad) {
+  if (target->snap_xfer == Xfer::kLoad || target->snap_xfer == Xfer::kStage) {
     a.snapshot_from_host = true;
   } else if (!target->gpu_snapshot.valid()) {
     target->snap_xfer = Xfer::kPromote;
@@ -304,11 +277,13 @@ void PrefixCache::wait_promotions(const LockRecord& r) {
   // The reused prefix only (see lock_state). Locked nodes never leave the tree, so the walk
   // survives what the copies change.
   if (r.snap_node == nullptr) return;
-  // Store reads first: each that arrives goes on to GPU as a promotion, waited for below.
+  // Store reads first: each that arrives goes on to GPU as a promotion, waited for below. A
+  // staged load is waited for whole (its chunks land on GPU themselves).
   for (Node* n = r.snap_node; n != nullptr && !n->is_root(); n = n->parent) {
-    if (n->kv_xfer == Xfer::kLoad) wait_kv_copy(n);
+    if (n->kv_xfer == Xfer::kLoad || n->kv_xfer == Xfer::kStage) wait_kv_copy(n);
   }
-  if (r.snap_node->snap_xfer == Xfer::kLoad) wait_snapshot_copy(r.snap_node);
+  const Xfer snap = r.snap_node->snap_xfer;
+  if (snap == Xfer::kLoad || snap == Xfer::kStage) wait_snapshot_copy(r.snap_node);
   for (Node* n = r.snap_node; n != nullptr && !n->is_root(); n = n->parent) {
     if (n->kv_xfer == Xfer::kPromote) wait_transfer(n->kv_xfer_id);
   }

@@ -464,7 +464,9 @@ bool PrefixCache::finish_store_read(const StoreOp& op, std::span<const Status> i
 
 void PrefixCache::wait_kv_copy(Node* n) {
   if (n->kv_xfer == Xfer::kNone) return;
-  if (Node::store_copy(n->kv_xfer)) {
+  if (n->kv_xfer == Xfer::kStage) {
+    wait_staged(n->kv_xfer_id);
+  } else if (Node::store_copy(n->kv_xfer)) {
     wait_store_transfer(n->kv_xfer_id);
   } else {
     wait_transfer(n->kv_xfer_id);
@@ -473,7 +475,9 @@ void PrefixCache::wait_kv_copy(Node* n) {
 
 void PrefixCache::wait_snapshot_copy(Node* n) {
   if (n->snap_xfer == Xfer::kNone) return;
-  if (Node::store_copy(n->snap_xfer)) {
+  if (n->snap_xfer == Xfer::kStage) {
+    wait_staged(n->snap_xfer_id);
+  } else if (Node::store_copy(n->snap_xfer)) {
     wait_store_transfer(n->snap_xfer_id);
   } else {
     wait_transfer(n->snap_xfer_id);

@@ -147,6 +147,8 @@ constexpr StatField kStatFields[] = {
     {"restored_kv_pages", &CacheStats::restored_kv_pages},
     {"restored_snapshots", &CacheStats::restored_snapshots},
     {"hit_tokens_store", &CacheStats::hit_tokens_store},
+    {"staged_loads", &CacheStats::staged_loads},
+    {"store_load_misses", &CacheStats::store_load_misses},
 };
 static_assert(sizeof(CacheStats) == std::size(kStatFields) * sizeof(std::uint64_t),
               "a CacheStats counter is missing from kStatFields");
@@ -259,7 +261,8 @@ void bind_cache(py::module_& m) {
       .value("WRITE_THROUGH", Xfer::kWriteThrough)
       .value("PROMOTE", Xfer::kPromote)
       .value("STORE", Xfer::kStore)
-      .value("LOAD", Xfer::kLoad);
+      .value("LOAD", Xfer::kLoad)
+      .value("STAGE", Xfer::kStage);
   py::class_<NodeInfo>(m, "NodeInfo", "One node on a path, as inspect() reports it.")
       .def_readonly("boundary", &NodeInfo::boundary)
       .def_readonly("tokens", &NodeInfo::tokens)

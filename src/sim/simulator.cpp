@@ -282,6 +282,8 @@ void add_stats(CacheStats& a, const CacheStats& b) {
   a.restored_kv_pages += b.restored_kv_pages;
   a.restored_snapshots += b.restored_snapshots;
   a.hit_tokens_store += b.hit_tokens_store;
+  a.staged_loads += b.staged_loads;
+  a.store_load_misses += b.store_load_misses;
   a.host_bytes_peak = std::max(a.host_bytes_peak, b.host_bytes_peak);  // per instance
 }
 

@@ -114,6 +114,13 @@ struct CacheStats {
   std::uint64_t restored_kv_pages = 0;   ///< KV pages the tree rebuilt from the store at create()
   std::uint64_t restored_snapshots = 0;  ///< snapshots it rebuilt
   std::uint64_t hit_tokens_store = 0;    ///< usable-match tokens loaded from the store
+  /// Admissions whose store match went store -> a few host staging pages -> GPU, a chunk at a
+  /// time, for want of host room for all of it (no host copy is kept of what is staged).
+  std::uint64_t staged_loads = 0;
+  /// Store matches an admission could not load for want of host room: not even a staging
+  /// window of one page and the snapshot could be made (every host page held by running
+  /// requests, pins or copies); it fell back to a shallower candidate.
+  std::uint64_t store_load_misses = 0;
 
   bool operator==(const CacheStats&) const = default;
 };

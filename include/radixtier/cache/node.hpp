@@ -38,11 +38,19 @@
 //   Host+Store -(evict host)-> Store                (free: the store copy is clean)
 //   Store -(admit)-> Store+kLoad -(read done)-> Host+Store+kPromote -(done)-> all three
 //        (kLoad: host_pages and gpu_pages are both destinations, held by the transfer)
+//   Store -(admit, no host room for the whole store match)-> Store+kStage -(every page on
+//        GPU)-> Gpu+Store   (kStage, a staged load: gpu_pages / gpu_snapshot are the
+//        destinations, held by the load; host_pages stay empty: the records go store -> the
+//        load's few host staging pages -> GPU a chunk at a time, and no host copy is kept)
 //   Store -(store needs room, flush)-> Gone         (the records are erased)
 //   any+kStore -(write failed)-> Host, dropped when the write was for room (degrades to
 //        recompute as a drop did before the store existed)
 //   any+kLoad -(read failed: kDataLoss)-> the records are erased, the resource is Gone there;
 //        (an I/O error: kTransferFailed)-> Store; destinations freed either way (rule 7)
+//   any+kStage -(a chunk failed)-> as kLoad (kDataLoss: Gone, else Store); the node's pages
+//        that landed are freed with the rest when the load ends (no chunk writes them any
+//        more), and nothing below the node is read. A node whose pages all landed first
+//        stays Gpu+Store; the snapshot lands or fails on its own (one chunk)
 // Only the default namespace has a store row; store_pages (one record per page) is all or
 // nothing, like the other rows.
 // The snapshot at the boundary follows the same machine (gpu_snapshot, host_snapshot,
@@ -114,8 +122,9 @@ struct PageKeyEq {
 };
 
 /// The copy in flight of a node's KV or snapshot: GPU -> host (kDemote, kWriteThrough),
-/// host -> GPU (kPromote), host -> store (kStore), store -> host on its way to GPU (kLoad).
-enum class Xfer : std::uint8_t { kNone, kDemote, kWriteThrough, kPromote, kStore, kLoad };
+/// host -> GPU (kPromote), host -> store (kStore), store -> host on its way to GPU (kLoad),
+/// store -> GPU through a few host staging pages, slice by slice (kStage: no host copy).
+enum class Xfer : std::uint8_t { kNone, kDemote, kWriteThrough, kPromote, kStore, kLoad, kStage };
 
 using OrderHook =
     boost::intrusive::set_member_hook<boost::intrusive::link_mode<boost::intrusive::safe_link>>;
@@ -151,7 +160,7 @@ struct Node {
   Xfer kv_xfer = Xfer::kNone;
   Xfer snap_xfer = Xfer::kNone;
   /// The in-flight transfer moving the KV / the snapshot: an id of the GPU-host transfers,
-  /// or, for kStore and kLoad, of the store transfers.
+  /// for kStore and kLoad of the store transfers, for kStage of the staged loads.
   std::uint32_t kv_xfer_id = 0;
   std::uint32_t snap_xfer_id = 0;
 
@@ -207,8 +216,12 @@ struct Node {
     return gpu_snapshot.valid() || has_host_snapshot() || store_snapshot.valid();
   }
   /// gpu_pages / gpu_snapshot are a copy's destinations (not usable yet).
-  bool kv_to_gpu() const { return kv_xfer == Xfer::kPromote || kv_xfer == Xfer::kLoad; }
-  bool snap_to_gpu() const { return snap_xfer == Xfer::kPromote || snap_xfer == Xfer::kLoad; }
+  bool kv_to_gpu() const {
+    return kv_xfer == Xfer::kPromote || kv_xfer == Xfer::kLoad || kv_xfer == Xfer::kStage;
+  }
+  bool snap_to_gpu() const {
+    return snap_xfer == Xfer::kPromote || snap_xfer == Xfer::kLoad || snap_xfer == Xfer::kStage;
+  }
   /// host_pages / host_snapshot are a copy's destinations.
   bool kv_to_host() const {
     return kv_xfer == Xfer::kDemote || kv_xfer == Xfer::kWriteThrough || kv_xfer == Xfer::kLoad;

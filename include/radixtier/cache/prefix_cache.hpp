@@ -57,6 +57,8 @@
 
 #include <boost/pool/pool.hpp>
 #include <chrono>
+#include <list>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -68,6 +70,7 @@
 #include "radixtier/cache/events.hpp"
 #include "radixtier/cache/id_pool.hpp"
 #include "radixtier/cache/node.hpp"
+#include "radixtier/cache/prefix_cache_types.hpp"
 #include "radixtier/cache/request_options.hpp"
 #include "radixtier/cache/request_ownership.hpp"
 #include "radixtier/cache/timing_hooks.hpp"
@@ -76,99 +79,6 @@
 #include "radixtier/transfer/transfer_engine.hpp"
 
 namespace radixtier {
-
-/// What the tree holds for a token sequence, without side effects (no promotion, no
-/// change of recency): match() and peek().
-struct MatchResult {
-  std::size_t usable_tokens = 0;  ///< rule 1
-  std::size_t kv_tokens = 0;      ///< deepest page-aligned prefix whose KV is all present
-  std::size_t host_tokens = 0;    ///< tokens of the usable match whose KV is host-only
-  bool snapshot_on_gpu = false;   ///< the usable node's snapshot is on GPU
-  /// Deepest usable boundary that needs no copy: KV and snapshot all on GPU (not arriving).
-  std::size_t gpu_usable_tokens = 0;
-  /// Where an admission resumes under CacheConfig::load_back_min_tokens, GPU room allowing:
-  /// usable_tokens when the load-back is worth it, else gpu_usable_tokens.
-  std::size_t resume_tokens = 0;
-  bool load_back = false;  ///< resume_tokens needs a host-to-GPU copy
-};
-
-/// A tier of the cache, for evict() and sizes().
-enum class Tier : std::uint8_t { kGpu, kHost, kStore };
-
-const char* to_string(Tier tier);
-
-/// What evict() is asked to free on one tier.
-struct EvictRequest {
-  std::size_t tokens = 0;       ///< KV to free, in tokens (rounded up to whole pages)
-  std::uint32_t snapshots = 0;  ///< snapshots to free
-  Tier tier = Tier::kGpu;
-};
-
-/// What evict() freed on the tier it was asked for.
-struct EvictResult {
-  std::size_t kv_pages = 0;     ///< KV pages freed (whole nodes: may exceed the request)
-  std::uint32_t snapshots = 0;  ///< snapshots freed (GPU slots, or host snapshots)
-  std::uint64_t bytes = 0;      ///< bytes of the tier's pools freed in all
-
-  bool operator==(const EvictResult&) const = default;
-};
-
-/// One tier's cached data, as a scheduler's admission control reads it. "Evictable" is what
-/// eviction can free (leaf-first; copies in flight counted as if landed), "locked" what the
-/// running requests pin (their paths' KV, the snapshots they resume from). Pages and slots a
-/// running request holds for itself are neither (see Occupancy for the free ones).
-struct TierSizes {
-  std::size_t kv_pages_evictable = 0;
-  std::size_t kv_pages_locked = 0;
-  std::size_t snapshots_evictable = 0;
-  std::size_t snapshots_locked = 0;
-  std::uint64_t bytes_evictable = 0;  ///< KV and snapshots together
-  std::uint64_t bytes_locked = 0;
-
-  bool operator==(const TierSizes&) const = default;
-};
-
-struct CacheSizes {
-  TierSizes gpu, host;
-  TierSizes store;  ///< the store tier's (all zero without one)
-  bool operator==(const CacheSizes&) const = default;
-};
-
-struct Occupancy {
-  std::uint32_t gpu_pages_free;
-  std::uint32_t host_pages_free;  ///< of the one host pool (KV and snapshots)
-  std::uint32_t gpu_slots_free;
-  std::uint32_t host_slots_free;  ///< snapshots the free host pages would hold
-  std::size_t nodes;
-
-  bool operator==(const Occupancy&) const = default;
-};
-
-/// Where a resource of a node is (usable copies; a copy being written is `copy`, not here).
-enum class Residency : std::uint8_t { kNone, kGpu, kHost, kBoth };
-
-const char* to_string(Residency residency);
-const char* to_string(Xfer copy);
-
-/// One node on a path, as inspect() reports it.
-struct NodeInfo {
-  std::size_t boundary = 0;  ///< tokens from the root to the node's end
-  std::size_t tokens = 0;    ///< the node's own tokens
-  std::size_t matched = 0;   ///< tokens of the query matched through it (< boundary: partial)
-  Residency kv = Residency::kNone;
-  Residency snapshot = Residency::kNone;
-  Xfer kv_copy = Xfer::kNone;        ///< the copy of its KV in flight
-  Xfer snapshot_copy = Xfer::kNone;  ///< the copy of its snapshot in flight
-  std::uint32_t locks = 0;           ///< running requests whose path includes it
-  std::uint32_t snapshot_locks = 0;  ///< running requests resuming from its snapshot
-  std::uint8_t kv_priority = 0;      ///< retention level of its KV (node.hpp)
-  std::uint8_t snapshot_priority = 0;
-  std::uint32_t pins = 0;    ///< host pins whose prefix includes it
-  bool kv_on_store = false;  ///< its KV has a store copy (records of every page)
-  bool snapshot_on_store = false;
-
-  bool operator==(const NodeInfo&) const = default;
-};
 
 class PrefixCache final : public CacheBackend {
  public:
@@ -269,8 +179,10 @@ class PrefixCache final : public CacheBackend {
   std::size_t namespace_count() const { return 1 + ns_roots_.size(); }
   Occupancy occupancy() const;
   const CacheConfig& config() const { return config_; }
-  /// GPU-host transfers and store transfers in flight.
-  std::size_t in_flight() const { return transfers_.size() + store_transfers_.size(); }
+  /// GPU-host transfers, store transfers and chunks of staged loads in flight.
+  std::size_t in_flight() const {
+    return transfers_.size() + store_transfers_.size() + staged_chunks();
+  }
   /// The store tier (nullptr: none).
   StoreEngine* store() const { return store_; }
 
@@ -376,6 +288,65 @@ class PrefixCache final : public CacheBackend {
   /// The host watermark step: with a store, keeps free host pages above the low watermark by
   /// writing the host order's next victims to the store, never waiting.
   void store_ahead();
+
+  // staged loads (prefix_cache_staging.cpp; docs/architecture.md, "Staged loads")
+  /// The store-only KV of `path` and target's store-only snapshot on their way to GPU (the GPU
+  /// room is made): whole through host when host has room for all of it (kLoad, then
+  /// kPromote; the host copy stays), else staged (start_staged_load). *store_tokens: the KV
+  /// tokens loaded. An error started nothing: the path is as before (a shallower candidate).
+  Status load_from_store(Node* target, std::span<Node* const> path, std::size_t* store_tokens);
+  /// One chunk of a staged load: records read into its staging pages, then copied to GPU.
+  struct StagedChunk {
+    std::size_t first = 0;            ///< the load's flat KV page it starts at
+    std::size_t count = 0;            ///< its KV pages; 0: the target's snapshot
+    std::size_t copied = 0;           ///< KV pages copied on to GPU (those that arrived)
+    std::vector<HostPageId> staging;  ///< one per page (the snapshot: snapshot_pages())
+    std::vector<RecordId> records;    ///< what it reads: one per page, or the snapshot
+    bool reading = true;              ///< the store read is in flight, else the copy
+    std::uint64_t read = 0;           ///< the store ticket
+    Ticket copy;                      ///< the staging -> GPU copy
+    std::uint64_t copy_bytes = 0, copy_slices = 0;
+    std::chrono::steady_clock::time_point started{};
+  };
+  /// A store match loaded store -> a window of host staging pages -> GPU, chunk by chunk.
+  struct StagedLoad {
+    std::vector<Node*> nodes;             ///< the staged KV nodes, root first; nullptr: landed
+    std::vector<std::size_t> first_page;  ///< per node its first flat page, then the total
+    std::vector<std::size_t> landed;      ///< per node, its pages on GPU
+    Node* target = nullptr;         ///< the node whose snapshot is staged, until it lands or fails
+    bool snapshot_read = false;     ///< the snapshot's chunk was submitted
+    std::size_t next = 0;           ///< the next flat KV page to read
+    std::size_t cut = 0;            ///< the first page of the first node that failed (or total)
+    std::size_t chunk_pages = 1;    ///< KV pages per chunk
+    std::size_t window = 0;         ///< staging pages held
+    std::vector<HostPageId> idle;   ///< staging pages no chunk uses now
+    std::list<StagedChunk> chunks;  ///< in flight, oldest first
+    /// Records of nodes whose read failed its check, erased when no chunk reads them.
+    std::vector<RecordId> to_erase;
+  };
+  /// Takes the staging window (kOutOfMemory: not even one chunk, or the snapshot, fits) and
+  /// the GPU destinations, marks the nodes kStage and starts the first chunks.
+  Status start_staged_load(Node* target, std::span<Node* const> path);
+  /// Starts the chunks the idle staging pages allow, the snapshot first (its read refused:
+  /// nothing else); returns the last refusal.
+  Status pump_staged(StagedLoad& load);
+  Status submit_staged_read(StagedLoad& load, StagedChunk chunk);
+  /// The chunk's read finished: true when its copy to GPU is in flight.
+  bool finish_staged_read(StagedLoad& load, StagedChunk& chunk);
+  bool submit_staged_copy(StagedLoad& load, StagedChunk& chunk, TransferBatch batch);
+  void finish_staged_copy(StagedLoad& load, StagedChunk& chunk, bool ok);
+  /// True when the chunk is done (block: waits for its read and its copy).
+  bool advance_staged_chunk(StagedLoad& load, StagedChunk& chunk, bool block);
+  /// Reaps what finished of load id (block: waits for its oldest chunk first), starts the next
+  /// chunks and ends the load when none is left.
+  void step_staged(std::uint32_t id, bool block);
+  void end_staged_load(std::uint32_t id);
+  void reap_staged();
+  /// Waits until load id has ended (every chunk of it landed or failed).
+  void wait_staged(std::uint32_t id);
+  std::size_t staged_chunks() const;
+  /// Host pages the staging window may take now without evicting (the KV share when split).
+  std::size_t staging_room() const;
 
   // tree
   Node* new_node(Node* parent, std::span<const Token> tokens);
@@ -556,6 +527,9 @@ class PrefixCache final : public CacheBackend {
   std::uint32_t next_store_transfer_ = 1;
   Order<&Node::store_kv_hook, &Node::store_kv_key> store_kv_order_;
   Order<&Node::store_snap_hook, &Node::store_snap_key> store_snap_order_;
+  std::map<std::uint32_t, StagedLoad> staged_;  ///< staged loads by id (ordered: oldest first)
+  std::uint32_t next_staged_ = 1;
+  std::size_t staging_pages_ = 0;     ///< host pages the staged loads hold (the KV share's)
   double store_age_ = 0;              ///< GreedyDual age of the store
   std::size_t store_snaps_held_ = 0;  ///< nodes with a store snapshot
   boost::pool<> node_pool_;
