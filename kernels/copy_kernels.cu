@@ -75,4 +75,9 @@ cudaError_t launch_gather_scatter(const DeviceSegment* segments, int num_segment
                           dim3(kThreads), args, 0, stream);
 }
 
+cudaError_t probe_gather_scatter() {
+  cudaFuncAttributes attr{};
+  return cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(&gather_scatter_kernel));
+}
+
 }  // namespace radixtier::cuda::detail

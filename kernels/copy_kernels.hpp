@@ -52,4 +52,10 @@ cudaError_t launch_gather_scatter(const DeviceSegment* segments, int num_segment
                                   const LaunchItems& items, bool to_host, int blocks,
                                   cudaStream_t stream);
 
+/// cudaFuncGetAttributes of the kernel: cudaSuccess when this binary holds an image the
+/// current device can run (it also loads the kernel under lazy module loading);
+/// cudaErrorNoKernelImageForDevice, cudaErrorInvalidDeviceFunction, cudaErrorInvalidPtx or
+/// cudaErrorUnsupportedPtxVersion when it does not.
+cudaError_t probe_gather_scatter();
+
 }  // namespace radixtier::cuda::detail

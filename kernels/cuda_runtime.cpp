@@ -2,7 +2,59 @@
 // cuda_runtime.hpp).
 #include "cuda_runtime.hpp"
 
+#include <cudaTypedefs.h>
+
 namespace radixtier::cuda::detail {
+namespace {
+
+// The driver API functions the engine needs, resolved once through the runtime (no link
+// against libcuda: the static runtime loads the driver itself). A function the driver does
+// not have stays null and its call reports cudaErrorNotSupported.
+struct DriverApi {
+  PFN_cuCtxGetCurrent_v4000 ctx_get_current = nullptr;
+  PFN_cuCtxSetCurrent_v4000 ctx_set_current = nullptr;
+  PFN_cuDeviceGet_v2000 device_get = nullptr;
+  PFN_cuDevicePrimaryCtxRetain_v7000 primary_retain = nullptr;
+  PFN_cuDevicePrimaryCtxRelease_v11000 primary_release = nullptr;
+  PFN_cuMemGetAddressRange_v3020 address_range = nullptr;
+};
+
+template <class Fn>
+void resolve(const char* symbol, Fn& fn) {
+  void* p = nullptr;
+  cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSymbolNotFound;
+#if CUDART_VERSION >= 12050
+  const cudaError_t err =
+      cudaGetDriverEntryPointByVersion(symbol, &p, 12000, cudaEnableDefault, &status);
+#else
+  const cudaError_t err = cudaGetDriverEntryPoint(symbol, &p, cudaEnableDefault, &status);
+#endif
+  if (err == cudaSuccess && status == cudaDriverEntryPointSuccess) fn = reinterpret_cast<Fn>(p);
+}
+
+const DriverApi& driver() {
+  static const DriverApi api = [] {
+    DriverApi a;
+    const bool clean = cudaPeekAtLastError() == cudaSuccess;
+    resolve("cuCtxGetCurrent", a.ctx_get_current);
+    resolve("cuCtxSetCurrent", a.ctx_set_current);
+    resolve("cuDeviceGet", a.device_get);
+    resolve("cuDevicePrimaryCtxRetain", a.primary_retain);
+    resolve("cuDevicePrimaryCtxRelease", a.primary_release);
+    resolve("cuMemGetAddressRange", a.address_range);
+    if (clean) (void)cudaGetLastError();  // a missing driver is reported by the calls
+    return a;
+  }();
+  return api;
+}
+
+// CUresult and cudaError_t share their codes for every error these calls return (invalid
+// value 1, not initialized 3, deinitialized 4, invalid device 101, invalid context 201...).
+cudaError_t from_driver(CUresult r) {
+  return static_cast<cudaError_t>(static_cast<int>(r));
+}
+
+}  // namespace
 
 cudaError_t RealRuntime::get_device_count(int* count) {
   return cudaGetDeviceCount(count);
@@ -159,6 +211,67 @@ cudaError_t RealRuntime::get_last_error() {
 
 cudaError_t RealRuntime::peek_at_last_error() {
   return cudaPeekAtLastError();
+}
+
+cudaError_t RealRuntime::thread_exchange_stream_capture_mode(cudaStreamCaptureMode* mode) {
+  return cudaThreadExchangeStreamCaptureMode(mode);
+}
+
+cudaError_t RealRuntime::stream_get_flags(cudaStream_t stream, unsigned* flags) {
+  return cudaStreamGetFlags(stream, flags);
+}
+
+cudaError_t RealRuntime::probe_kernel() {
+  return detail::probe_gather_scatter();
+}
+
+cudaError_t RealRuntime::ctx_get_current(CUcontext* ctx) {
+  const DriverApi& d = driver();
+  if (d.ctx_get_current == nullptr) return cudaErrorNotSupported;
+  return from_driver(d.ctx_get_current(ctx));
+}
+
+cudaError_t RealRuntime::ctx_set_current(CUcontext ctx) {
+  const DriverApi& d = driver();
+  if (d.ctx_set_current == nullptr) return cudaErrorNotSupported;
+  return from_driver(d.ctx_set_current(ctx));
+}
+
+cudaError_t RealRuntime::primary_ctx_retain(CUcontext* ctx, int device) {
+  const DriverApi& d = driver();
+  if (d.device_get == nullptr || d.primary_retain == nullptr) return cudaErrorNotSupported;
+  CUdevice dev = 0;
+  if (CUresult r = d.device_get(&dev, device); r != CUDA_SUCCESS) return from_driver(r);
+  return from_driver(d.primary_retain(ctx, dev));
+}
+
+cudaError_t RealRuntime::primary_ctx_release(int device) {
+  const DriverApi& d = driver();
+  if (d.device_get == nullptr || d.primary_release == nullptr) return cudaErrorNotSupported;
+  CUdevice dev = 0;
+  if (CUresult r = d.device_get(&dev, device); r != CUDA_SUCCESS) return from_driver(r);
+  return from_driver(d.primary_release(dev));
+}
+
+cudaError_t RealRuntime::mem_get_address_range(std::uintptr_t ptr, std::uintptr_t* base,
+                                               std::size_t* bytes) {
+  const DriverApi& d = driver();
+  if (d.address_range == nullptr) return cudaErrorNotSupported;
+  CUdeviceptr b = 0;
+  std::size_t n = 0;
+  const CUresult r = d.address_range(&b, &n, static_cast<CUdeviceptr>(ptr));
+  if (r != CUDA_SUCCESS) return from_driver(r);
+  *base = static_cast<std::uintptr_t>(b);
+  *bytes = n;
+  return cudaSuccess;
+}
+
+std::string driver_floor(int runtime_version) {
+  const int major = runtime_version / 1000;
+  if (major >= 13) return "580";
+  if (major == 12) return "525";
+  if (major == 11) return "450";
+  return "the driver of CUDA " + std::to_string(major);
 }
 
 CudaRuntime& real_runtime() {

@@ -1,20 +1,25 @@
 // Internal: the CUDA runtime calls of the CUDA engine and the pinned pool, behind one
 // interface, so that the CPU tests (tests/cuda_engine_test.cpp) can put a fake runtime under
 // the real engine and check its planning, validation, error classification, fallback,
-// capture refusal and error hygiene on a machine without a GPU.
+// capture behaviour, contexts and streams on a machine without a GPU.
 //
-// real_runtime() forwards each call to the CUDA runtime of the same name. Nothing here
-// changes what the calls do; version differences (cudaMemcpyBatchAsync before 12.8, its
-// CUDA 13 signature, cudaStreamGetDevice) are hidden in the real implementation.
+// real_runtime() forwards each call to the CUDA runtime of the same name, or to the driver
+// API function named in its comment (resolved once through cudaGetDriverEntryPointByVersion:
+// nothing links libcuda). Nothing here changes what the calls do; version differences
+// (cudaMemcpyBatchAsync before 12.8, its CUDA 13 signature, cudaStreamGetDevice) are hidden
+// in the real implementation.
 //
 // Also here: the pure helpers of the engine that the CPU tests check directly (error
-// classes, the pseudo-stream test, ticket id allocation) and two RAII guards.
+// classes, the pseudo-stream test, ticket id allocation) and the RAII guards every entry
+// point opens (EntryScope: last-error hygiene, relaxed capture mode, the engine's context).
 #pragma once
 
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "copy_kernels.hpp"
 #include "radixtier/ids.hpp"
@@ -74,6 +79,28 @@ class CudaRuntime {
 
   virtual cudaError_t get_last_error() = 0;
   virtual cudaError_t peek_at_last_error() = 0;
+
+  /// cudaThreadExchangeStreamCaptureMode: the calling thread's capture interaction mode.
+  virtual cudaError_t thread_exchange_stream_capture_mode(cudaStreamCaptureMode* mode) = 0;
+  /// cudaStreamGetFlags (cudaStreamNonBlocking or cudaStreamDefault).
+  virtual cudaError_t stream_get_flags(cudaStream_t stream, unsigned* flags) = 0;
+  /// cudaFuncGetAttributes of the gather/scatter kernel: cudaErrorNoKernelImageForDevice (or
+  /// cudaErrorInvalidDeviceFunction...) when the binary has no image for this device.
+  virtual cudaError_t probe_kernel() = 0;
+
+  // Driver API (contexts are a driver notion; CUresult codes map onto cudaError_t ones).
+  /// cuCtxGetCurrent: the calling thread's current context; nullptr when it has none.
+  virtual cudaError_t ctx_get_current(CUcontext* ctx) = 0;
+  /// cuCtxSetCurrent (nullptr: the thread has no current context afterwards).
+  virtual cudaError_t ctx_set_current(CUcontext ctx) = 0;
+  /// cuDeviceGet + cuDevicePrimaryCtxRetain: the device's primary context (the one the
+  /// runtime and PyTorch use), created if it does not exist yet.
+  virtual cudaError_t primary_ctx_retain(CUcontext* ctx, int device) = 0;
+  /// cuDeviceGet + cuDevicePrimaryCtxRelease.
+  virtual cudaError_t primary_ctx_release(int device) = 0;
+  /// cuMemGetAddressRange: the device allocation (or VMM mapping) that holds `ptr`.
+  virtual cudaError_t mem_get_address_range(std::uintptr_t ptr, std::uintptr_t* base,
+                                            std::size_t* bytes) = 0;
 };
 
 /// The CUDA runtime itself (not final: a GPU test may override one call, e.g. to make
@@ -118,6 +145,15 @@ class RealRuntime : public CudaRuntime {
   cudaError_t host_unregister(void* ptr) override;
   cudaError_t get_last_error() override;
   cudaError_t peek_at_last_error() override;
+  cudaError_t thread_exchange_stream_capture_mode(cudaStreamCaptureMode* mode) override;
+  cudaError_t stream_get_flags(cudaStream_t stream, unsigned* flags) override;
+  cudaError_t probe_kernel() override;
+  cudaError_t ctx_get_current(CUcontext* ctx) override;
+  cudaError_t ctx_set_current(CUcontext ctx) override;
+  cudaError_t primary_ctx_retain(CUcontext* ctx, int device) override;
+  cudaError_t primary_ctx_release(int device) override;
+  cudaError_t mem_get_address_range(std::uintptr_t ptr, std::uintptr_t* base,
+                                    std::size_t* bytes) override;
 };
 
 /// The CUDA runtime itself (one RealRuntime).
@@ -143,11 +179,24 @@ enum class ErrorClass {
 ErrorClass classify(cudaError_t err);
 const char* to_string(ErrorClass c);
 
-/// nullptr (the legacy default stream), cudaStreamLegacy and cudaStreamPerThread: handles
-/// whose meaning depends on the calling thread, not on the model's stream.
+/// nullptr (the legacy default stream), cudaStreamLegacy and cudaStreamPerThread: the
+/// handles that name no stream object.
 inline bool is_pseudo_stream(cudaStream_t s) {
   return s == nullptr || s == cudaStreamLegacy || s == cudaStreamPerThread;
 }
+
+/// The stream a caller's handle means to the engine: 0 is PyTorch's default stream, the
+/// legacy default stream (torch.cuda.current_stream().cuda_stream == 0 unless PyTorch was
+/// built for per-thread default streams), so it becomes cudaStreamLegacy, which means the
+/// legacy stream whatever flags this library was compiled with.
+inline cudaStream_t resolve_stream(cudaStream_t s) {
+  return s == nullptr ? cudaStreamLegacy : s;
+}
+
+/// The driver floor of a CUDA runtime version (static runtimes refuse older drivers with
+/// cudaErrorInsufficientDriver): "580" for 13.x, "525" for 12.x (minor-version
+/// compatibility), else "the driver of CUDA <major>".
+std::string driver_floor(int runtime_version);
 
 /// The next ticket id from `next`: never TicketId::kInvalid and never one still in `live`
 /// (after 2^32 tickets the counter wraps). `live` has contains(TicketId).
@@ -177,28 +226,66 @@ class ErrorScope {
   bool clean_;
 };
 
-/// Makes `device` current for the scope and restores the caller's device afterwards.
-class DeviceGuard {
+/// Sets the calling thread's capture interaction mode to relaxed for the scope and restores
+/// the caller's mode afterwards. In the default (global) mode, an event query, a synchronize
+/// or a cudaMalloc made while *any* thread captures a graph in global mode (torch.cuda.graph
+/// does, on a side stream) is refused and invalidates that capture; relaxed mode allows the
+/// engine's calls, none of which touches a captured stream.
+class CaptureModeGuard {
  public:
-  DeviceGuard(CudaRuntime& rt, int device) : rt_(rt) {
-    err_ = rt_.get_device(&previous_);
-    if (err_ == cudaSuccess && previous_ != device) {
-      err_ = rt_.set_device(device);
+  explicit CaptureModeGuard(CudaRuntime& rt) : rt_(rt) {
+    changed_ = rt_.thread_exchange_stream_capture_mode(&mode_) == cudaSuccess;
+  }
+  ~CaptureModeGuard() {
+    if (changed_) (void)rt_.thread_exchange_stream_capture_mode(&mode_);
+  }
+  CaptureModeGuard(const CaptureModeGuard&) = delete;
+  CaptureModeGuard& operator=(const CaptureModeGuard&) = delete;
+
+ private:
+  CudaRuntime& rt_;
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+  bool changed_ = false;
+};
+
+/// Makes `ctx` (the engine's primary context) current for the scope and restores the
+/// caller's current context afterwards, "none" included. Unlike cudaGetDevice/cudaSetDevice,
+/// which report device 0 on a thread that never chose one and create a primary context there
+/// when it is "restored", this never creates a context.
+class ContextGuard {
+ public:
+  ContextGuard(CudaRuntime& rt, CUcontext ctx) : rt_(rt) {
+    err_ = rt_.ctx_get_current(&previous_);
+    if (err_ == cudaSuccess && previous_ != ctx) {
+      err_ = rt_.ctx_set_current(ctx);
       changed_ = err_ == cudaSuccess;
     }
   }
-  ~DeviceGuard() {
-    if (changed_) (void)rt_.set_device(previous_);
+  ~ContextGuard() {
+    if (changed_) (void)rt_.ctx_set_current(previous_);
   }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
+  ContextGuard(const ContextGuard&) = delete;
+  ContextGuard& operator=(const ContextGuard&) = delete;
   cudaError_t error() const { return err_; }
 
  private:
   CudaRuntime& rt_;
-  int previous_ = 0;
+  CUcontext previous_ = nullptr;
   bool changed_ = false;
   cudaError_t err_ = cudaSuccess;
+};
+
+/// What every entry point of the engine and the pool opens, in this order (and closes in the
+/// reverse one): last-error hygiene, relaxed capture mode, the engine's context.
+class EntryScope {
+ public:
+  EntryScope(CudaRuntime& rt, CUcontext ctx) : errors_(rt), capture_(rt), context_(rt, ctx) {}
+  cudaError_t error() const { return context_.error(); }
+
+ private:
+  ErrorScope errors_;
+  CaptureModeGuard capture_;
+  ContextGuard context_;
 };
 
 }  // namespace radixtier::cuda::detail

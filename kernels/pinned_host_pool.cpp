@@ -101,10 +101,19 @@ Result<PinnedHostPool> PinnedHostPool::create(std::size_t bytes, std::size_t ite
     if (Status s = detail::check_host_memory(mapped_bytes, detail::read_host_memory_limits()); !s)
       return s;
   }
-  detail::ErrorScope scope(rt);
+  detail::ErrorScope errors(rt);
+  detail::CaptureModeGuard relaxed(rt);
+  CUcontext ctx = nullptr;
+  if (cudaError_t err = rt.primary_ctx_retain(&ctx, options.device); err != cudaSuccess)
+    return Status(ErrorCode::kFailedPrecondition,
+                  std::string("PinnedHostPool: cuDevicePrimaryCtxRetain(device ") +
+                      std::to_string(options.device) + ") failed: " + cudaGetErrorName(err) + ": " +
+                      cudaGetErrorString(err) + " (is a CUDA device visible?)");
 
   PinnedHostPool pool;
   pool.rt_ = &rt;
+  pool.ctx_ = ctx;
+  pool.device_ = options.device;
   pool.bytes_ = bytes;
   pool.mapped_bytes_ = mapped_bytes;
   pool.chunk_ = chunk;
@@ -139,6 +148,11 @@ Result<PinnedHostPool> PinnedHostPool::create(std::size_t bytes, std::size_t ite
 
   unsigned flags = cudaHostRegisterPortable;
   if (options.mapped) flags |= cudaHostRegisterMapped;
+  detail::ContextGuard guard(rt, ctx);
+  if (guard.error() != cudaSuccess)
+    return Status(
+        ErrorCode::kFailedPrecondition,
+        std::string("PinnedHostPool: cuCtxSetCurrent failed: ") + cudaGetErrorName(guard.error()));
   for (std::size_t off = 0; off < pool.mapped_bytes_; off += chunk) {
     const std::size_t len = std::min(chunk, pool.mapped_bytes_ - off);
     const cudaError_t err = rt.host_register(pool.data_ + off, len, flags);
@@ -161,6 +175,8 @@ PinnedHostPool& PinnedHostPool::operator=(PinnedHostPool&& other) noexcept {
   if (this != &other) {
     reset();
     rt_ = std::exchange(other.rt_, nullptr);
+    ctx_ = std::exchange(other.ctx_, nullptr);
+    device_ = std::exchange(other.device_, 0);
     data_ = std::exchange(other.data_, nullptr);
     bytes_ = std::exchange(other.bytes_, 0);
     mapped_bytes_ = std::exchange(other.mapped_bytes_, 0);
@@ -173,10 +189,16 @@ PinnedHostPool& PinnedHostPool::operator=(PinnedHostPool&& other) noexcept {
 
 void PinnedHostPool::reset() {
   if (rt_ != nullptr && !registered_.empty()) {
-    detail::ErrorScope scope(*rt_);
+    detail::EntryScope scope(*rt_, ctx_);
     for (std::byte* chunk : registered_) (void)rt_->host_unregister(chunk);
   }
   registered_.clear();
+  if (rt_ != nullptr && ctx_ != nullptr) {
+    detail::ErrorScope errors(*rt_);
+    (void)rt_->primary_ctx_release(device_);
+  }
+  ctx_ = nullptr;
+  rt_ = nullptr;
   if (data_ != nullptr) munmap(data_, mapped_bytes_);
   data_ = nullptr;
   bytes_ = mapped_bytes_ = chunk_ = 0;

@@ -28,7 +28,16 @@ Status DeviceLayout::validate(const char* what) const {
       return bad(name + " stride " + std::to_string(s.item_stride) + " < its size " +
                  std::to_string(s.bytes) + " (items would overlap)");
   }
+  if (!segment_layers.empty() && segment_layers.size() != segments.size())
+    return bad(std::to_string(segment_layers.size()) + " segment layers for " +
+               std::to_string(segments.size()) + " segments");
   return Status::ok();
+}
+
+std::uint32_t DeviceLayout::layers() const {
+  std::uint32_t n = 0;
+  for (std::uint32_t l : segment_layers) n = std::max(n, l + 1);
+  return n;
 }
 
 bool DeviceLayout::aligned_to(std::size_t alignment) const {
@@ -42,8 +51,10 @@ DeviceLayout kv_layer_first(std::uintptr_t base, const KvGeometry& g, std::uint3
   layout.items = pages;
   const std::size_t chunk = g.chunk_bytes();
   const std::size_t tensor = chunk * pages;  // one (K or V, layer) tensor [pages, ...]
-  for (std::size_t c = 0; c < 2 * std::size_t{g.layers}; ++c)
+  for (std::size_t c = 0; c < 2 * std::size_t{g.layers}; ++c) {
     layout.segments.push_back({base + c * tensor, chunk, chunk});
+    layout.segment_layers.push_back(static_cast<std::uint32_t>(c % g.layers));
+  }
   return layout;
 }
 
@@ -54,8 +65,14 @@ DeviceLayout kv_per_layer(std::span<const std::uintptr_t> k_bases,
   layout.items = pages;
   const std::size_t chunk = g.chunk_bytes();
   // Host page order matches kv_layer_first: all K layers, then all V layers.
-  for (auto b : k_bases) layout.segments.push_back({b, chunk, chunk});
-  for (auto b : v_bases) layout.segments.push_back({b, chunk, chunk});
+  for (std::size_t l = 0; l < k_bases.size(); ++l) {
+    layout.segments.push_back({k_bases[l], chunk, chunk});
+    layout.segment_layers.push_back(static_cast<std::uint32_t>(l));
+  }
+  for (std::size_t l = 0; l < v_bases.size(); ++l) {
+    layout.segments.push_back({v_bases[l], chunk, chunk});
+    layout.segment_layers.push_back(static_cast<std::uint32_t>(l));
+  }
   return layout;
 }
 
@@ -117,6 +134,25 @@ void append_item_pieces(const DeviceLayout& layout, std::span<const ItemPair> pa
       push_piece(out, s.base + std::size_t{p.device} * s.item_stride, host, s.bytes,
                  host_chunk_bytes);
       host += s.bytes;
+    }
+  }
+}
+
+void append_item_pieces(const DeviceLayout& layout, std::span<const ItemPair> pairs,
+                        std::size_t host_chunk_bytes, std::span<const std::uint32_t> segments,
+                        std::vector<Piece>& out) {
+  std::vector<std::size_t> offset(layout.segments.size());  // of each segment in a host item
+  std::size_t at = 0;
+  for (std::size_t s = 0; s < layout.segments.size(); ++s) {
+    offset[s] = at;
+    at += layout.segments[s].bytes;
+  }
+  const std::size_t item_bytes = at;
+  for (const ItemPair& p : pairs) {
+    for (std::uint32_t s : segments) {
+      const StridedSegment& seg = layout.segments[s];
+      push_piece(out, seg.base + std::size_t{p.device} * seg.item_stride,
+                 std::size_t{p.host} * item_bytes + offset[s], seg.bytes, host_chunk_bytes);
     }
   }
 }

@@ -5,7 +5,7 @@
 
 namespace radixtier::disk {
 
-DiskStoreEngine::DiskStoreEngine(DiskStore& store, HostArenas& host)
+DiskStoreEngine::DiskStoreEngine(DiskStore& store, HostPages& host)
     : store_(store), mover_(host, store) {}
 
 Status DiskStoreEngine::check_usable() const {

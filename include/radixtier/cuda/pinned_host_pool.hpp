@@ -11,13 +11,17 @@
 //      in sysfs): MPOL_PREFERRED by default, MPOL_BIND with numa_strict;
 //   4. pre-touched by several threads (the kernel backs every page before pinning);
 //   5. registered with cudaHostRegister (portable, mapped) in chunks of at most 64 GiB,
-//      because a single registration of hundreds of GiB is slow or refused.
+//      because a single registration of hundreds of GiB is slow or refused; registered (and
+//      unregistered) in `device`'s primary context, made current for the call and the
+//      caller's context (or none) restored: no context is created on another GPU.
 // Chunk sizes are multiples of `item_bytes` whenever lcm(item_bytes, OS page) fits in the
 // chunk; otherwise an item may straddle two registrations, and the copy planner splits
 // pieces there (give the pool to CudaPools::host_kv_pool so the engine knows the chunk).
 // Pinning failure is reported with the size, the CUDA error and what to check
 // (RLIMIT_MEMLOCK, container limits, free RAM); the partial registration is undone.
 #pragma once
+
+#include <cuda.h>
 
 #include <cstddef>
 #include <vector>
@@ -77,6 +81,8 @@ class PinnedHostPool {
 
  private:
   detail::CudaRuntime* rt_ = nullptr;
+  CUcontext ctx_ = nullptr;  ///< device_'s primary context, retained while the pool lives
+  int device_ = 0;
   std::byte* data_ = nullptr;
   std::size_t bytes_ = 0;
   std::size_t mapped_bytes_ = 0;

@@ -43,11 +43,17 @@ struct StridedSegment {
 struct DeviceLayout {
   std::vector<StridedSegment> segments;
   std::uint32_t items = 0;  ///< pages or snapshot slots in the pool
+  /// The model layer of each segment (empty: unknown). Set by kv_layer_first and
+  /// kv_per_layer; the CUDA engine orders promotions layer by layer with it.
+  std::vector<std::uint32_t> segment_layers;
 
   /// Bytes of one item (the host item size): the sum of the segment sizes.
   std::size_t item_bytes() const;
-  /// Rejects empty layouts, zero sizes, null bases and segments whose items overlap.
+  /// Rejects empty layouts, zero sizes, null bases, segments whose items overlap and
+  /// segment_layers that do not name one layer per segment.
   Status validate(const char* what) const;
+  /// 1 + the largest entry of segment_layers; 0 when it is empty.
+  std::uint32_t layers() const;
   /// True when every base, stride and size is a multiple of `alignment`.
   bool aligned_to(std::size_t alignment) const;
 };
@@ -115,6 +121,11 @@ struct Piece {
 /// at every multiple of `host_chunk_bytes` (0: no registration boundary).
 void append_item_pieces(const DeviceLayout& layout, std::span<const ItemPair> pairs,
                         std::size_t host_chunk_bytes, std::vector<Piece>& out);
+/// The same for the segments `segments` (indices into layout.segments, in the order given)
+/// of every item: the pieces of one layer group.
+void append_item_pieces(const DeviceLayout& layout, std::span<const ItemPair> pairs,
+                        std::size_t host_chunk_bytes, std::span<const std::uint32_t> segments,
+                        std::vector<Piece>& out);
 
 /// Number of slices of at most `slice_items` items that `items` items need.
 inline std::size_t slice_count(std::size_t items, std::size_t slice_items) {

@@ -1,7 +1,9 @@
 // The disk as the cache's store tier: a StoreEngine (radixtier/transfer/store_engine.hpp) over
-// a DiskStore and the host pages of a HostTransferEngine's arenas. PrefixCache::create(config,
-// engine, &disk_store_engine) demotes host victims into disk records through it, loads them
-// back at admission, and rebuilds its tree from records() after a restart.
+// a DiskStore and the host pages of the cache's transfer engine (HostPages: a
+// HostTransferEngine's arenas, or the CUDA engine's pinned pool; engine.host_memory()).
+// PrefixCache::create(config, engine, &disk_store_engine) demotes host victims into disk
+// records through it, loads them back at admission, and rebuilds its tree from records()
+// after a restart.
 //
 // Ticket states and the functions that move a ticket between them:
 //
@@ -23,7 +25,7 @@
 // records() is empty; a read in flight when it happened still completes its I/O (its host pages
 // are released to the caller) but reports kFailedPrecondition: no byte is handed out.
 //
-// Not thread-safe: the cache's thread calls it. The store and the arenas must outlive it;
+// Not thread-safe: the cache's thread calls it. The store and the host pages must outlive it;
 // destroying it with tickets pending waits for their I/O and commits none of their writes.
 #pragma once
 
@@ -40,10 +42,10 @@ namespace radixtier::disk {
 
 class DiskStoreEngine final : public radixtier::StoreEngine {
  public:
-  /// The store's page_bytes must equal the arenas' (else every submit is refused with
+  /// The store's page_bytes must equal the host pages' (else every submit is refused with
   /// kInvalidArgument naming both; PrefixCache::create() refuses a geometry that differs from
   /// its config before that).
-  DiskStoreEngine(DiskStore& store, HostArenas& host);
+  DiskStoreEngine(DiskStore& store, HostPages& host);
   ~DiskStoreEngine() override = default;
   DiskStoreEngine(const DiskStoreEngine&) = delete;
   DiskStoreEngine& operator=(const DiskStoreEngine&) = delete;

@@ -47,8 +47,8 @@ class DiskTransfer {
 
 class DiskTransferEngine {
  public:
-  /// The store's page_bytes must equal the arenas' (else every call is refused).
-  DiskTransferEngine(HostArenas& host, DiskStore& store) : host_(host), store_(store) {}
+  /// The store's page_bytes must equal the host pages' (else every call is refused).
+  DiskTransferEngine(HostPages& host, DiskStore& store) : host_(host), store_(store) {}
 
   /// Validates every host page id and piece count (bad input: kInvalidArgument, nothing
   /// submitted; a full budget: kOutOfMemory, nothing submitted) and submits the writes.
@@ -67,7 +67,7 @@ class DiskTransferEngine {
                      std::size_t item) const;
   std::size_t pieces_of(RecordKind kind) const;
 
-  HostArenas& host_;
+  HostPages& host_;
   DiskStore& store_;
 };
 

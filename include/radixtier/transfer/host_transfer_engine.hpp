@@ -35,21 +35,21 @@
 
 namespace radixtier {
 
-class HostArenas {
+class HostArenas final : public HostPages {
  public:
   explicit HostArenas(const CacheConfig& config);
 
   /// The bytes of one page or snapshot. Every id is bounds-checked in every build (one
   /// compare): an id outside the arena throws std::out_of_range naming the id and the size.
   std::span<std::byte> gpu_page(GpuPageId id);
-  std::span<std::byte> host_page(HostPageId id);
+  std::span<std::byte> host_page(HostPageId id) override;
   std::span<std::byte> gpu_snapshot(GpuSlotId id);
   std::span<std::byte> host_snapshot(HostSlotId id);
 
-  std::size_t page_bytes() const { return page_bytes_; }
+  std::size_t page_bytes() const override { return page_bytes_; }
   std::size_t snapshot_bytes() const { return snapshot_bytes_; }
   std::uint32_t gpu_pages() const { return gpu_pages_; }
-  std::uint32_t host_pages() const { return host_pages_; }
+  std::uint32_t host_pages() const override { return host_pages_; }
   std::uint32_t gpu_slots() const { return gpu_slots_; }
   std::uint32_t host_slots() const { return host_slots_; }
 
@@ -85,6 +85,7 @@ class HostTransferEngine final : public TransferEngine {
   std::size_t slice_pages() const override { return slice_pages_; }
   /// The sizes of the arenas.
   EngineCapacity capacity() const override;
+  HostPages* host_memory() override { return &memory_; }
 
   // --- fault injection -------------------------------------------------------------------
   void fail_ticket(TicketId id);

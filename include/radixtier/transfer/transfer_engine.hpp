@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -111,6 +112,19 @@ struct EngineCapacity {
   std::size_t snapshot_bytes = 0;  ///< bytes of one snapshot; 0: any size
 };
 
+/// The host KV pool an engine copies into and out of, as pages: CacheConfig::host_pool_pages()
+/// pages of page_bytes (snapshot pieces land in them too). A disk tier reads and writes these
+/// bytes (disk::DiskStoreEngine), whichever engine owns them: HostArenas for the host engine,
+/// the pinned pool for the CUDA engine.
+class HostPages {
+ public:
+  virtual ~HostPages() = default;
+  virtual std::size_t page_bytes() const = 0;
+  virtual std::uint32_t host_pages() const = 0;
+  /// The bytes of one page; an id outside the pool throws std::out_of_range.
+  virtual std::span<std::byte> host_page(HostPageId id) = 0;
+};
+
 class TransferEngine {
  public:
   virtual ~TransferEngine() = default;
@@ -125,6 +139,9 @@ class TransferEngine {
   virtual std::size_t slice_pages() const = 0;
   /// The pools this engine copies between (an engine without memory reports kUnbounded).
   virtual EngineCapacity capacity() const = 0;
+  /// The host pages this engine copies into and out of; nullptr for an engine that moves no
+  /// bytes.
+  virtual HostPages* host_memory() { return nullptr; }
 };
 
 }  // namespace radixtier
