@@ -266,14 +266,6 @@ cudaError_t RealRuntime::mem_get_address_range(std::uintptr_t ptr, std::uintptr_
   return cudaSuccess;
 }
 
-std::string driver_floor(int runtime_version) {
-  const int major = runtime_version / 1000;
-  if (major >= 13) return "580";
-  if (major == 12) return "525";
-  if (major == 11) return "450";
-  return "the driver of CUDA " + std::to_string(major);
-}
-
 CudaRuntime& real_runtime() {
   static RealRuntime runtime;
   return runtime;
@@ -345,3 +337,15 @@ const char* to_string(ErrorClass c) {
 }
 
 }  // namespace radixtier::cuda::detail
+
+namespace radixtier::cuda {
+
+std::string driver_floor(int runtime_version) {
+  const int major = runtime_version / 1000;
+  if (major >= 13) return "580";
+  if (major == 12) return "525";
+  if (major == 11) return "450";
+  return "the driver of CUDA " + std::to_string(major);
+}
+
+}  // namespace radixtier::cuda

@@ -193,11 +193,6 @@ inline cudaStream_t resolve_stream(cudaStream_t s) {
   return s == nullptr ? cudaStreamLegacy : s;
 }
 
-/// The driver floor of a CUDA runtime version (static runtimes refuse older drivers with
-/// cudaErrorInsufficientDriver): "580" for 13.x, "525" for 12.x (minor-version
-/// compatibility), else "the driver of CUDA <major>".
-std::string driver_floor(int runtime_version);
-
 /// The next ticket id from `next`: never TicketId::kInvalid and never one still in `live`
 /// (after 2^32 tickets the counter wraps). `live` has contains(TicketId).
 template <class Map>

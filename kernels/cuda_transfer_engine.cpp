@@ -234,7 +234,7 @@ Result<std::unique_ptr<CudaTransferEngine>> CudaTransferEngine::create(
       (void)rt.runtime_get_version(&runtime);
       why += "; this library's static CUDA runtime " + std::to_string(runtime / 1000) + "." +
              std::to_string(runtime % 1000 / 10) +
-             " needs an NVIDIA driver >= " + detail::driver_floor(runtime) +
+             " needs an NVIDIA driver >= " + driver_floor(runtime) +
              " (build radixtier with the CUDA major version of the PyTorch it runs with)";
     }
     return Status(ErrorCode::kFailedPrecondition, why + " (" + versions(rt) + ")");

@@ -536,14 +536,27 @@ TEST(CudaContract, FeederKeepsTwoSlicesInFlightAndAWaiterEnqueuesTheRest) {
   std::promise<void> blocked, go_on;
   std::shared_future<void> go = go_on.get_future().share();
   std::atomic<bool> first{true};
-  f.rt.on_sync = [&](cudaEvent_t) {  // the GPU "stalls" until go_on
-    if (first.exchange(false)) blocked.set_value();
-    go.wait();
+  f.rt.on_sync = [&](cudaEvent_t) {  // the first wait (the feeder's) stalls until go_on
+    if (first.exchange(false)) {
+      blocked.set_value();
+      go.wait();
+    }
   };
   auto engine = f.engine(o);
+  struct Release {  // whatever happens below, the feeder goes on before the engine goes
+    std::promise<void>& p;
+    bool done = false;
+    void operator()() {
+      if (!done) p.set_value();
+      done = true;
+    }
+    ~Release() { (*this)(); }
+  } release{go_on};
   auto down = engine->submit(scattered(Direction::kDeviceToHost, 24));  // 6 slices
   ASSERT_TRUE(down.is_ok());
-  blocked.get_future().wait();  // the demotion feeder waits for its oldest slice
+  // The demotion feeder waits for its oldest slice.
+  ASSERT_EQ(blocked.get_future().wait_for(std::chrono::seconds(10)), std::future_status::ready)
+      << "the feeder never waited for a slice in flight";
   {
     auto lock = f.rt.lock();
     EXPECT_EQ(f.rt.batch_calls, 2);
@@ -572,7 +585,7 @@ TEST(CudaContract, FeederKeepsTwoSlicesInFlightAndAWaiterEnqueuesTheRest) {
   EXPECT_EQ(waits.back().kind, Op::kWait);
   EXPECT_EQ(waits.back().event, last_record);
   EXPECT_EQ(engine->stats().urgent_feeds, 1u);
-  go_on.set_value();
+  release();
   f.rt.query_result = cudaSuccess;
   EXPECT_EQ(down->wait(), TransferState::kDone);
   EXPECT_EQ(up->wait(), TransferState::kDone);

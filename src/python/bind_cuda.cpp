@@ -11,10 +11,13 @@
 // recurrent state) add their segments in order. The layout keeps the tensors alive, the
 // engine keeps its layouts and host pools alive.
 //
-// The compute stream is an int (torch.cuda.current_stream().cuda_stream) or an object with
-// a cuda_stream attribute; the engine checks it is a live stream before it is used. The
-// module links the CUDA runtime statically; streams and device pointers are driver objects of
-// the process's primary context, shared with torch's own runtime.
+// The compute stream is an int (torch.cuda.current_stream().cuda_stream; 0, PyTorch's default
+// stream, is the legacy default stream) or an object with a cuda_stream attribute; the engine
+// checks it is a live stream of its device inside its own context guard. The module links the
+// CUDA runtime statically; streams and device pointers are driver objects of the process's
+// primary context, shared with torch's own runtime. A PyTorch built for another CUDA major
+// version than this module draws a warning at engine creation: this module's static runtime
+// then needs the newer driver (docs/cuda.md, "Driver floor").
 #include <cuda_runtime_api.h>
 #include <pybind11/stl.h>
 
@@ -158,7 +161,21 @@ struct PyDeviceLayout {
   int device = -1;   ///< the tensors' device when they reported one
 };
 
-PyDeviceLayout from_tensors(const py::object& tensors, std::int64_t item_dim) {
+/// Segment c of a layout of `layers` layers (tensors [2, layers, ...] or per-layer K lists then
+/// V lists) belongs to layer c % layers.
+void set_layers(cuda::DeviceLayout& layout, std::int64_t layers) {
+  if (layers == 0) return;
+  const auto n = count_from<std::uint32_t>(layers, "layers");
+  if (layout.segments.size() % n != 0) {
+    raise_invalid("DeviceLayout: " + std::to_string(layout.segments.size()) +
+                  " segments are not a multiple of layers = " + std::to_string(n));
+  }
+  for (std::size_t c = 0; c < layout.segments.size(); ++c)
+    layout.segment_layers.push_back(static_cast<std::uint32_t>(c % n));
+}
+
+PyDeviceLayout from_tensors(const py::object& tensors, std::int64_t item_dim,
+                            std::int64_t layers) {
   PyDeviceLayout out;
   py::list list;
   if (py::isinstance<py::list>(tensors) || py::isinstance<py::tuple>(tensors)) {
@@ -182,6 +199,7 @@ PyDeviceLayout from_tensors(const py::object& tensors, std::int64_t item_dim) {
     append_segments(d, dim, what, out.layout.segments, items);
   }
   out.layout.items = static_cast<std::uint32_t>(count_from<std::uint32_t>(items, "items"));
+  set_layers(out.layout, layers);
   check(out.layout.validate("DeviceLayout"));
   out.sources = list;
   return out;
@@ -189,13 +207,14 @@ PyDeviceLayout from_tensors(const py::object& tensors, std::int64_t item_dim) {
 
 PyDeviceLayout from_segments(
     const std::vector<std::tuple<std::uint64_t, std::uint64_t, std::uint64_t>>& segments,
-    std::int64_t items) {
+    std::int64_t items, std::int64_t layers) {
   PyDeviceLayout out;
   for (auto [base, stride, bytes] : segments)
     out.layout.segments.push_back({static_cast<std::uintptr_t>(base),
                                    static_cast<std::size_t>(stride),
                                    static_cast<std::size_t>(bytes)});
   out.layout.items = count_from<std::uint32_t>(items, "items");
+  set_layers(out.layout, layers);
   check(out.layout.validate("DeviceLayout"));
   return out;
 }
@@ -211,17 +230,25 @@ cudaStream_t stream_from(const py::object& s) {
   return reinterpret_cast<cudaStream_t>(v.cast<std::uintptr_t>());
 }
 
-/// A live stream of the current device, or an InvalidArgumentError naming the CUDA error.
-void check_stream(cudaStream_t s, const char* what) {
-  if (s == nullptr || s == cudaStreamLegacy || s == cudaStreamPerThread) return;
-  unsigned flags = 0;
-  if (cudaError_t err = cudaStreamGetFlags(s, &flags); err != cudaSuccess) {
-    (void)cudaGetLastError();
-    std::ostringstream os;
-    os << what << " " << static_cast<const void*>(s) << " is not a CUDA stream ("
-       << cudaGetErrorName(err) << ": " << cudaGetErrorString(err) << ")";
-    raise_invalid(os.str());
-  }
+/// Warns when the PyTorch of this process was built for another CUDA major version than this
+/// module's static runtime (which then needs that major's driver).
+void warn_on_cuda_major_mismatch() {
+  py::module_ sys = py::module_::import("sys");
+  if (!sys.attr("modules").contains("torch")) return;
+  py::object version = sys.attr("modules")["torch"].attr("version").attr("cuda");
+  if (version.is_none()) return;
+  const std::string torch_cuda = py::str(version);
+  int runtime = 0;
+  (void)cudaRuntimeGetVersion(&runtime);
+  const std::string mine = std::to_string(runtime / 1000);
+  if (torch_cuda.substr(0, torch_cuda.find('.')) == mine) return;
+  py::module_::import("warnings")
+      .attr("warn")("radixtier's CUDA engine links CUDA runtime " + std::to_string(runtime / 1000) +
+                    "." + std::to_string(runtime % 1000 / 10) + " statically, PyTorch uses CUDA " +
+                    torch_cuda + ": the NVIDIA driver must be >= " +
+                    cuda::driver_floor(runtime) +
+                    ". Build radixtier with the CUDA major version of this PyTorch "
+                    "(docs/cuda.md, Driver floor).");
 }
 
 /// The CUDA engine as the module holds it. Forwards the TransferEngine interface.
@@ -234,6 +261,7 @@ class PyCudaEngine final : public TransferEngine {
   void release(TicketId id) override { engine_->release(id); }
   std::size_t slice_pages() const override { return engine_->slice_pages(); }
   EngineCapacity capacity() const override { return engine_->capacity(); }
+  HostPages* host_memory() override { return engine_->host_memory(); }
 
   cuda::CudaTransferEngine& engine() { return *engine_; }
 
@@ -245,7 +273,8 @@ std::unique_ptr<PyCudaEngine> make_engine(
     const PyDeviceLayout& gpu_kv, const PyDeviceLayout* gpu_snapshots, PyPinnedPool* host_kv,
     PyPinnedPool* host_snapshots, std::int64_t slice_pages, int device, cuda::CopyMethod d2h,
     cuda::CopyMethod h2d, const py::object& compute_stream, bool demote_after_compute,
-    bool promote_after_compute, int kernel_blocks) {
+    bool promote_after_compute, int kernel_blocks, std::int64_t promote_layer_groups,
+    std::int64_t slices_in_flight, std::int64_t kernel_below_piece_bytes) {
   cuda::CudaPools pools;
   pools.gpu_kv = gpu_kv.layout;
   if (gpu_snapshots != nullptr) pools.gpu_snapshots = gpu_snapshots->layout;
@@ -283,14 +312,17 @@ std::unique_ptr<PyCudaEngine> make_engine(
   o.demote_after_compute = demote_after_compute;
   o.promote_after_compute = promote_after_compute;
   o.kernel_blocks = kernel_blocks;
+  o.promote_layer_groups = count_from<std::uint32_t>(promote_layer_groups, "promote_layer_groups");
+  o.slices_in_flight = count_from<std::size_t>(slices_in_flight, "slices_in_flight");
+  o.kernel_below_piece_bytes =
+      count_from<std::size_t>(kernel_below_piece_bytes, "kernel_below_piece_bytes");
+  warn_on_cuda_major_mismatch();
 
   Result<std::unique_ptr<cuda::CudaTransferEngine>> made = [&] {
     py::gil_scoped_release nogil;
     return cuda::CudaTransferEngine::create(std::move(pools), o);
   }();
-  auto engine = std::make_unique<PyCudaEngine>(unwrap(std::move(made)));
-  check_stream(o.compute_stream, "compute_stream");
-  return engine;
+  return std::make_unique<PyCudaEngine>(unwrap(std::move(made)));
 }
 
 }  // namespace
@@ -302,20 +334,27 @@ TransferEngine* cuda_engine_of(py::handle obj) {
 
 void bind_cuda(py::module_& m) {
   py::enum_<cuda::CopyMethod>(m, "CopyMethod")
+      .value("AUTO", cuda::CopyMethod::kAuto)
       .value("DMA_BATCH", cuda::CopyMethod::kDmaBatch)
       .value("ZERO_COPY_KERNEL", cuda::CopyMethod::kZeroCopyKernel);
 
   py::class_<PyDeviceLayout>(m, "DeviceLayout",
                              "A device pool (KV pages or snapshot slots) as strided segments.")
       .def_static("from_tensors", &from_tensors, py::arg("tensors"), py::arg("item_dim") = 0,
+                  py::arg("layers") = 0,
                   "Describes one tensor or a list of tensors whose dimension item_dim indexes "
-                  "the items; validated (contiguous items, same item count, no overlap).")
+                  "the items; validated (contiguous items, same item count, no overlap). "
+                  "layers > 0: segment c belongs to layer c % layers (a [2, layers, pages, ...] "
+                  "pool, or per-layer K tensors then V tensors), so promotions go layer by "
+                  "layer (stream_wait_layer).")
       .def_static("from_segments", &from_segments, py::arg("segments"), py::arg("items"),
+                  py::arg("layers") = 0,
                   "Raw (base, item_stride, bytes) segments, for engines without tensors.")
       .def_property_readonly("items", [](const PyDeviceLayout& l) { return l.layout.items; })
       .def_property_readonly("item_bytes",
                              [](const PyDeviceLayout& l) { return l.layout.item_bytes(); })
       .def_property_readonly("device", [](const PyDeviceLayout& l) { return l.device; })
+      .def_property_readonly("layers", [](const PyDeviceLayout& l) { return l.layout.layers(); })
       .def_property_readonly(
           "segments",
           [](const PyDeviceLayout& l) {
@@ -360,18 +399,23 @@ void bind_cuda(py::module_& m) {
                        PyPinnedPool* host_kv, PyPinnedPool* host_snapshots,
                        std::int64_t slice_pages, int device, cuda::CopyMethod d2h,
                        cuda::CopyMethod h2d, const py::object& compute_stream,
-                       bool demote_after_compute, bool promote_after_compute, int kernel_blocks) {
+                       bool demote_after_compute, bool promote_after_compute, int kernel_blocks,
+                       std::int64_t promote_layer_groups, std::int64_t slices_in_flight,
+                       std::int64_t kernel_below_piece_bytes) {
              return make_engine(gpu_kv, gpu_snapshots, host_kv, host_snapshots, slice_pages, device,
                                 d2h, h2d, compute_stream, demote_after_compute,
-                                promote_after_compute, kernel_blocks);
+                                promote_after_compute, kernel_blocks, promote_layer_groups,
+                                slices_in_flight, kernel_below_piece_bytes);
            }),
            py::arg("gpu_kv"), py::arg("gpu_snapshots") = py::none(),
            py::arg("host_kv") = py::none(), py::arg("host_snapshots") = py::none(), py::kw_only(),
            py::arg("slice_pages") = 128, py::arg("device") = 0,
-           py::arg("d2h") = cuda::CopyMethod::kDmaBatch,
-           py::arg("h2d") = cuda::CopyMethod::kDmaBatch, py::arg("compute_stream") = py::none(),
-           py::arg("demote_after_compute") = true, py::arg("promote_after_compute") = true,
-           py::arg("kernel_blocks") = 0, py::keep_alive<1, 2>(), py::keep_alive<1, 3>(),
+           py::arg("d2h") = cuda::CopyMethod::kAuto, py::arg("h2d") = cuda::CopyMethod::kAuto,
+           py::arg("compute_stream") = py::none(), py::arg("demote_after_compute") = true,
+           py::arg("promote_after_compute") = true, py::arg("kernel_blocks") = 0,
+           py::arg("promote_layer_groups") = 0, py::arg("slices_in_flight") = 2,
+           py::arg("kernel_below_piece_bytes") = 32 << 10, py::keep_alive<1, 2>(),
+           py::keep_alive<1, 3>(),
            py::keep_alive<1, 4>(), py::keep_alive<1, 5>())
       .def_property_readonly("page_bytes", [](PyCudaEngine& e) { return e.engine().page_bytes(); })
       .def_property_readonly("snapshot_bytes",
@@ -387,12 +431,27 @@ void bind_cuda(py::module_& m) {
       .def(
           "stream_wait",
           [](PyCudaEngine& e, std::int64_t ticket, const py::object& stream) {
-            cudaStream_t s = stream_from(stream);
-            check_stream(s, "stream");
-            check(e.engine().stream_wait(id_from<TicketId>(ticket, "ticket"), s));
+            const TicketId id = id_from<TicketId>(ticket, "ticket");
+            const cudaStream_t s = stream_from(stream);
+            py::gil_scoped_release nogil;
+            check(e.engine().stream_wait(id, s));
           },
           py::arg("ticket"), py::arg("stream"),
-          "Makes `stream` wait on the GPU for a ticket's copies (no host wait).")
+          "Makes `stream` (0 / None: the legacy default stream) wait on the GPU for a ticket's "
+          "copies (no host wait).")
+      .def(
+          "stream_wait_layer",
+          [](PyCudaEngine& e, std::int64_t ticket, std::int64_t layer, const py::object& stream) {
+            const TicketId id = id_from<TicketId>(ticket, "ticket");
+            const auto l = count_from<std::uint32_t>(layer, "layer");
+            const cudaStream_t s = stream_from(stream);
+            py::gil_scoped_release nogil;
+            check(e.engine().stream_wait_layer(id, l, s));
+          },
+          py::arg("ticket"), py::arg("layer"), py::arg("stream"),
+          "Makes `stream` wait on the GPU for the pages of the layers up to `layer` (and the "
+          "snapshots) of a promotion: call it in each attention layer before it reads the KV.")
+      .def_property_readonly("layers", [](PyCudaEngine& e) { return e.engine().layers(); })
       .def("inject_error_on_next_submit",
            [](PyCudaEngine& e) { e.engine().inject_error_on_next_submit(); })
       .def("stats", [](PyCudaEngine& e) {
@@ -402,6 +461,15 @@ void bind_cuda(py::module_& m) {
         d["slices"] = s.slices;
         d["pieces"] = s.pieces;
         d["kernel_launches"] = s.kernel_launches;
+        d["auto_kernel_slices"] = s.auto_kernel_slices;
+        d["auto_dma_slices"] = s.auto_dma_slices;
+        d["layer_events"] = s.layer_events;
+        d["urgent_feeds"] = s.urgent_feeds;
+        d["refused_captures"] = s.refused_captures;
+        d["layer_groups"] = s.layer_groups;
+        d["dma_batch_fallback"] = s.dma_batch_fallback;
+        d["kernel_fallback"] = s.kernel_fallback;
+        d["fatal"] = s.fatal;
         d["bytes_d2h"] = s.bytes_d2h;
         d["bytes_h2d"] = s.bytes_h2d;
         d["failed"] = s.failed;

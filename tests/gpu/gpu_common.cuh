@@ -2,6 +2,8 @@
 // check, deterministic byte patterns and the kernels that keep the compute stream busy.
 #pragma once
 
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
 
 #include <chrono>
@@ -78,6 +80,39 @@ inline DeviceCheck check_device(const char* program) {
               cudaGetErrorName(err), cudaGetErrorString(err), driver, runtime,
               must_run ? "; RADIXTIER_GPU_REQUIRED=1" : "");
   return DeviceCheck::kFail;
+}
+
+/// A driver API function through the runtime (no -lcuda needed), or nullptr.
+template <class Fn>
+Fn driver_fn(const char* symbol) {
+  void* p = nullptr;
+  cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSymbolNotFound;
+  if (cudaGetDriverEntryPointByVersion(symbol, &p, 12000, cudaEnableDefault, &status) !=
+          cudaSuccess ||
+      status != cudaDriverEntryPointSuccess)
+    return nullptr;
+  return reinterpret_cast<Fn>(p);
+}
+
+/// The calling thread's current context (cuCtxGetCurrent); nullptr: none.
+inline CUcontext current_context() {
+  static const auto fn = driver_fn<PFN_cuCtxGetCurrent_v4000>("cuCtxGetCurrent");
+  CUcontext ctx = nullptr;
+  if (fn != nullptr) (void)fn(&ctx);
+  return ctx;
+}
+
+/// Whether `device`'s primary context exists (cuDevicePrimaryCtxGetState), or -1 unknown.
+inline int primary_context_active(int device) {
+  static const auto get = driver_fn<PFN_cuDeviceGet_v2000>("cuDeviceGet");
+  static const auto state =
+      driver_fn<PFN_cuDevicePrimaryCtxGetState_v7000>("cuDevicePrimaryCtxGetState");
+  if (get == nullptr || state == nullptr) return -1;
+  CUdevice dev = 0;
+  unsigned flags = 0;
+  int active = 0;
+  if (get(&dev, device) != CUDA_SUCCESS || state(dev, &flags, &active) != CUDA_SUCCESS) return -1;
+  return active;
 }
 
 inline int report() {

@@ -15,9 +15,13 @@
 // some slices are queued, concurrent submit/poll in both directions, no CUDA last error
 // after a pending poll (and a probe of what cudaEventQuery leaves there), snapshots across
 // several registrations, the per-piece DMA fallback on a real device, capture refusal
-// (the server's graph stays valid), device restore (with 2+ GPUs), the explicit-stream rule.
+// (the server's graph stays valid), a global-mode capture on a side stream while a cache
+// thread uses the engine (issue 23), the legacy default stream as the compute stream, small
+// (8 KiB) pieces through kAuto, layer 0 readable after stream_wait_layer(0), device restore
+// (with 2+ GPUs), the stream rule.
 // `--fatal` runs the sticky-error case alone (it kills the process's context): a fault in
-// a compute-stream kernel must turn into kDeviceLost.
+// a compute-stream kernel must turn into kDeviceLost. `--contexts` runs alone too (it needs a
+// process where no context exists yet): no context on a device the caller did not use.
 // Prints "N passed, N failed"; SKIP / FAIL rules: gpucheck::check_device.
 #include <algorithm>
 #include <atomic>
@@ -156,6 +160,7 @@ DeviceLayout make_layout(Kind kind, std::uintptr_t base, const KvGeometry& g, st
       DeviceLayout l = kv_layer_first(base, g, pages);
       const std::uintptr_t odd = base + g.page_bytes() * pages + 8;
       l.segments.insert(l.segments.begin() + 3, StridedSegment{odd, 40, 24});
+      l.segment_layers.insert(l.segment_layers.begin() + 3, 1);  // with layer 1's segments
       *buffer_bytes = g.page_bytes() * pages + 8 + 40 * pages;
       return l;
     }
@@ -315,29 +320,55 @@ void run_round_trip(const RoundTrip& t, std::mt19937& rng) {
     GPU_CHECK_MSG(engine.stats().pieces - pieces_before < 2 * t.copies,
                   "the promotion's consecutive run did not merge");
   launch_spin(20, side);  // SMs busy on another stream during the promotion
-  GPU_CHECK(engine.stream_wait(t3->id(), compute).is_ok());
-  std::vector<VerifySeg> vsegs;
-  for (const StridedSegment& s : layout.segments)
+  // Layer 0 first: its segments are complete once the model's stream waited for layer 0 only
+  // (the later layers may still be copying); then everything after stream_wait.
+  std::vector<VerifySeg> vsegs, vsegs0;
+  for (std::size_t i = 0; i < layout.segments.size(); ++i) {
+    const StridedSegment& s = layout.segments[i];
     vsegs.push_back({s.base - base, s.item_stride, s.bytes});
-  VerifySeg* dsegs = nullptr;
+    if (!layout.segment_layers.empty() && layout.segment_layers[i] == 0) vsegs0.push_back(vsegs.back());
+  }
+  VerifySeg *dsegs = nullptr, *dsegs0 = nullptr;
   int* dsrc = nullptr;
   unsigned long long* dbad = nullptr;
   CUDA_OK(cudaMalloc(&dsegs, vsegs.size() * sizeof(VerifySeg)));
+  CUDA_OK(cudaMalloc(&dsegs0, (vsegs0.size() + 1) * sizeof(VerifySeg)));
   CUDA_OK(cudaMalloc(&dsrc, gpu_src.size() * sizeof(int)));
-  CUDA_OK(cudaMalloc(&dbad, sizeof(unsigned long long)));
+  CUDA_OK(cudaMalloc(&dbad, 2 * sizeof(unsigned long long)));
   CUDA_OK(cudaMemcpyAsync(dsegs, vsegs.data(), vsegs.size() * sizeof(VerifySeg),
                           cudaMemcpyHostToDevice, compute));
+  if (!vsegs0.empty())
+    CUDA_OK(cudaMemcpyAsync(dsegs0, vsegs0.data(), vsegs0.size() * sizeof(VerifySeg),
+                            cudaMemcpyHostToDevice, compute));
   CUDA_OK(cudaMemcpyAsync(dsrc, gpu_src.data(), gpu_src.size() * sizeof(int),
                           cudaMemcpyHostToDevice, compute));
-  CUDA_OK(cudaMemsetAsync(dbad, 0, sizeof(unsigned long long), compute));
+  CUDA_OK(cudaMemsetAsync(dbad, 0, 2 * sizeof(unsigned long long), compute));
+  if (!vsegs0.empty()) {
+    GPU_CHECK(engine.stream_wait_layer(t3->id(), 0, compute).is_ok());
+    verify_pool<<<1024, 256, 0, compute>>>(dsegs0, static_cast<int>(vsegs0.size()),
+                                           static_cast<unsigned char*>(gpu), t.gpu_pages, dsrc,
+                                           kSeed1, dbad + 1);
+  }
+  GPU_CHECK(engine.stream_wait(t3->id(), compute).is_ok());
   verify_pool<<<1024, 256, 0, compute>>>(dsegs, static_cast<int>(vsegs.size()),
                                          static_cast<unsigned char*>(gpu), t.gpu_pages, dsrc,
                                          kSeed1, dbad);
-  unsigned long long gpu_bad = 0;
-  CUDA_OK(cudaMemcpyAsync(&gpu_bad, dbad, sizeof(gpu_bad), cudaMemcpyDeviceToHost, compute));
+  unsigned long long gpu_bad[2] = {0, 0};
+  CUDA_OK(cudaMemcpyAsync(gpu_bad, dbad, sizeof(gpu_bad), cudaMemcpyDeviceToHost, compute));
   CUDA_OK(cudaStreamSynchronize(compute));
   GPU_CHECK(t3->wait() == TransferState::kDone);
-  GPU_CHECK_MSG(gpu_bad == 0, "promotion: %llu bytes wrong (read on the compute stream)", gpu_bad);
+  GPU_CHECK_MSG(gpu_bad[0] == 0, "promotion: %llu bytes wrong (read on the compute stream)",
+                gpu_bad[0]);
+  GPU_CHECK_MSG(gpu_bad[1] == 0, "promotion: %llu bytes of layer 0 wrong after stream_wait_layer",
+                gpu_bad[1]);
+  const CudaEngineStats st = engine.stats();
+  if (layout.layers() > 1) GPU_CHECK(st.layer_events > 0);
+  const bool small = layout.item_bytes() / layout.segments.size() < opt.kernel_below_piece_bytes;
+  if (t.h2d == CopyMethod::kAuto && small && t.kind != Kind::kPageFirst)
+    GPU_CHECK_MSG(st.auto_kernel_slices > 0, "kAuto sent %zu-byte pieces by DMA",
+                  layout.item_bytes() / layout.segments.size());
+  if (st.kernel_fallback) std::printf("  kernel fallback: %s\n", st.kernel_fallback_reason.c_str());
+  GPU_CHECK(!st.kernel_fallback);
   const unsigned long long gap_bad = count_gap_damage(gaps, gpu);
   GPU_CHECK_MSG(gap_bad == 0, "promotion wrote %llu bytes into padding or past the tensors",
                 gap_bad);
@@ -349,6 +380,7 @@ void run_round_trip(const RoundTrip& t, std::mt19937& rng) {
   t2->reset();
   t3->reset();
   cudaFree(dsegs);
+  cudaFree(dsegs0);
   cudaFree(dsrc);
   cudaFree(dbad);
   created->reset();
@@ -500,10 +532,11 @@ void run_errors(CopyMethod method) {
   opt.slice_pages = 4;
   opt.d2h = opt.h2d = method;
   opt.compute_stream = compute;
-  // The explicit-stream rule.
-  for (cudaStream_t pseudo : {static_cast<cudaStream_t>(nullptr), cudaStreamPerThread}) {
+  opt.slices_in_flight = 0;  // every slice enqueued by submit(): the polls below query events
+  // The stream rule: the per-thread default stream is refused (the legacy one is fine).
+  {
     CudaEngineOptions o = opt;
-    o.compute_stream = pseudo;
+    o.compute_stream = cudaStreamPerThread;
     auto refused = CudaTransferEngine::create(pools, o);
     GPU_CHECK(!refused.is_ok() && refused.status().message().find(
                                       "CudaEngineOptions.compute_stream") != std::string::npos);
@@ -564,7 +597,8 @@ void run_errors(CopyMethod method) {
   GPU_CHECK(empty.is_ok() && empty->wait() == TransferState::kDone);
   GPU_CHECK(e.poll(TicketId(999999)) == TransferState::kFailed);
   GPU_CHECK(!e.stream_wait(TicketId(999999), compute).is_ok());
-  GPU_CHECK(e.stream_wait(empty->id(), nullptr).code() == ErrorCode::kInvalidArgument);
+  GPU_CHECK(e.stream_wait(empty->id(), cudaStreamPerThread).code() ==
+            ErrorCode::kInvalidArgument);
   empty->reset();
   failed->reset();
   late->reset();
@@ -949,9 +983,9 @@ void run_capture() {
   auto refused = (*e)->submit(b);
   GPU_CHECK(!refused.is_ok() && refused.status().code() == ErrorCode::kFailedPrecondition);
   if (!refused.is_ok()) std::printf("  refused: %s\n", refused.status().message().c_str());
-  // The ticket is still behind the 30 ms spin: its poll is deferred, with no event query.
+  // The ticket is still behind the 30 ms spin: its poll (a real event query, in relaxed
+  // capture mode) says pending and leaves the capture valid.
   GPU_CHECK(pending->poll() == TransferState::kPending);
-  GPU_CHECK((*e)->stats().deferred_polls == 1);
   cudaGraph_t graph = nullptr;
   const cudaError_t end = cudaStreamEndCapture(compute, &graph);
   GPU_CHECK_MSG(end == cudaSuccess, "the capture was invalidated: %s", cudaGetErrorName(end));
@@ -1034,6 +1068,292 @@ void run_device_restore() {
   std::printf("  %s\n", gpucheck::g_failed == failed_before ? "ok" : "FAILED");
 }
 
+// Side-stream capture, as torch.cuda.graph does it: the server captures a graph on its own
+// non-blocking stream in global mode while a cache thread (which never chose a device)
+// submits, polls, waits, waits on the GPU and drops tickets on the engine. The capture must
+// end valid, holding only the server's kernels; the cache thread must end with no context;
+// every byte moved during the capture is checked afterwards.
+void run_side_capture(CopyMethod method) {
+  std::printf("[side-stream capture] global-mode capture on a side stream, cache thread busy, %s\n",
+              to_string(method));
+  const int failed_before = gpucheck::g_failed;
+  const KvGeometry kv = KvGeometry::qwen3_next(16);  // 16 KiB pieces
+  constexpr std::uint32_t kPages = 128, kMoved = 48;
+  const std::size_t page = kv.page_bytes(), bytes = page * kPages;
+  void* gpu = nullptr;
+  int* counter = nullptr;
+  CUDA_OK(cudaMalloc(&gpu, bytes));
+  CUDA_OK(cudaMalloc(&counter, sizeof(int)));
+  CUDA_OK(cudaMemset(counter, 0, sizeof(int)));
+  const auto base = reinterpret_cast<std::uintptr_t>(gpu);
+  auto host = PinnedHostPool::create(bytes, page);
+  GPU_CHECK(host.is_ok());
+  if (!host.is_ok()) return;
+  cudaStream_t compute, capture;
+  CUDA_OK(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
+  CUDA_OK(cudaStreamCreateWithFlags(&capture, cudaStreamNonBlocking));
+  CudaPools pools;
+  pools.gpu_kv = kv_layer_first(base, kv, kPages);
+  pools.host_kv_pool = &*host;
+  pools.host_pages = kPages;
+  CudaEngineOptions opt;
+  opt.slice_pages = 8;  // several slices: the feeders work during the capture
+  opt.d2h = opt.h2d = method;
+  opt.compute_stream = compute;
+  auto e = CudaTransferEngine::create(pools, opt);
+  GPU_CHECK_MSG(e.is_ok(), "%s", e.status().to_string().c_str());
+  if (!e.is_ok()) return;
+  CudaTransferEngine& engine = **e;
+  std::memset(host->data(), kPoison, host->bytes());
+  launch_fill(gpu, bytes, kSeed1, compute);
+  CUDA_OK(cudaStreamSynchronize(compute));
+  std::vector<int> host_src(kPages, -1);
+  TransferBatch down, up;
+  up.direction = Direction::kHostToDevice;
+  for (std::uint32_t i = 0; i < kMoved; ++i) {
+    down.pages.push_back({GpuPageId(i), HostPageId(kPages - 1 - i)});
+    host_src[kPages - 1 - i] = static_cast<int>(i);
+    up.pages.push_back({GpuPageId(kPages - 1 - i), HostPageId(kPages - 1 - i)});
+  }
+
+  CUDA_OK(cudaStreamBeginCapture(capture, cudaStreamCaptureModeGlobal));
+  tiny_kernel<<<1, 32, 0, capture>>>(counter);
+  std::atomic<int> errors{0};
+  bool no_context = false;
+  std::thread cache([&] {
+    auto d = engine.submit(down);
+    if (!d.is_ok()) {
+      ++errors;
+      return;
+    }
+    TransferState st;
+    while ((st = d->poll()) == TransferState::kPending) std::this_thread::yield();
+    errors += st != TransferState::kDone;
+    auto u = engine.submit(up);
+    if (!u.is_ok() || !engine.stream_wait_layer(u->id(), 0, compute).is_ok() ||
+        !engine.stream_wait(u->id(), compute).is_ok() || u->wait() != TransferState::kDone)
+      ++errors;
+    auto dropped = engine.submit(down);  // dropped at once: its destructor polls and waits
+    errors += !dropped.is_ok();
+    no_context = gpucheck::current_context() == nullptr;
+  });
+  cache.join();
+  tiny_kernel<<<1, 32, 0, capture>>>(counter);
+  cudaGraph_t graph = nullptr;
+  const cudaError_t end = cudaStreamEndCapture(capture, &graph);
+  GPU_CHECK_MSG(end == cudaSuccess, "the server's capture was invalidated: %s",
+                cudaGetErrorName(end));
+  GPU_CHECK_MSG(errors == 0, "%d engine calls failed during the capture", errors.load());
+  GPU_CHECK_MSG(no_context, "the cache thread was left with a current context");
+  if (end == cudaSuccess) {
+    std::size_t nodes = 0;
+    CUDA_OK(cudaGraphGetNodes(graph, nullptr, &nodes));
+    GPU_CHECK_MSG(nodes == 2, "the graph holds %zu nodes, not the server's 2", nodes);
+    cudaGraphExec_t exec;
+    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    CUDA_OK(cudaGraphLaunch(exec, capture));
+    CUDA_OK(cudaStreamSynchronize(capture));
+    int count = 0;
+    CUDA_OK(cudaMemcpy(&count, counter, sizeof(int), cudaMemcpyDeviceToHost));
+    GPU_CHECK(count == 2);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  }
+  CUDA_OK(cudaDeviceSynchronize());
+  std::uint64_t bad = verify_host(pools.gpu_kv, base, host->data(), host_src, kSeed1);
+  GPU_CHECK_MSG(bad == 0, "demotion during the capture: %llu bytes wrong",
+                static_cast<unsigned long long>(bad));
+  std::vector<unsigned char> back(bytes);
+  CUDA_OK(cudaMemcpy(back.data(), gpu, bytes, cudaMemcpyDeviceToHost));
+  bad = 0;
+  const std::size_t chunk = kv.chunk_bytes();
+  for (std::uint32_t i = 0; i < kMoved; ++i)
+    for (std::uint32_t c = 0; c < 2 * kv.layers; ++c)
+      for (std::size_t x = 0; x < chunk; ++x) {
+        const std::uint64_t want = (std::uint64_t{c} * kPages + i) * chunk + x;
+        bad += back[(std::size_t{c} * kPages + kPages - 1 - i) * chunk + x] !=
+               pattern_byte(kSeed1, want);
+      }
+  GPU_CHECK_MSG(bad == 0, "promotion during the capture: %llu bytes wrong",
+                static_cast<unsigned long long>(bad));
+  GPU_CHECK(engine.stats().failed == 0);
+  GPU_CHECK(cudaPeekAtLastError() == cudaSuccess);
+  e->reset();
+  cudaStreamDestroy(compute);
+  cudaStreamDestroy(capture);
+  cudaFree(counter);
+  cudaFree(gpu);
+  std::printf("  %s\n", gpucheck::g_failed == failed_before ? "ok" : "FAILED");
+}
+
+// PyTorch's default stream: the legacy default stream (compute_stream = nullptr). The model
+// writes pages on it after a spin, a demotion submitted at once must read them; the model
+// poisons pages on it, a promotion must land after that and a kernel on the legacy stream
+// after stream_wait(ticket, nullptr) must read the promoted bytes.
+void run_legacy_stream() {
+  std::printf("[legacy stream] the compute stream is the legacy default stream (nullptr)\n");
+  const int failed_before = gpucheck::g_failed;
+  const KvGeometry kv = KvGeometry::qwen3_next();
+  constexpr std::uint32_t kPages = 96, kMoved = 40;
+  const std::size_t page = kv.page_bytes(), bytes = page * kPages;
+  void* gpu = nullptr;
+  CUDA_OK(cudaMalloc(&gpu, bytes));
+  const auto base = reinterpret_cast<std::uintptr_t>(gpu);
+  auto host = PinnedHostPool::create(bytes, page);
+  GPU_CHECK(host.is_ok());
+  if (!host.is_ok()) return;
+  CudaPools pools;
+  pools.gpu_kv = kv_layer_first(base, kv, kPages);
+  pools.host_kv_pool = &*host;
+  pools.host_pages = kPages;
+  CudaEngineOptions opt;
+  opt.compute_stream = nullptr;
+  auto e = CudaTransferEngine::create(pools, opt);
+  GPU_CHECK_MSG(e.is_ok(), "%s", e.status().to_string().c_str());
+  if (!e.is_ok()) return;
+  CudaTransferEngine& engine = **e;
+  std::memset(host->data(), kPoison, host->bytes());
+  CUDA_OK(cudaMemset(gpu, kPoison, bytes));
+  launch_spin(20, nullptr);
+  launch_fill(gpu, bytes, kSeed1, nullptr);
+  std::vector<int> host_src(kPages, -1);
+  TransferBatch down;
+  for (std::uint32_t i = 0; i < kMoved; ++i) {
+    down.pages.push_back({GpuPageId(2 * i), HostPageId(i)});
+    host_src[i] = static_cast<int>(2 * i);
+  }
+  auto t = engine.submit(down);
+  GPU_CHECK(t.is_ok() && t->wait() == TransferState::kDone);
+  std::uint64_t bad = verify_host(pools.gpu_kv, base, host->data(), host_src, kSeed1);
+  GPU_CHECK_MSG(bad == 0, "a demotion did not wait for the legacy stream: %llu bytes wrong",
+                static_cast<unsigned long long>(bad));
+  // Promotion after the legacy stream poisons the whole pool.
+  launch_spin(20, nullptr);
+  CUDA_OK(cudaMemsetAsync(gpu, kPoison, bytes, nullptr));
+  TransferBatch up;
+  up.direction = Direction::kHostToDevice;
+  std::vector<int> gpu_src(kPages, -1);
+  for (std::uint32_t i = 0; i < kMoved; ++i) {
+    up.pages.push_back({GpuPageId(kPages - 1 - i), HostPageId(i)});
+    gpu_src[kPages - 1 - i] = static_cast<int>(2 * i);
+  }
+  auto u = engine.submit(up);
+  GPU_CHECK(u.is_ok());
+  GPU_CHECK(engine.stream_wait(u->id(), nullptr).is_ok());
+  std::vector<VerifySeg> vsegs;
+  for (const StridedSegment& s : pools.gpu_kv.segments)
+    vsegs.push_back({s.base - base, s.item_stride, s.bytes});
+  VerifySeg* dsegs = nullptr;
+  int* dsrc = nullptr;
+  unsigned long long* dbad = nullptr;
+  CUDA_OK(cudaMalloc(&dsegs, vsegs.size() * sizeof(VerifySeg)));
+  CUDA_OK(cudaMalloc(&dsrc, gpu_src.size() * sizeof(int)));
+  CUDA_OK(cudaMalloc(&dbad, sizeof(unsigned long long)));
+  CUDA_OK(cudaMemcpyAsync(dsegs, vsegs.data(), vsegs.size() * sizeof(VerifySeg),
+                          cudaMemcpyHostToDevice, nullptr));
+  CUDA_OK(cudaMemcpyAsync(dsrc, gpu_src.data(), gpu_src.size() * sizeof(int),
+                          cudaMemcpyHostToDevice, nullptr));
+  CUDA_OK(cudaMemsetAsync(dbad, 0, sizeof(unsigned long long), nullptr));
+  verify_pool<<<1024, 256>>>(dsegs, static_cast<int>(vsegs.size()),
+                             static_cast<unsigned char*>(gpu), kPages, dsrc, kSeed1, dbad);
+  unsigned long long gpu_bad = 0;
+  CUDA_OK(cudaMemcpy(&gpu_bad, dbad, sizeof(gpu_bad), cudaMemcpyDeviceToHost));
+  GPU_CHECK(u->wait() == TransferState::kDone);
+  GPU_CHECK_MSG(gpu_bad == 0, "promotion read on the legacy stream: %llu bytes wrong", gpu_bad);
+  GPU_CHECK(engine.stats().failed == 0);
+  GPU_CHECK(cudaPeekAtLastError() == cudaSuccess);
+  t->reset();
+  u->reset();
+  e->reset();
+  cudaFree(dsegs);
+  cudaFree(dsrc);
+  cudaFree(dbad);
+  cudaFree(gpu);
+  std::printf("  %s\n", gpucheck::g_failed == failed_before ? "ok" : "FAILED");
+}
+
+// `--contexts`, in a fresh process: the model's thread works on the last device D; a cache
+// thread that never chose a device makes the pinned pool and the engine on D and uses them.
+// Afterwards no other device has a primary context and the cache thread has none current.
+// (With one GPU, D = 0 and only the thread's context is checked.)
+int run_contexts() {
+  int count = 0;
+  CUDA_OK(cudaGetDeviceCount(&count));
+  const int d = count - 1;
+  std::printf("[contexts] engine on device %d of %d, used from a thread without a context\n", d,
+              count);
+  for (int i = 0; i < count; ++i) {
+    const int active = gpucheck::primary_context_active(i);
+    std::printf("  device %d primary context at start: %s\n", i,
+                active < 0 ? "unknown" : active ? "active" : "none");
+  }
+  const KvGeometry kv = KvGeometry::qwen3_next(8);
+  constexpr std::uint32_t kPages = 64;
+  void* gpu = nullptr;
+  cudaStream_t compute = nullptr;
+  std::thread model([&] {  // the model's thread, on device D
+    CUDA_OK(cudaSetDevice(d));
+    CUDA_OK(cudaMalloc(&gpu, kv.page_bytes() * kPages));
+    CUDA_OK(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
+    launch_fill(gpu, kv.page_bytes() * kPages, kSeed1, compute);
+    CUDA_OK(cudaStreamSynchronize(compute));
+  });
+  model.join();
+  std::thread cache([&] {
+    auto fail = [](const char* what) {
+      ++gpucheck::g_failed;
+      std::printf("  FAILED: %s left the cache thread with a current context\n", what);
+    };
+    PinnedHostPool::Options popt;
+    popt.device = d;
+    auto host = PinnedHostPool::create(kv.page_bytes() * kPages, kv.page_bytes(), popt);
+    GPU_CHECK_MSG(host.is_ok(), "%s", host.status().to_string().c_str());
+    if (!host.is_ok()) return;
+    if (gpucheck::current_context() != nullptr) fail("PinnedHostPool::create");
+    CudaPools pools;
+    pools.gpu_kv = kv_layer_first(reinterpret_cast<std::uintptr_t>(gpu), kv, kPages);
+    pools.host_kv_pool = &*host;
+    pools.host_pages = kPages;
+    CudaEngineOptions opt;
+    opt.device = d;
+    opt.compute_stream = compute;
+    auto e = CudaTransferEngine::create(pools, opt);
+    GPU_CHECK_MSG(e.is_ok(), "%s", e.status().to_string().c_str());
+    if (!e.is_ok()) return;
+    if (gpucheck::current_context() != nullptr) fail("create");
+    TransferBatch down;
+    for (std::uint32_t i = 0; i < 16; ++i) down.pages.push_back({GpuPageId(i), HostPageId(i)});
+    auto t = (*e)->submit(down);
+    GPU_CHECK(t.is_ok());
+    if (gpucheck::current_context() != nullptr) fail("submit");
+    (void)t->poll();
+    if (gpucheck::current_context() != nullptr) fail("poll");
+    GPU_CHECK(t->wait() == TransferState::kDone);
+    if (gpucheck::current_context() != nullptr) fail("wait");
+    TransferBatch up = down;
+    up.direction = Direction::kHostToDevice;
+    for (PageCopy& p : up.pages) p.gpu = GpuPageId(p.gpu.value() + 32);
+    auto u = (*e)->submit(up);
+    GPU_CHECK(u.is_ok() && (*e)->stream_wait_layer(u->id(), 0, compute).is_ok() &&
+              (*e)->stream_wait(u->id(), compute).is_ok());
+    if (gpucheck::current_context() != nullptr) fail("stream_wait");
+    u->reset();
+    t->reset();
+    if (gpucheck::current_context() != nullptr) fail("Ticket::reset");
+    e->reset();
+    host->reset();
+    if (gpucheck::current_context() != nullptr) fail("the destructors");
+  });
+  cache.join();
+  for (int i = 0; i < count; ++i) {
+    if (i == d) continue;
+    const int active = gpucheck::primary_context_active(i);
+    GPU_CHECK_MSG(active == 0, "device %d has a primary context (%d) nobody asked for", i, active);
+  }
+  std::printf("  %s\n", gpucheck::g_failed == 0 ? "ok" : "FAILED");
+  return gpucheck::report();
+}
+
 __global__ void fault_kernel(int* p) {
   *p = 1;
 }
@@ -1100,6 +1420,7 @@ int main(int argc, char** argv) {
   std::printf("device 0: %s, %d SMs, %.1f GiB\n", prop.name, prop.multiProcessorCount,
               static_cast<double>(prop.totalGlobalMem) / (1 << 30));
   if (argc > 1 && std::string(argv[1]) == "--fatal") return run_fatal();
+  if (argc > 1 && std::string(argv[1]) == "--contexts") return run_contexts();
   std::mt19937 rng(12345);
   const KvGeometry qwen = KvGeometry::qwen3_next();
   const KvGeometry odd{3, 5, 1, 7, 1};  // 35-byte chunks: the byte path, unaligned addresses
@@ -1122,6 +1443,12 @@ int main(int argc, char** argv) {
        CopyMethod::kZeroCopyKernel, CopyMethod::kZeroCopyKernel, 16, 128, 128, 40, 0},
       {"mixed alignment dma", KvGeometry{2, 16, 2, 64, 2}, Kind::kMixedAlignment,
        CopyMethod::kDmaBatch, CopyMethod::kDmaBatch, 16, 128, 128, 40, 0},
+      {"qwen3-next auto (64 KiB pieces)", qwen, Kind::kLayerFirst, CopyMethod::kAuto,
+       CopyMethod::kAuto, 128, 256, 256, 100, 0},
+      {"qwen3-next 8-token pages auto (8 KiB pieces)", KvGeometry::qwen3_next(8),
+       Kind::kLayerFirst, CopyMethod::kAuto, CopyMethod::kAuto, 128, 512, 512, 200, 0},
+      {"qwen3-next 8-token pages dma (8 KiB pieces)", KvGeometry::qwen3_next(8),
+       Kind::kLayerFirst, CopyMethod::kDmaBatch, CopyMethod::kDmaBatch, 128, 256, 256, 100, 0},
   };
   const double start = gpucheck::now_s();
   run_probe_not_ready();
@@ -1136,6 +1463,9 @@ int main(int argc, char** argv) {
   run_concurrent(CopyMethod::kZeroCopyKernel);
   run_fallback();
   run_capture();
+  run_side_capture(CopyMethod::kAuto);
+  run_side_capture(CopyMethod::kDmaBatch);
+  run_legacy_stream();
   run_device_restore();
   std::printf("elapsed %.1f s\n", gpucheck::now_s() - start);
   return gpucheck::report();

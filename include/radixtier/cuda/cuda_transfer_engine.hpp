@@ -124,6 +124,12 @@ enum class CopyMethod {
 
 const char* to_string(CopyMethod method);
 
+/// The oldest NVIDIA driver a CUDA runtime version (cudaRuntimeGetVersion) runs on: "580" for
+/// 13.x, "525" for 12.x (minor-version compatibility), "450" for 11.x. This library links the
+/// runtime statically: built with CUDA 13, it needs driver 580 even inside a PyTorch built for
+/// CUDA 12 (which runs on 525); build it with the CUDA major version of the PyTorch it joins.
+std::string driver_floor(int runtime_version);
+
 struct CudaPools {
   DeviceLayout gpu_kv;                  ///< GPU KV pages
   DeviceLayout gpu_snapshots;           ///< GPU snapshot slots (items may be 0: no snapshots)
