@@ -72,6 +72,7 @@ TEST(CudaContract, SideStreamCaptureSurvivesTheCacheThread) {
     CudaEngineOptions o = f.options(2);
     o.slices_in_flight = in_flight;
     auto engine = f.engine(o);
+    ASSERT_NE(engine, nullptr);
     auto down = engine->submit(scattered(Direction::kDeviceToHost, 6));
     auto up = engine->submit(scattered(Direction::kHostToDevice, 3));
     ASSERT_TRUE(down.is_ok() && up.is_ok());
@@ -98,6 +99,11 @@ TEST(CudaContract, SideStreamCaptureSurvivesTheCacheThread) {
     ASSERT_TRUE(more.is_ok()) << more.status().to_string();  // the compute stream is not captured
     EXPECT_EQ(more->wait(), TransferState::kDone);
     EXPECT_TRUE(engine->stream_wait(more->id(), f.rt.compute()).is_ok());
+    if (in_flight > 0) {  // the feeder alone, waiting on its slices in flight, mid-capture
+      auto bulk = engine->submit(scattered(Direction::kDeviceToHost, 20));  // 10 slices
+      ASSERT_TRUE(bulk.is_ok());
+      EXPECT_TRUE(eventually([&] { return bulk->poll() == TransferState::kDone; }));
+    }
     EXPECT_EQ(f.rt.thread_capture_mode(), cudaStreamCaptureModeGlobal);  // the caller's, back
     done.set_value();
     server.join();
@@ -111,6 +117,7 @@ TEST(CudaContract, SideStreamCaptureSurvivesTheCacheThread) {
 TEST(CudaContract, KeepsTheCallersCaptureMode) {
   Fixture f;
   auto engine = f.engine(f.options());
+  ASSERT_NE(engine, nullptr);
   for (cudaStreamCaptureMode m : {cudaStreamCaptureModeThreadLocal, cudaStreamCaptureModeRelaxed,
                                   cudaStreamCaptureModeGlobal}) {
     f.rt.set_thread_capture_mode(m);
@@ -245,6 +252,7 @@ TEST(CudaContract, LegacyStreamWhileABlockingStreamIsCaptured) {
   CudaEngineOptions o = f.options();
   o.compute_stream = nullptr;
   auto engine = f.engine(o);
+  ASSERT_NE(engine, nullptr);
   // A capture on a blocking stream: any use of the legacy stream would join it.
   const cudaStream_t blocking = f.rt.make_stream(cudaStreamDefault, 0);
   f.rt.begin_capture(blocking, cudaStreamCaptureModeGlobal);
@@ -362,6 +370,7 @@ TEST(CudaContract, LayerGroupsAndTheKernelsSegmentTable) {
   f.rt.query_result = cudaSuccess;
   EXPECT_EQ(t->wait(), TransferState::kDone);
   auto plain = f.engine(f.options());
+  ASSERT_NE(plain, nullptr);
   auto u = plain->submit(scattered(Direction::kHostToDevice, 3));
   ASSERT_TRUE(u.is_ok());
   EXPECT_TRUE(plain->stream_wait_layer(u->id(), 9, f.rt.compute()).is_ok());
@@ -483,6 +492,7 @@ TEST(CudaContract, KernelGridIsSixteenBlocksByDefault) {
     o.d2h = CopyMethod::kZeroCopyKernel;
     o.kernel_blocks = blocks;
     auto engine = f.engine(o);
+    ASSERT_NE(engine, nullptr);
     ASSERT_TRUE(engine->submit(scattered(Direction::kDeviceToHost, 3)).is_ok());
     ASSERT_EQ(f.rt.launch_blocks.size(), 1u);
     EXPECT_EQ(f.rt.launch_blocks[0], want) << sms << " SMs, kernel_blocks " << blocks;
@@ -517,6 +527,7 @@ TEST(CudaContract, NoKernelImageFallsBackToDmaForGood) {
     CudaEngineOptions o = f.options(4);
     o.d2h = CopyMethod::kZeroCopyKernel;
     auto engine = f.engine(o);
+    ASSERT_NE(engine, nullptr);
     auto t = engine->submit(scattered(Direction::kDeviceToHost, 8));  // 2 slices
     ASSERT_TRUE(t.is_ok());
     EXPECT_EQ(f.rt.launches, 1);
@@ -539,10 +550,11 @@ TEST(CudaContract, FeederKeepsTwoSlicesInFlightAndAWaiterEnqueuesTheRest) {
   f.rt.on_sync = [&](cudaEvent_t) {  // the first wait (the feeder's) stalls until go_on
     if (first.exchange(false)) {
       blocked.set_value();
-      go.wait();
+      go.wait_for(std::chrono::seconds(10));  // bounded: a failing test must not hang
     }
   };
   auto engine = f.engine(o);
+  ASSERT_NE(engine, nullptr);
   struct Release {  // whatever happens below, the feeder goes on before the engine goes
     std::promise<void>& p;
     bool done = false;
@@ -597,6 +609,7 @@ TEST(CudaContract, FeederDrainsOnDestructionAndTicketsCompleteInTheBackground) {
   CudaEngineOptions o = f.options(2);
   o.slices_in_flight = 2;
   auto engine = f.engine(o);
+  ASSERT_NE(engine, nullptr);
   f.rt.query_result = cudaSuccess;
   std::vector<Ticket> tickets;
   for (int i = 0; i < 6; ++i) {
@@ -624,6 +637,7 @@ TEST(CudaContract, FeederDrainsOnDestructionAndTicketsCompleteInTheBackground) {
 TEST(CudaContract, TicketEventsSleepInsteadOfSpinning) {
   Fixture f;
   auto engine = f.engine(f.options());
+  ASSERT_NE(engine, nullptr);
   auto t = engine->submit(scattered(Direction::kDeviceToHost, 3));
   ASSERT_TRUE(t.is_ok());
   const cudaEvent_t done = f.rt.event_records.back().first;

@@ -90,6 +90,7 @@ TEST(CudaEngineFake, ComputeStreamRules) {
   EXPECT_NE(e.status().message().find("device 1"), std::string::npos) << e.status().message();
   // stream_wait refuses the per-thread stream as well.
   auto engine = f.engine(f.options());
+  ASSERT_NE(engine, nullptr);
   auto t = engine->submit(scattered(Direction::kHostToDevice, 2));
   ASSERT_TRUE(t.is_ok());
   EXPECT_EQ(engine->stream_wait(t->id(), cudaStreamPerThread).code(), ErrorCode::kInvalidArgument);
@@ -148,6 +149,7 @@ TEST(CudaEngineFake, RestoresTheCallersContext) {
 TEST(CudaEngineFake, CopyStreamsHaveTheLowestPriority) {
   Fixture f;
   auto engine = f.engine(f.options());
+  ASSERT_NE(engine, nullptr);
   ASSERT_EQ(f.rt.priorities.size(), 2u);
   EXPECT_EQ(f.rt.priorities[0], f.rt.least_priority);
   EXPECT_EQ(f.rt.priorities[1], f.rt.least_priority);
@@ -156,6 +158,7 @@ TEST(CudaEngineFake, CopyStreamsHaveTheLowestPriority) {
 TEST(CudaEngineFake, PendingPollLeavesNoLastError) {
   Fixture f;
   auto engine = f.engine(f.options());
+  ASSERT_NE(engine, nullptr);
   auto t = engine->submit(scattered(Direction::kDeviceToHost, 6));
   ASSERT_TRUE(t.is_ok());
   EXPECT_EQ(t->poll(), TransferState::kPending);
@@ -168,6 +171,7 @@ TEST(CudaEngineFake, PendingPollLeavesNoLastError) {
 TEST(CudaEngineFake, KeepsTheCallersPendingError) {
   Fixture f;
   auto engine = f.engine(f.options());
+  ASSERT_NE(engine, nullptr);
   f.rt.set_last_error(cudaErrorInvalidValue);  // the caller's own error, not read yet
   auto t = engine->submit(scattered(Direction::kDeviceToHost, 6));
   ASSERT_TRUE(t.is_ok());
@@ -182,6 +186,7 @@ TEST(CudaEngineFake, FallsBackForGoodWhenTheBatchCallIsUnsupported) {
   for (cudaError_t unsupported : {cudaErrorNotSupported, cudaErrorCallRequiresNewerDriver}) {
     Fixture f;
     auto engine = f.engine(f.options(4));
+    ASSERT_NE(engine, nullptr);
     // What the batch path enqueues when it works, as the reference.
     Fixture ref;
     auto ref_engine = ref.engine(ref.options(4));
@@ -222,6 +227,7 @@ TEST(CudaEngineFake, FallsBackForGoodWhenTheBatchCallIsUnsupported) {
 TEST(CudaEngineFake, OtherBatchErrorsFailTheTicketWithoutFallback) {
   Fixture f;
   auto engine = f.engine(f.options());
+  ASSERT_NE(engine, nullptr);
   f.rt.batch_result = cudaErrorInvalidValue;
   auto t = engine->submit(scattered(Direction::kDeviceToHost, 3));
   ASSERT_TRUE(t.is_ok());
@@ -235,6 +241,7 @@ TEST(CudaEngineFake, OtherBatchErrorsFailTheTicketWithoutFallback) {
 TEST(CudaEngineFake, StickyErrorIsFatalAndReported) {
   Fixture f;
   auto engine = f.engine(f.options());
+  ASSERT_NE(engine, nullptr);
   auto t1 = engine->submit(scattered(Direction::kDeviceToHost, 3));
   auto t2 = engine->submit(scattered(Direction::kHostToDevice, 3));
   ASSERT_TRUE(t1.is_ok() && t2.is_ok());
@@ -260,6 +267,7 @@ TEST(CudaEngineFake, StickyErrorIsFatalAndReported) {
 TEST(CudaEngineFake, StickyErrorWhileEnqueueingIsFatal) {
   Fixture f;
   auto engine = f.engine(f.options());
+  ASSERT_NE(engine, nullptr);
   f.rt.batch_result = cudaErrorLaunchFailure;
   auto t = engine->submit(scattered(Direction::kDeviceToHost, 3));
   ASSERT_FALSE(t.is_ok());
@@ -270,6 +278,7 @@ TEST(CudaEngineFake, StickyErrorWhileEnqueueingIsFatal) {
 TEST(CudaEngineFake, AsynchronousNonStickyErrorFailsOneTicket) {
   Fixture f;
   auto engine = f.engine(f.options());
+  ASSERT_NE(engine, nullptr);
   auto t = engine->submit(scattered(Direction::kDeviceToHost, 3));
   ASSERT_TRUE(t.is_ok());
   f.rt.query_result = cudaErrorInvalidResourceHandle;
@@ -286,6 +295,7 @@ TEST(CudaEngineFake, AsynchronousNonStickyErrorFailsOneTicket) {
 TEST(CudaEngineFake, RefusesSubmitWhileTheComputeStreamIsCaptured) {
   Fixture f;
   auto engine = f.engine(f.options());
+  ASSERT_NE(engine, nullptr);
   auto pending = engine->submit(scattered(Direction::kDeviceToHost, 2));
   ASSERT_TRUE(pending.is_ok());
   f.rt.begin_capture(f.rt.compute(), cudaStreamCaptureModeGlobal);
@@ -323,6 +333,7 @@ TEST(CudaEngineFake, FailureAfterSomeSlicesAreQueued) {
     CudaEngineOptions o = f.options(4);
     o.d2h = method;
     auto engine = f.engine(o);
+    ASSERT_NE(engine, nullptr);
     engine->inject_error_on_next_submit(2);
     auto t = engine->submit(scattered(Direction::kDeviceToHost, 16));  // 4 slices
     ASSERT_TRUE(t.is_ok());
@@ -374,6 +385,7 @@ TEST(CudaEngineFake, PromotionsCanOverlapQueuedCompute) {
   CudaEngineOptions o = f.options();
   o.promote_after_compute = false;
   auto engine = f.engine(o);
+  ASSERT_NE(engine, nullptr);
   auto records_on_compute = [&] {
     int n = 0;
     for (auto& [e, s] : f.rt.event_records) n += s == f.rt.compute();
@@ -411,6 +423,7 @@ TEST(CudaEngineFake, TicketIdsSkipTheInvalidValueAndLiveIds) {
 TEST(CudaEngineFake, WaitNeverWaitsOnARecycledEvent) {
   Fixture f;
   auto engine = f.engine(f.options());
+  ASSERT_NE(engine, nullptr);
   auto t1 = engine->submit(scattered(Direction::kDeviceToHost, 2));
   ASSERT_TRUE(t1.is_ok());
   const cudaEvent_t e1 = f.rt.event_records.back().first;
