@@ -86,16 +86,26 @@ def test_device_tensors_are_validated():
     assert raw.item_bytes == 256 and raw.items == 4
 
 
+def test_layers_and_the_stream_rule():
+    L = rt.cuda.DeviceLayout
+    t = FakeCuda((2, 3, 10, 4, 2, 8))  # [2, layers=3, pages, ...]: segment c is layer c % 3
+    assert L.from_tensors(t, item_dim=2, layers=3).layers == 3
+    assert L.from_tensors(t, item_dim=2).layers == 0  # promotions then in page order
+    with pytest.raises(rt.InvalidArgumentError, match="multiple of layers"):
+        L.from_tensors(t, item_dim=2, layers=4)
+    assert L.from_segments([(1 << 32, 256, 256), (1 << 33, 256, 256)], 4, layers=1).layers == 1
+    # cudaStreamPerThread (handle 2) is a different stream on every thread: refused before
+    # any device is needed. 0 is PyTorch's default stream, the legacy one: accepted.
+    with pytest.raises(rt.InvalidArgumentError, match="cudaStreamPerThread"):
+        rt.cuda.CudaTransferEngine(L.from_tensors(t, item_dim=2, layers=3), compute_stream=2)
+    assert rt.cuda.CopyMethod.AUTO != rt.cuda.CopyMethod.DMA_BATCH
+
+
 def test_engine_needs_a_device(monkeypatch):
     kv = rt.cuda.DeviceLayout.from_tensors(FakeCuda((10, 64)))
-    try:
-        engine = rt.cuda.CudaTransferEngine(kv, slice_pages=4)
-    except rt.InvalidArgumentError as e:
-        assert "CUDA device" in str(e) or "cuda" in str(e).lower()
-        return
-    # A machine with a GPU: the fake pointer is not device memory, but the engine starts;
-    # a PrefixCache is checked against its pools.
-    cfg = rt.CacheConfig(page_size=4, gpu_pages=11, gpu_snapshot_slots=1, page_bytes=128,
-                         snapshot_bytes=1)
-    with pytest.raises(rt.InvalidArgumentError, match="gpu_pages = 11"):
-        rt.PrefixCache(cfg, engine)
+    # compute_stream defaults to 0, the legacy default stream. Without a device (or a driver
+    # new enough for this module's CUDA runtime) the engine refuses to start and says why;
+    # on a GPU the fake pointer is refused: it is in no device allocation.
+    with pytest.raises((rt.FailedPreconditionError, rt.InvalidArgumentError)) as e:
+        rt.cuda.CudaTransferEngine(kv, slice_pages=4)
+    assert "cuda" in str(e.value).lower()
