@@ -174,8 +174,7 @@ void set_layers(cuda::DeviceLayout& layout, std::int64_t layers) {
     layout.segment_layers.push_back(static_cast<std::uint32_t>(c % n));
 }
 
-PyDeviceLayout from_tensors(const py::object& tensors, std::int64_t item_dim,
-                            std::int64_t layers) {
+PyDeviceLayout from_tensors(const py::object& tensors, std::int64_t item_dim, std::int64_t layers) {
   PyDeviceLayout out;
   py::list list;
   if (py::isinstance<py::list>(tensors) || py::isinstance<py::tuple>(tensors)) {
@@ -245,8 +244,7 @@ void warn_on_cuda_major_mismatch() {
   py::module_::import("warnings")
       .attr("warn")("radixtier's CUDA engine links CUDA runtime " + std::to_string(runtime / 1000) +
                     "." + std::to_string(runtime % 1000 / 10) + " statically, PyTorch uses CUDA " +
-                    torch_cuda + ": the NVIDIA driver must be >= " +
-                    cuda::driver_floor(runtime) +
+                    torch_cuda + ": the NVIDIA driver must be >= " + cuda::driver_floor(runtime) +
                     ". Build radixtier with the CUDA major version of this PyTorch "
                     "(docs/cuda.md, Driver floor).");
 }
@@ -415,8 +413,7 @@ void bind_cuda(py::module_& m) {
            py::arg("promote_after_compute") = true, py::arg("kernel_blocks") = 0,
            py::arg("promote_layer_groups") = 0, py::arg("slices_in_flight") = 2,
            py::arg("kernel_below_piece_bytes") = 32 << 10, py::keep_alive<1, 2>(),
-           py::keep_alive<1, 3>(),
-           py::keep_alive<1, 4>(), py::keep_alive<1, 5>())
+           py::keep_alive<1, 3>(), py::keep_alive<1, 4>(), py::keep_alive<1, 5>())
       .def_property_readonly("page_bytes", [](PyCudaEngine& e) { return e.engine().page_bytes(); })
       .def_property_readonly("snapshot_bytes",
                              [](PyCudaEngine& e) { return e.engine().snapshot_bytes(); })

@@ -64,7 +64,9 @@ std::vector<std::size_t> parse_list(const std::string& s) {
   return out;
 }
 
-const char* dir_name(Direction d) { return d == Direction::kDeviceToHost ? "D2H" : "H2D"; }
+const char* dir_name(Direction d) {
+  return d == Direction::kDeviceToHost ? "D2H" : "H2D";
+}
 
 struct Bench {
   KvGeometry kv = KvGeometry::qwen3_next();
@@ -304,8 +306,8 @@ int main(int argc, char** argv) {
           if (method == CopyMethod::kAuto) name += " (" + auto_choice(e->stats()) + ")";
           const CudaEngineStats st = e->stats();
           if (st.kernel_fallback) name += " [kernel fallback: DMA]";
-          md << "| " << dir_name(dir) << " | " << name << " | " << slice << " | "
-             << gb / tm.seconds << " | " << pct << " | " << 1e3 * tm.submit_s << " | "
+          md << "| " << dir_name(dir) << " | " << name << " | " << slice << " | " << gb / tm.seconds
+             << " | " << pct << " | " << 1e3 * tm.submit_s << " | "
              << (wrong == 0 ? std::string("ok") : std::to_string(wrong) + " B WRONG") << " |\n";
           csv << piece << ',' << dir_name(dir) << ',' << to_string(method) << ',' << slice << ','
               << tm.seconds << ',' << gb / tm.seconds << ',' << gb / contig[d] << ',' << pct << ','
@@ -313,8 +315,8 @@ int main(int argc, char** argv) {
           if (method == CopyMethod::kAuto && slice == 128) {
             goals << "GOAL " << dir_name(dir) << ' ' << piece << " B pieces, slice 128, auto ("
                   << auto_choice(st) << "): " << pct << "% of contiguous -> "
-                  << (pct >= kBandwidthGoal && wrong == 0 ? "MET" : "NOT MET") << " (goal >= "
-                  << kBandwidthGoal << "%)\n";
+                  << (pct >= kBandwidthGoal && wrong == 0 ? "MET" : "NOT MET")
+                  << " (goal >= " << kBandwidthGoal << "%)\n";
           }
         }
       }

@@ -125,6 +125,35 @@ unsigned long long count_gap_damage(const std::vector<Range>& gaps, const void* 
   return n;
 }
 
+// Bytes of the GPU pool at `base` that differ from what `src_of` says (verify_pool), counted
+// by a kernel on `stream`, so after everything that stream waits for; synchronizes `stream`.
+unsigned long long count_pool_damage(const std::vector<VerifySeg>& segs, void* base,
+                                     std::uint32_t pages, const std::vector<int>& src_of,
+                                     std::uint64_t seed, cudaStream_t stream) {
+  if (segs.empty()) return 0;
+  VerifySeg* dsegs = nullptr;
+  int* dsrc = nullptr;
+  unsigned long long* dbad = nullptr;
+  CUDA_OK(cudaMalloc(&dsegs, segs.size() * sizeof(VerifySeg)));
+  CUDA_OK(cudaMalloc(&dsrc, src_of.size() * sizeof(int)));
+  CUDA_OK(cudaMalloc(&dbad, sizeof(unsigned long long)));
+  CUDA_OK(cudaMemcpyAsync(dsegs, segs.data(), segs.size() * sizeof(VerifySeg),
+                          cudaMemcpyHostToDevice, stream));
+  CUDA_OK(cudaMemcpyAsync(dsrc, src_of.data(), src_of.size() * sizeof(int), cudaMemcpyHostToDevice,
+                          stream));
+  CUDA_OK(cudaMemsetAsync(dbad, 0, sizeof(unsigned long long), stream));
+  verify_pool<<<1024, 256, 0, stream>>>(dsegs, static_cast<int>(segs.size()),
+                                        static_cast<const unsigned char*>(base), pages, dsrc, seed,
+                                        dbad);
+  unsigned long long bad = 0;
+  CUDA_OK(cudaMemcpyAsync(&bad, dbad, sizeof(bad), cudaMemcpyDeviceToHost, stream));
+  CUDA_OK(cudaStreamSynchronize(stream));
+  cudaFree(dsegs);
+  cudaFree(dsrc);
+  cudaFree(dbad);
+  return bad;
+}
+
 constexpr std::size_t kGuard = 64 << 10;  // poisoned bytes past every pool, checked
 
 enum class Kind { kLayerFirst, kPageFirst, kPerLayerPadded, kMixedAlignment };
@@ -326,36 +355,16 @@ void run_round_trip(const RoundTrip& t, std::mt19937& rng) {
   for (std::size_t i = 0; i < layout.segments.size(); ++i) {
     const StridedSegment& s = layout.segments[i];
     vsegs.push_back({s.base - base, s.item_stride, s.bytes});
-    if (!layout.segment_layers.empty() && layout.segment_layers[i] == 0) vsegs0.push_back(vsegs.back());
+    if (!layout.segment_layers.empty() && layout.segment_layers[i] == 0)
+      vsegs0.push_back(vsegs.back());
   }
-  VerifySeg *dsegs = nullptr, *dsegs0 = nullptr;
-  int* dsrc = nullptr;
-  unsigned long long* dbad = nullptr;
-  CUDA_OK(cudaMalloc(&dsegs, vsegs.size() * sizeof(VerifySeg)));
-  CUDA_OK(cudaMalloc(&dsegs0, (vsegs0.size() + 1) * sizeof(VerifySeg)));
-  CUDA_OK(cudaMalloc(&dsrc, gpu_src.size() * sizeof(int)));
-  CUDA_OK(cudaMalloc(&dbad, 2 * sizeof(unsigned long long)));
-  CUDA_OK(cudaMemcpyAsync(dsegs, vsegs.data(), vsegs.size() * sizeof(VerifySeg),
-                          cudaMemcpyHostToDevice, compute));
-  if (!vsegs0.empty())
-    CUDA_OK(cudaMemcpyAsync(dsegs0, vsegs0.data(), vsegs0.size() * sizeof(VerifySeg),
-                            cudaMemcpyHostToDevice, compute));
-  CUDA_OK(cudaMemcpyAsync(dsrc, gpu_src.data(), gpu_src.size() * sizeof(int),
-                          cudaMemcpyHostToDevice, compute));
-  CUDA_OK(cudaMemsetAsync(dbad, 0, 2 * sizeof(unsigned long long), compute));
+  unsigned long long gpu_bad[2] = {0, 0};
   if (!vsegs0.empty()) {
     GPU_CHECK(engine.stream_wait_layer(t3->id(), 0, compute).is_ok());
-    verify_pool<<<1024, 256, 0, compute>>>(dsegs0, static_cast<int>(vsegs0.size()),
-                                           static_cast<unsigned char*>(gpu), t.gpu_pages, dsrc,
-                                           kSeed1, dbad + 1);
+    gpu_bad[1] = count_pool_damage(vsegs0, gpu, t.gpu_pages, gpu_src, kSeed1, compute);
   }
   GPU_CHECK(engine.stream_wait(t3->id(), compute).is_ok());
-  verify_pool<<<1024, 256, 0, compute>>>(dsegs, static_cast<int>(vsegs.size()),
-                                         static_cast<unsigned char*>(gpu), t.gpu_pages, dsrc,
-                                         kSeed1, dbad);
-  unsigned long long gpu_bad[2] = {0, 0};
-  CUDA_OK(cudaMemcpyAsync(gpu_bad, dbad, sizeof(gpu_bad), cudaMemcpyDeviceToHost, compute));
-  CUDA_OK(cudaStreamSynchronize(compute));
+  gpu_bad[0] = count_pool_damage(vsegs, gpu, t.gpu_pages, gpu_src, kSeed1, compute);
   GPU_CHECK(t3->wait() == TransferState::kDone);
   GPU_CHECK_MSG(gpu_bad[0] == 0, "promotion: %llu bytes wrong (read on the compute stream)",
                 gpu_bad[0]);
@@ -379,10 +388,6 @@ void run_round_trip(const RoundTrip& t, std::mt19937& rng) {
   t1->reset();
   t2->reset();
   t3->reset();
-  cudaFree(dsegs);
-  cudaFree(dsegs0);
-  cudaFree(dsrc);
-  cudaFree(dbad);
   created->reset();
   cudaStreamDestroy(compute);
   cudaStreamDestroy(side);
@@ -597,8 +602,7 @@ void run_errors(CopyMethod method) {
   GPU_CHECK(empty.is_ok() && empty->wait() == TransferState::kDone);
   GPU_CHECK(e.poll(TicketId(999999)) == TransferState::kFailed);
   GPU_CHECK(!e.stream_wait(TicketId(999999), compute).is_ok());
-  GPU_CHECK(e.stream_wait(empty->id(), cudaStreamPerThread).code() ==
-            ErrorCode::kInvalidArgument);
+  GPU_CHECK(e.stream_wait(empty->id(), cudaStreamPerThread).code() == ErrorCode::kInvalidArgument);
   empty->reset();
   failed->reset();
   late->reset();
@@ -1243,21 +1247,8 @@ void run_legacy_stream() {
   std::vector<VerifySeg> vsegs;
   for (const StridedSegment& s : pools.gpu_kv.segments)
     vsegs.push_back({s.base - base, s.item_stride, s.bytes});
-  VerifySeg* dsegs = nullptr;
-  int* dsrc = nullptr;
-  unsigned long long* dbad = nullptr;
-  CUDA_OK(cudaMalloc(&dsegs, vsegs.size() * sizeof(VerifySeg)));
-  CUDA_OK(cudaMalloc(&dsrc, gpu_src.size() * sizeof(int)));
-  CUDA_OK(cudaMalloc(&dbad, sizeof(unsigned long long)));
-  CUDA_OK(cudaMemcpyAsync(dsegs, vsegs.data(), vsegs.size() * sizeof(VerifySeg),
-                          cudaMemcpyHostToDevice, nullptr));
-  CUDA_OK(cudaMemcpyAsync(dsrc, gpu_src.data(), gpu_src.size() * sizeof(int),
-                          cudaMemcpyHostToDevice, nullptr));
-  CUDA_OK(cudaMemsetAsync(dbad, 0, sizeof(unsigned long long), nullptr));
-  verify_pool<<<1024, 256>>>(dsegs, static_cast<int>(vsegs.size()),
-                             static_cast<unsigned char*>(gpu), kPages, dsrc, kSeed1, dbad);
-  unsigned long long gpu_bad = 0;
-  CUDA_OK(cudaMemcpy(&gpu_bad, dbad, sizeof(gpu_bad), cudaMemcpyDeviceToHost));
+  const unsigned long long gpu_bad =
+      count_pool_damage(vsegs, gpu, kPages, gpu_src, kSeed1, nullptr);  // on the legacy stream
   GPU_CHECK(u->wait() == TransferState::kDone);
   GPU_CHECK_MSG(gpu_bad == 0, "promotion read on the legacy stream: %llu bytes wrong", gpu_bad);
   GPU_CHECK(engine.stats().failed == 0);
@@ -1265,9 +1256,6 @@ void run_legacy_stream() {
   t->reset();
   u->reset();
   e->reset();
-  cudaFree(dsegs);
-  cudaFree(dsrc);
-  cudaFree(dbad);
   cudaFree(gpu);
   std::printf("  %s\n", gpucheck::g_failed == failed_before ? "ok" : "FAILED");
 }
@@ -1285,7 +1273,9 @@ int run_contexts() {
   for (int i = 0; i < count; ++i) {
     const int active = gpucheck::primary_context_active(i);
     std::printf("  device %d primary context at start: %s\n", i,
-                active < 0 ? "unknown" : active ? "active" : "none");
+                active < 0 ? "unknown"
+                : active   ? "active"
+                           : "none");
   }
   const KvGeometry kv = KvGeometry::qwen3_next(8);
   constexpr std::uint32_t kPages = 64;
@@ -1445,10 +1435,10 @@ int main(int argc, char** argv) {
        CopyMethod::kDmaBatch, CopyMethod::kDmaBatch, 16, 128, 128, 40, 0},
       {"qwen3-next auto (64 KiB pieces)", qwen, Kind::kLayerFirst, CopyMethod::kAuto,
        CopyMethod::kAuto, 128, 256, 256, 100, 0},
-      {"qwen3-next 8-token pages auto (8 KiB pieces)", KvGeometry::qwen3_next(8),
-       Kind::kLayerFirst, CopyMethod::kAuto, CopyMethod::kAuto, 128, 512, 512, 200, 0},
-      {"qwen3-next 8-token pages dma (8 KiB pieces)", KvGeometry::qwen3_next(8),
-       Kind::kLayerFirst, CopyMethod::kDmaBatch, CopyMethod::kDmaBatch, 128, 256, 256, 100, 0},
+      {"qwen3-next 8-token pages auto (8 KiB pieces)", KvGeometry::qwen3_next(8), Kind::kLayerFirst,
+       CopyMethod::kAuto, CopyMethod::kAuto, 128, 512, 512, 200, 0},
+      {"qwen3-next 8-token pages dma (8 KiB pieces)", KvGeometry::qwen3_next(8), Kind::kLayerFirst,
+       CopyMethod::kDmaBatch, CopyMethod::kDmaBatch, 128, 256, 256, 100, 0},
   };
   const double start = gpucheck::now_s();
   run_probe_not_ready();
