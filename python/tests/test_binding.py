@@ -119,6 +119,23 @@ def test_request_lifecycle_through_every_call(stack):
     assert sum(n.tokens for n in nodes) == 12 and nodes[-1].boundary == 12
     assert nodes[-1].snapshot == rt.Residency.GPU and all(n.locks == 0 for n in nodes)
     assert all(n.kv_copy == rt.Copy.NONE for n in nodes)
+    # Results read as what they are, and as dicts.
+    assert repr(b) == (f"Admission(lock={b.lock}, cached_tokens=12, gpu_tokens=12, host_tokens=0, "
+                       "snapshot_from_host=False, promoting=False, kv_tokens=12)")
+    assert b.to_dict() == dict(lock=b.lock, cached_tokens=12, gpu_tokens=12, host_tokens=0,
+                               snapshot_from_host=False, promoting=False, kv_tokens=12)
+    assert repr(st).startswith("CacheStats(admissions=2, requested_tokens=")
+    assert "snapshots_inserted=1" in repr(st) and "bytes_d2h" not in repr(st)  # zeros summed up
+    assert repr(st).endswith(f"; the other {sum(v == 0 for v in st.to_dict().values())} are 0)")
+    assert st.to_dict()["bytes_d2h"] == 0 and len(st.to_dict()) == 40
+    assert repr(m).startswith("MatchResult(usable_tokens=12, kv_tokens=12,")
+    assert "kv=Residency.GPU" in repr(nodes[-1]) and nodes[-1].to_dict()["boundary"] == 12
+    assert repr(r) == f"InsertResult(not_taken={r.not_taken!r}, snapshot_taken=False)"
+    sizes = c.sizes().to_dict()
+    assert set(sizes) == {"gpu", "host", "store"} and sizes["gpu"]["kv_pages_locked"] == 0
+    assert repr(occ) == (f"Occupancy(gpu_pages_free=13, host_pages_free={occ.host_pages_free}, "
+                         f"gpu_slots_free=3, host_slots_free={occ.host_slots_free}, "
+                         f"nodes={occ.nodes})")
     c.poll()
     c.drain()
     c.drop_host()
