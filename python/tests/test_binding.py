@@ -295,6 +295,28 @@ def test_tokens_and_ids_accept_arrays_tensors_and_lists(stack, make):
     assert stack.cache.match(make(tokens)).kv_tokens == 8
 
 
+def test_int64_prompts_are_admitted_in_place_as_int32_ones(stack):
+    # admit() reads a contiguous int64 prompt natively (no conversion pass): the same
+    # admission as int32, and a token outside int32 refused with nothing changed.
+    tokens = np.arange(100, 116, dtype=np.int32)
+    stack.serve(tokens, snapshot=True)
+    prompt = np.append(tokens, 1).astype(np.int32)
+    for make in (lambda x: x.astype(np.int64), lambda x: torch.from_numpy(x.astype(np.int64))):
+        a = stack.cache.admit(prompt)
+        stack.cache.release(a.lock)
+        b = stack.cache.admit(make(prompt))
+        stack.cache.release(b.lock)
+        assert {**a.to_dict(), "lock": 0} == {**b.to_dict(), "lock": 0}
+        assert b.cached_tokens == 16
+    before = (stack.cache.stats().to_dict(), stack.cache.occupancy().to_dict())
+    for at in (3, 16):  # inside the cached prefix, and after it
+        bad = prompt.astype(np.int64)
+        bad[at] = 2**31 + int(bad[at])
+        with pytest.raises(rt.InvalidArgumentError, match=rf"prompt\[{at}\] = .* 32-bit token"):
+            stack.cache.admit(bad)
+    assert (stack.cache.stats().to_dict(), stack.cache.occupancy().to_dict()) == before
+
+
 def test_bad_arrays_are_rejected(stack):
     a = stack.cache.admit([1, 2])
     with pytest.raises(rt.InvalidArgumentError, match="integer"):

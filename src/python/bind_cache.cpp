@@ -307,9 +307,12 @@ void bind_cache(py::module_& m) {
       .def(
           "admit",
           [](PyPrefixCache& s, const py::object& prompt, std::int64_t ns, std::int64_t priority) {
-            TokenArg t(prompt, "prompt");
+            // int64 (torch's and numpy's default, what tokenizers return) is read in place.
+            TokenArg t(prompt, "prompt", /*wide_ok=*/true);
             const RequestOptions o = options_from(ns, priority);
-            return unwrap(s.locked([&](PrefixCache& c) { return c.admit(t.span(), o); }));
+            return unwrap(s.locked([&](PrefixCache& c) {
+              return t.wide().empty() ? c.admit(t.span(), o) : c.admit(t.wide(), o);
+            }));
           },
           py::arg("prompt"), py::kw_only(), py::arg("namespace") = 0,
           py::arg("priority") = kDefaultPriority,
