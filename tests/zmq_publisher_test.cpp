@@ -239,12 +239,12 @@ TEST(ZmqPublisher, RejectsBadConfigAndUnbindableEndpoint) {
 }
 
 TEST(ZmqPublisher, BindsOrConnectsByVllmsRule) {
-  EXPECT_TRUE(binds("tcp://*:5557"));
-  EXPECT_TRUE(binds("tcp://[::]:5557"));
-  EXPECT_TRUE(binds("ipc:///tmp/kv"));
-  EXPECT_TRUE(binds("inproc://kv"));
-  EXPECT_FALSE(binds("tcp://router:5557"));
-  EXPECT_FALSE(binds("tcp://127.0.0.1:5557"));
+  EXPECT_TRUE(zmq_endpoint_binds("tcp://*:5557"));
+  EXPECT_TRUE(zmq_endpoint_binds("tcp://[::]:5557"));
+  EXPECT_TRUE(zmq_endpoint_binds("ipc:///tmp/kv"));
+  EXPECT_TRUE(zmq_endpoint_binds("inproc://kv"));
+  EXPECT_FALSE(zmq_endpoint_binds("tcp://router:5557"));
+  EXPECT_FALSE(zmq_endpoint_binds("tcp://127.0.0.1:5557"));
   // A central subscriber binds (as llm-d's does); the publisher connects to it.
   zmq::context_t ctx;
   zmq::socket_t sub(ctx, zmq::socket_type::sub);
@@ -384,7 +384,7 @@ TEST(ZmqPublisher, SnapshotEventsTravelOnlyOnTheirOwnEndpointWithEveryOtherEvent
   }
   w.h.cache->drain();
   ASSERT_TRUE((*pub)->flush(std::chrono::seconds(10)));
-  EXPECT_GT((*pub)->snapshot_batches(), (*pub)->batches()) << "batches of snapshot events only";
+  EXPECT_GE((*pub)->snapshot_batches(), (*pub)->batches()) << "a twin of every vLLM batch";
 
   zmq::context_t ctx;
   const std::map<std::string, std::uint32_t> names = {{"adapter-a", 5}};

@@ -8,6 +8,8 @@
 #include <sstream>
 #include <unordered_set>
 
+#include "vector_clones.hpp"
+
 namespace radixtier {
 
 // ---------------------------------------------------------------------------------------
@@ -122,15 +124,8 @@ std::size_t common_prefix(const Token* mine, const Token* theirs, std::size_t le
   if (std::memcmp(mine, theirs, len * sizeof(Token)) == 0) return len;
   return static_cast<std::size_t>(std::mismatch(mine, mine + len, theirs).first - mine);
 }
-// The int64 walk's one pass over the prompt: AVX2 / AVX-512 clones where the compiler can
-// make them (GCC, x86-64), picked at load time by the CPU, as glibc's memcmp does for the
-// int32 walk (the baseline x86-64 build has no sign-extending vector load).
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define RADIXTIER_VECTOR_CLONES \
-  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define RADIXTIER_VECTOR_CLONES
-#endif
+// The int64 walk's one pass over the prompt: AVX2 / AVX-512 clones (vector_clones.hpp), as
+// glibc's memcmp has for the int32 walk (baseline x86-64 has no sign-extending vector load).
 RADIXTIER_VECTOR_CLONES std::size_t common_prefix(const Token* mine, const std::int64_t* theirs,
                                                   std::size_t len) {
   // int64 against int32: blocks compared branch-free (vectorised, as memcmp), then the block

@@ -13,7 +13,7 @@
 
 namespace radixtier {
 
-bool binds(const std::string& endpoint) {
+bool zmq_endpoint_binds(const std::string& endpoint) {
   return endpoint.find('*') != std::string::npos || endpoint.find("::") != std::string::npos ||
          endpoint.starts_with("ipc://") || endpoint.starts_with("inproc://");
 }
@@ -104,7 +104,7 @@ struct Stream {
   /// zmq::error_t.
   void open(const std::string& pub_at, const std::string& replay_at) {
     pub.set(zmq::sockopt::linger, 0);
-    if (binds(pub_at)) {
+    if (zmq_endpoint_binds(pub_at)) {
       pub.bind(pub_at);
       endpoint = pub.get(zmq::sockopt::last_endpoint);
     } else {
@@ -234,9 +234,9 @@ Result<std::unique_ptr<ZmqPublisher>> ZmqPublisher::create(const ZmqPublisherCon
       return Status::ok();
     } catch (const zmq::error_t& e) {
       return Status(ErrorCode::kInvalidArgument,
-                    std::string("ZmqPublisher: cannot ") + (binds(pub_at) ? "bind " : "connect ") +
-                        pub_at + (replay_at.empty() ? "" : " / bind " + replay_at) + ": " +
-                        e.what());
+                    std::string("ZmqPublisher: cannot ") +
+                        (zmq_endpoint_binds(pub_at) ? "bind " : "connect ") + pub_at +
+                        (replay_at.empty() ? "" : " / bind " + replay_at) + ": " + e.what());
     }
   };
   if (Status s = open(impl->vllm, config.endpoint, config.replay_endpoint); !s) return s;

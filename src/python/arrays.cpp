@@ -5,6 +5,8 @@
 #include <cstring>
 #include <type_traits>
 
+#include "../cache/vector_clones.hpp"
+
 namespace radixtier::python {
 
 namespace {
@@ -21,14 +23,8 @@ bool is_torch_tensor(py::handle obj) {
 }
 
 // int64 sources (torch's and numpy's default integer type) are the common case: these two
-// narrowing passes get AVX2 / AVX-512 clones where the compiler can make them (GCC, x86-64),
-// picked at load time by the CPU, so a 32k-token int64 prompt converts in a few microseconds.
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define RADIXTIER_VECTOR_CLONES \
-  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define RADIXTIER_VECTOR_CLONES
-#endif
+// narrowing passes get AVX2 / AVX-512 clones (vector_clones.hpp), so a 32k-token int64
+// prompt converts in a few microseconds.
 
 /// out[i] = src[i] as int32; nonzero when some value did not fit.
 RADIXTIER_VECTOR_CLONES std::uint64_t narrow_to_i32(const std::int64_t* __restrict src,

@@ -8,9 +8,8 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
-#include "radixtier/cache/prefix_cache.hpp"
 #include "radixtier/events/zmq_publisher.hpp"
-#include "radixtier/transfer/host_transfer_engine.hpp"
+#include "tiny_cache.hpp"
 
 int main() {
   using namespace radixtier;
@@ -25,34 +24,24 @@ int main() {
   auto pub = ZmqPublisher::create(pc);
   if (!pub) return std::fprintf(stderr, "publisher: %s\n", pub.status().to_string().c_str()), 1;
 
-  CacheConfig config;
-  config.page_size = 4;
-  config.gpu_pages = 64;
-  config.host_pages = 0;
-  config.gpu_snapshot_slots = 2;
-  config.host_snapshot_slots = 0;
-  config.page_bytes = 64;
-  config.snapshot_bytes = 128;
-  HostArenas memory(config);
-  HostTransferEngine engine(memory, config.slice_pages);
-  auto cache = PrefixCache::create(config, engine);
-  if (!cache) return std::fprintf(stderr, "create: %s\n", cache.status().to_string().c_str()), 1;
-  (*cache)->add_event_sink(&(*pub)->sink());
+  TinyCache tiny(64, 0);
+  if (!tiny.cache) return 1;
+  tiny.cache->add_event_sink(&(*pub)->sink());
   // The connection is made in the background: insert prompts until a batch arrives.
   std::vector<zmq::message_t> frames;
   for (int i = 0; i < 50 && frames.empty(); ++i) {
     const std::vector<Token> prompt = {i, 1, 2, 3, 4, 5, 6, 7, 8};
-    auto a = (*cache)->admit(prompt);
+    auto a = tiny.cache->admit(prompt);
     if (!a) return std::fprintf(stderr, "admit\n"), 1;
-    auto pages = (*cache)->alloc_pages(a->lock, 2);
+    auto pages = tiny.cache->alloc_pages(a->lock, 2);
     if (!pages) return std::fprintf(stderr, "alloc\n"), 1;
-    if (!(*cache)->insert(a->lock, std::span(prompt).first(8), *pages, {}))
+    if (!tiny.cache->insert(a->lock, std::span(prompt).first(8), *pages, {}))
       return std::fprintf(stderr, "insert\n"), 1;
-    (void)(*cache)->release(a->lock);
+    (void)tiny.cache->release(a->lock);
     if (!(*pub)->flush(std::chrono::seconds(5))) return std::fprintf(stderr, "flush\n"), 1;
     (void)zmq::recv_multipart(sub, std::back_inserter(frames));
   }
-  (*cache)->remove_event_sink(&(*pub)->sink());
+  tiny.cache->remove_event_sink(&(*pub)->sink());
   if (frames.size() != 3 || frames[0].to_string() != "kv@consumer@tiny" || frames[1].size() != 8)
     return std::fprintf(stderr, "no [topic, seq, payload] message arrived\n"), 1;
   // The payload is a msgpack array of 3: [ts, events, data_parallel_rank] (0x93).

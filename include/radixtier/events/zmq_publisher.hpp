@@ -85,7 +85,7 @@ struct ZmqPublisherConfig {
 };
 
 /// vLLM's rule: true when `endpoint` is bound, false when it is connected.
-bool binds(const std::string& endpoint);
+bool zmq_endpoint_binds(const std::string& endpoint);
 
 class ZmqPublisher {
  public:
