@@ -4,13 +4,22 @@
 # pkg-config), ZeroMQ, msgpack and prometheus-cpp (KV events, metrics), and for the Python
 # module and its tests pybind11, Python's headers, python3-zmq, python3-msgpack and
 # Debian's torch, numpy and pytest for /usr/bin/python3.
-#   scripts/setup.sh [PRESET]   the fuzz presets also need clang and libFuzzer (and llvm-cov)
+#   scripts/setup.sh [PRESET] [all|demo]   the fuzz presets also need clang and libFuzzer
+#                                           (and llvm-cov); "demo": only what `make demo`
+#                                           builds (the CLI and its libraries)
 set -euo pipefail
 preset=${1:-default}
-pkgs=(cmake g++ make libboost-dev libgtest-dev librapidcheck-dev libbenchmark-dev
-  nlohmann-json3-dev libcli11-dev liburing-dev libxxhash-dev pkg-config
-  pybind11-dev python3-dev python3-torch python3-pytest python3-numpy
-  libzmq3-dev cppzmq-dev libmsgpack-cxx-dev prometheus-cpp-dev python3-zmq python3-msgpack)
+what=${2:-all}
+# The CLI and the libraries it links (make demo).
+pkgs=(cmake g++ make libboost-dev nlohmann-json3-dev libcli11-dev liburing-dev libxxhash-dev
+  pkg-config)
+case "$what" in
+  demo) ;;
+  all) pkgs+=(libgtest-dev librapidcheck-dev libbenchmark-dev
+    pybind11-dev python3-dev python3-torch python3-pytest python3-numpy
+    libzmq3-dev cppzmq-dev libmsgpack-cxx-dev prometheus-cpp-dev python3-zmq python3-msgpack) ;;
+  *) echo "scripts/setup.sh: '$what' is not all or demo" >&2; exit 2 ;;
+esac
 case "$preset" in
   fuzz) pkgs+=(clang libclang-rt-14-dev) ;;
   fuzz-coverage) pkgs+=(clang libclang-rt-14-dev llvm-14) ;;

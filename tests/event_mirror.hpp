@@ -64,22 +64,23 @@ struct EventMirror {
                                   NamespaceId ns = kDefaultNamespace) {
     EventMirror m;
     const std::uint32_t ps = cache.page_size();
-    auto media = [](Residency r) {
+    auto media = [](Residency r, bool on_store) {
       std::vector<Medium> out;
       if (r == Residency::kGpu || r == Residency::kBoth) out.push_back(Medium::kGpu);
       if (r == Residency::kHost || r == Residency::kBoth) out.push_back(Medium::kHost);
+      if (on_store) out.push_back(Medium::kStore);
       return out;
     };
     for (const auto& tokens : known) {
       const std::vector<std::uint64_t> hashes = block_hashes(tokens, ps, ns.value());
       for (const NodeInfo& n : cache.inspect(tokens, ns)) {
-        for (Medium md : media(n.kv)) {
+        for (Medium md : media(n.kv, n.kv_on_store)) {
           for (std::size_t p = (n.boundary - n.tokens) / ps; p < n.matched / ps; ++p)
             m.blocks.try_emplace({hashes[p], md}, tokens.begin() + p * ps,
                                  tokens.begin() + (p + 1) * ps);
         }
         if (n.matched != n.boundary) continue;
-        for (Medium md : media(n.snapshot))
+        for (Medium md : media(n.snapshot, n.snapshot_on_store))
           m.snapshots.emplace(hashes[n.boundary / ps - 1], n.boundary, md);
       }
     }

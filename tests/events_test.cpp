@@ -9,6 +9,7 @@
 
 #include "cache_harness.hpp"
 #include "event_mirror.hpp"
+#include "memory_store_engine.hpp"
 #include "radixtier/cache/event_queue.hpp"
 
 namespace radixtier {
@@ -30,12 +31,16 @@ TEST(BlockHash, ChainsFromTheParentPage) {
 }
 
 /// A random workload of `ops` requests and maintenance calls; after each, the mirror fed by
-/// events must equal inspect().
-void run_workload(WritePolicy policy, HostTransferEngine::Mode mode, int ops, std::uint64_t seed) {
+/// events must equal inspect(). With `store`, a store tier below a small host pool takes the
+/// host's victims (the STORAGE medium).
+void run_workload(WritePolicy policy, HostTransferEngine::Mode mode, int ops, std::uint64_t seed,
+                  bool store = false) {
   CacheConfig c = testing::small_config(policy);
   c.gpu_pages = 40;
-  c.host_pages = 80;
-  Harness h(c, mode);
+  c.host_pages = store ? 24 : 80;
+  testing::MemoryStoreEngine store_tier(c, 160);
+  Harness h(c, mode, store ? &store_tier : nullptr);
+  store_tier.attach(h.memory);
   std::mt19937_64 rng(seed);
   auto pick = [&](std::size_t n) { return static_cast<std::size_t>(rng() % n); };
   EventMirror mirror, late;
@@ -43,7 +48,7 @@ void run_workload(WritePolicy policy, HostTransferEngine::Mode mode, int ops, st
   CallbackSink late_sink([&](const CacheEvent& e) { late.apply(e); });
   std::set<std::vector<Token>> seen;
   std::vector<std::vector<Token>> known;
-  std::size_t stored = 0;
+  std::size_t stored = 0, stored_on_store = 0;
   for (int op = 0; op < ops; ++op) {
     if (op == ops / 10) h.cache->add_event_sink(&sink);  // attached to a full cache
     if (op == ops / 2) h.cache->add_event_sink(&late_sink);
@@ -87,6 +92,7 @@ void run_workload(WritePolicy policy, HostTransferEngine::Mode mode, int ops, st
       ASSERT_EQ(late.difference(want), "") << "op " << op << " (sink attached late)";
     }
     stored = std::max(stored, mirror.blocks.size());
+    for (const auto& [key, tokens] : mirror.blocks) stored_on_store += key.second == Medium::kStore;
   }
   h.cache->drain();
   h.cache->remove_event_sink(&late_sink);
@@ -99,29 +105,38 @@ void run_workload(WritePolicy policy, HostTransferEngine::Mode mode, int ops, st
   const CacheStats s = h.cache->stats();
   EXPECT_GT(s.kv_pages_demoted + s.kv_pages_promoted, 0u);
   EXPECT_GT(s.transfers_failed, 0u);
+  if (store) {
+    EXPECT_GT(s.kv_pages_stored, 0u) << "the store tier was used";
+    EXPECT_GT(s.kv_pages_loaded, 0u) << "and read back";
+    EXPECT_GT(stored_on_store, 0u) << "STORAGE blocks were reported";
+  }
   EXPECT_EQ(h.cache->check_invariants(), "");
 }
 
 struct Case {
   WritePolicy policy;
   HostTransferEngine::Mode mode;
+  bool store = false;
 };
 
 class EventRebuild : public ::testing::TestWithParam<Case> {};
 
 TEST_P(EventRebuild, ContentsFromEventsEqualInspectAfterTenThousandOps) {
-  run_workload(GetParam().policy, GetParam().mode, 10'000, 20261201);
+  run_workload(GetParam().policy, GetParam().mode, 10'000, 20261201, GetParam().store);
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Engines, EventRebuild,
     ::testing::Values(Case{WritePolicy::kWriteBack, HostTransferEngine::Mode::kManual},
                       Case{WritePolicy::kWriteThrough, HostTransferEngine::Mode::kManual},
-                      Case{WritePolicy::kWriteBack, HostTransferEngine::Mode::kThreaded}),
+                      Case{WritePolicy::kWriteBack, HostTransferEngine::Mode::kThreaded},
+                      Case{WritePolicy::kWriteBack, HostTransferEngine::Mode::kManual, true},
+                      Case{WritePolicy::kWriteBack, HostTransferEngine::Mode::kThreaded, true}),
     [](const auto& info) {
       return std::string(info.param.policy == WritePolicy::kWriteBack ? "WriteBack"
                                                                       : "WriteThrough") +
-             (info.param.mode == HostTransferEngine::Mode::kManual ? "Manual" : "Threaded");
+             (info.param.mode == HostTransferEngine::Mode::kManual ? "Manual" : "Threaded") +
+             (info.param.store ? "Store" : "");
     });
 
 TEST(Events, FlushWithALockReportsClearedThenWhatIsPinned) {

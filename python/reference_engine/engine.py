@@ -59,6 +59,9 @@ class EngineConfig:
     metrics_bind: str | None = None  # "host:port": serve Prometheus metrics (rt.MetricsServer)
     events_endpoint: str | None = None  # ZMQ PUB address for KV events (rt.EventPublisher)
     events_replay_endpoint: str = ""  # its replay socket ("": none)
+    # More rt.EventPublisher keywords: wire_format, data_parallel_rank, namespace_names,
+    # snapshot_endpoint... (docs/events-and-metrics.md).
+    events_options: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -137,7 +140,7 @@ class Engine:
         self.metrics = rt.MetricsServer(self.cache, config.metrics_bind) \
             if config.metrics_bind is not None else None
         self.events = rt.EventPublisher(self.cache, config.events_endpoint,
-                                        config.events_replay_endpoint) \
+                                        config.events_replay_endpoint, **config.events_options) \
             if config.events_endpoint is not None else None
         self.fail_at_admission = dict(fail_at_admission or {})
         # The model computes straight in the cache's memory.

@@ -119,6 +119,23 @@ def test_request_lifecycle_through_every_call(stack):
     assert sum(n.tokens for n in nodes) == 12 and nodes[-1].boundary == 12
     assert nodes[-1].snapshot == rt.Residency.GPU and all(n.locks == 0 for n in nodes)
     assert all(n.kv_copy == rt.Copy.NONE for n in nodes)
+    # Results read as what they are, and as dicts.
+    assert repr(b) == (f"Admission(lock={b.lock}, cached_tokens=12, gpu_tokens=12, host_tokens=0, "
+                       "snapshot_from_host=False, promoting=False, kv_tokens=12)")
+    assert b.to_dict() == dict(lock=b.lock, cached_tokens=12, gpu_tokens=12, host_tokens=0,
+                               snapshot_from_host=False, promoting=False, kv_tokens=12)
+    assert repr(st).startswith("CacheStats(admissions=2, requested_tokens=")
+    assert "snapshots_inserted=1" in repr(st) and "bytes_d2h" not in repr(st)  # zeros summed up
+    assert repr(st).endswith(f"; the other {sum(v == 0 for v in st.to_dict().values())} are 0)")
+    assert st.to_dict()["bytes_d2h"] == 0 and len(st.to_dict()) == 40
+    assert repr(m).startswith("MatchResult(usable_tokens=12, kv_tokens=12,")
+    assert "kv=Residency.GPU" in repr(nodes[-1]) and nodes[-1].to_dict()["boundary"] == 12
+    assert repr(r) == f"InsertResult(not_taken={r.not_taken!r}, snapshot_taken=False)"
+    sizes = c.sizes().to_dict()
+    assert set(sizes) == {"gpu", "host", "store"} and sizes["gpu"]["kv_pages_locked"] == 0
+    assert repr(occ) == (f"Occupancy(gpu_pages_free=13, host_pages_free={occ.host_pages_free}, "
+                         f"gpu_slots_free=3, host_slots_free={occ.host_slots_free}, "
+                         f"nodes={occ.nodes})")
     c.poll()
     c.drain()
     c.drop_host()
@@ -276,6 +293,28 @@ def test_tokens_and_ids_accept_arrays_tensors_and_lists(stack, make):
     assert len(r.not_taken) == 0
     stack.cache.release(a.lock)
     assert stack.cache.match(make(tokens)).kv_tokens == 8
+
+
+def test_int64_prompts_are_admitted_in_place_as_int32_ones(stack):
+    # admit() reads a contiguous int64 prompt natively (no conversion pass): the same
+    # admission as int32, and a token outside int32 refused with nothing changed.
+    tokens = np.arange(100, 116, dtype=np.int32)
+    stack.serve(tokens, snapshot=True)
+    prompt = np.append(tokens, 1).astype(np.int32)
+    for make in (lambda x: x.astype(np.int64), lambda x: torch.from_numpy(x.astype(np.int64))):
+        a = stack.cache.admit(prompt)
+        stack.cache.release(a.lock)
+        b = stack.cache.admit(make(prompt))
+        stack.cache.release(b.lock)
+        assert {**a.to_dict(), "lock": 0} == {**b.to_dict(), "lock": 0}
+        assert b.cached_tokens == 16
+    before = (stack.cache.stats().to_dict(), stack.cache.occupancy().to_dict())
+    for at in (3, 16):  # inside the cached prefix, and after it
+        bad = prompt.astype(np.int64)
+        bad[at] = 2**31 + int(bad[at])
+        with pytest.raises(rt.InvalidArgumentError, match=rf"prompt\[{at}\] = .* 32-bit token"):
+            stack.cache.admit(bad)
+    assert (stack.cache.stats().to_dict(), stack.cache.occupancy().to_dict()) == before
 
 
 def test_bad_arrays_are_rejected(stack):

@@ -1,5 +1,7 @@
 """Binding overhead: admitting (and releasing) a cached 32k-token prefix through Python costs
-at most 2x the same calls made from C++ on the same cache (docs/performance.md)."""
+at most 2x the same calls made from C++ on the same cache, and an int64 prompt (what
+tokenizers return; admit() reads it in place) at most 1.3x the int32 one (docs/performance.md).
+`python3 python/tests/test_binding_overhead.py` prints the numbers of one run."""
 
 import time
 
@@ -26,11 +28,12 @@ def _cached_world():
 
 
 def measure(iterations=2000, repeats=7):
-    """Best-of-`repeats` microseconds per admit+release: C++ loop, Python with numpy int32,
-    torch int32 and torch int64 prompts (interleaved, so machine noise hits all alike)."""
+    """Best-of-`repeats` microseconds per admit+release: C++ loop, Python with numpy and torch
+    prompts of int32 and int64 (interleaved, so machine noise hits all alike)."""
     c, prompt = _cached_world()
     assert c.match(prompt[:-1]).usable_tokens == N
     inputs = {"numpy int32": prompt, "torch int32": torch.from_numpy(prompt),
+              "numpy int64": prompt.astype(np.int64),
               "torch int64": torch.from_numpy(prompt.astype(np.int64))}
     best = {"c++": float("inf"), **{k: float("inf") for k in inputs}}
     for _ in range(repeats):
@@ -44,18 +47,27 @@ def measure(iterations=2000, repeats=7):
     return {k: v * 1e6 for k, v in best.items()}
 
 
-def test_admit_of_a_cached_32k_prefix_costs_at_most_2x_cpp():
-    # A timing on a shared machine: up to three measurements, the goal must hold in one
+def _goals(us):
+    return {"numpy int32 <= 2x c++": us["numpy int32"] <= 2.0 * us["c++"],
+            "torch int32 <= 2x c++": us["torch int32"] <= 2.0 * us["c++"],
+            "numpy int64 <= 1.3x int32": us["numpy int64"] <= 1.3 * us["numpy int32"],
+            "torch int64 <= 1.3x int32": us["torch int64"] <= 1.3 * us["torch int32"]}
+
+
+def test_admit_of_a_cached_32k_prefix_costs_at_most_2x_cpp_and_int64_13x_int32():
+    # A timing on a shared machine: up to three measurements, the goals must hold in one
     # (ctest runs this file alone, RUN_SERIAL).
     for _ in range(3):
         us = measure()
         print(" ".join(f"{k}: {v:.2f} us" for k, v in us.items()))
-        if max(us["numpy int32"], us["torch int32"]) <= 2.0 * us["c++"]:
+        if all(_goals(us).values()):
             break
-    assert us["numpy int32"] <= 2.0 * us["c++"], us
-    assert us["torch int32"] <= 2.0 * us["c++"], us
+    assert all(_goals(us).values()), (_goals(us), us)
 
 
 if __name__ == "__main__":
-    for k, v in measure(iterations=5000, repeats=9).items():
+    us = measure(iterations=5000, repeats=9)
+    for k, v in us.items():
         print(f"{k:>12}: {v:6.2f} us per admit+release")
+    print(f"int64 / int32: numpy {us['numpy int64'] / us['numpy int32']:.2f}x, "
+          f"torch {us['torch int64'] / us['torch int32']:.2f}x")

@@ -1,5 +1,7 @@
-"""KV events and Prometheus metrics from Python: a router subscribes over ZMQ (python3-zmq,
-python3-msgpack), rebuilds the cache's contents from the events alone and finds inspect()'s;
+"""KV events and Prometheus metrics from Python: a router subscribes to the full stream over
+ZMQ (python3-zmq, python3-msgpack), rebuilds the cache's contents, snapshots included, from
+the events alone and finds inspect()'s (test_kv_event_consumers.py: vLLM's, Dynamo's and
+llm-d's decoders on the vLLM stream);
 the reference engine's metrics endpoint, scraped over HTTP, reports stats()."""
 
 import ctypes
@@ -41,7 +43,8 @@ def test_block_hash_is_xxh64_of_the_documented_bytes():
 
 
 class Router:
-    """A router's copy of one worker's cache, from KV events alone."""
+    """A router's copy of one worker's cache, from the full stream (snapshot_endpoint: vLLM's
+    events as tagged maps, and the snapshot events) alone."""
 
     def __init__(self, page_size):
         self.ps = page_size
@@ -50,30 +53,33 @@ class Router:
 
     def apply(self, payload):
         batch = msgpack.unpackb(payload, raw=False)
-        assert isinstance(batch[0], float) and len(batch) == 2
-        for ev in batch[1]:
-            tag = ev[0]
+        ts, events, rank = batch  # [ts, events, data_parallel_rank]
+        assert isinstance(ts, float) and rank == 0
+        for ev in events:
+            tag = ev["type"]
             if tag == "BlockStored":
-                _, hashes, parent, tokens, block_size, lora, medium = ev
-                assert block_size == self.ps and medium in ("GPU", "CPU")
-                h = parent if parent is not None else (lora or 0)  # lora_id: the namespace
-                for i, bh in enumerate(hashes):
-                    page = tokens[i * block_size:(i + 1) * block_size]
+                assert ev["block_size"] == self.ps and ev["medium"] in ("GPU", "CPU")
+                assert ev["lora_name"] is None and ev["lora_id"] is None  # default namespace
+                h = ev["parent_block_hash"] if ev["parent_block_hash"] is not None else 0
+                tokens, bs = ev["token_ids"], ev["block_size"]
+                for i, bh in enumerate(ev["block_hashes"]):
+                    page = tokens[i * bs:(i + 1) * bs]
                     h = rt.block_hash(h, np.array(page, dtype=np.int32))
                     assert h == bh, "a router reproduces every hash from the tokens"
-                    assert (bh, medium) not in self.blocks
-                    self.blocks[(bh, medium)] = tuple(page)
+                    assert (bh, ev["medium"]) not in self.blocks
+                    self.blocks[(bh, ev["medium"])] = tuple(page)
             elif tag == "BlockRemoved":
-                for bh in ev[1]:
-                    del self.blocks[(bh, ev[2])]
+                for bh in ev["block_hashes"]:
+                    del self.blocks[(bh, ev["medium"])]
             elif tag == "AllBlocksCleared":
                 self.blocks.clear()
                 self.snapshots.clear()
             elif tag == "SnapshotStored":
-                assert (ev[1], ev[2], ev[3]) not in self.snapshots
-                self.snapshots.add((ev[1], ev[2], ev[3]))
+                key = (ev["block_hash"], ev["boundary"], ev["medium"])
+                assert key not in self.snapshots
+                self.snapshots.add(key)
             elif tag == "SnapshotRemoved":
-                self.snapshots.remove((ev[1], ev[2], ev[3]))
+                self.snapshots.remove((ev["block_hash"], ev["boundary"], ev["medium"]))
             else:
                 raise AssertionError(f"unknown event {tag}")
 
@@ -102,7 +108,7 @@ def replay_all(ctx, endpoint, router, start=0):
     seqs = []
     while True:
         assert req.poll(5000), "no replay answer"
-        _, seq, payload = req.recv_multipart()
+        _, _topic, seq, payload = req.recv_multipart()
         if not payload:
             assert int.from_bytes(seq, "big", signed=True) == -1
             break
@@ -114,11 +120,13 @@ def replay_all(ctx, endpoint, router, start=0):
 
 def test_router_rebuilds_the_contents_from_zmq_events():
     st = Stack(small_config(gpu_pages=24, host_pages=48))
-    pub = rt.EventPublisher(st.cache, "tcp://127.0.0.1:*", "tcp://127.0.0.1:*")
+    pub = rt.EventPublisher(st.cache, "tcp://127.0.0.1:*", "tcp://127.0.0.1:*",
+                            snapshot_endpoint="tcp://127.0.0.1:*",
+                            snapshot_replay_endpoint="tcp://127.0.0.1:*")
     ctx = zmq.Context()
     sub = ctx.socket(zmq.SUB)
-    sub.setsockopt(zmq.SUBSCRIBE, b"kv-events")
-    sub.connect(pub.endpoint)
+    sub.setsockopt(zmq.SUBSCRIBE, b"kv-snapshots")
+    sub.connect(pub.snapshot_endpoint)
     rng = random.Random(3)
     known = []
     for i in range(400):
@@ -134,19 +142,19 @@ def test_router_rebuilds_the_contents_from_zmq_events():
     st.cache.drain()
     assert pub.flush(10.0)
     router = Router(4)
-    seqs = replay_all(ctx, pub.replay_endpoint, router)
-    assert seqs == list(range(pub.batches)) and pub.dropped == 0
+    seqs = replay_all(ctx, pub.snapshot_replay_endpoint, router)
+    assert seqs == list(range(pub.snapshot_batches)) and pub.dropped == 0
     want_blocks, want_snaps = expected(st.cache, known, 4)
     assert router.blocks == want_blocks and len(want_blocks) > 10
     assert router.snapshots == want_snaps
     # The live stream: topic, 8-byte big-endian sequence number, payload.
     st.cache.flush()
     assert pub.flush(10.0)
-    last = pub.batches - 1
+    last = pub.snapshot_batches - 1
     while True:
         assert sub.poll(5000), "no live message"
         topic, seq, payload = sub.recv_multipart()
-        assert topic == b"kv-events"
+        assert topic == b"kv-snapshots"
         if int.from_bytes(seq, "big") == last:
             router.apply(payload)
             break
@@ -175,6 +183,8 @@ def test_reference_engine_serves_metrics_and_events(name):
     s.engine.metrics_bind = "127.0.0.1:0"
     s.engine.events_endpoint = "tcp://127.0.0.1:*"
     s.engine.events_replay_endpoint = "tcp://127.0.0.1:*"
+    s.engine.events_options = dict(snapshot_endpoint="tcp://127.0.0.1:*",
+                                   snapshot_replay_endpoint="tcp://127.0.0.1:*")
     model = HybridModel(s.model)
     engine = Engine(model, s.engine, s.failing_submissions, s.fail_at_admission)
     for r in s.requests:
@@ -186,7 +196,7 @@ def test_reference_engine_serves_metrics_and_events(name):
     assert engine.events.flush(10.0)
     ctx = zmq.Context()
     router = Router(model.page_size)
-    replay_all(ctx, engine.events.replay_endpoint, router)
+    replay_all(ctx, engine.events.snapshot_replay_endpoint, router)
     ctx.destroy()
     known = [list(map(int, r.prompt)) + list(results[r.id].output) for r in s.requests
              if r.id in results]

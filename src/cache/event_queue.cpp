@@ -3,7 +3,15 @@
 namespace radixtier {
 
 const char* to_string(Medium medium) {
-  return medium == Medium::kGpu ? "GPU" : "CPU";
+  switch (medium) {
+    case Medium::kGpu:
+      return "GPU";
+    case Medium::kHost:
+      return "CPU";
+    case Medium::kStore:
+      return "STORAGE";
+  }
+  return "?";
 }
 
 Result<std::unique_ptr<EventQueue>> EventQueue::create(std::size_t capacity) {

@@ -8,6 +8,8 @@
 #include <sstream>
 #include <unordered_set>
 
+#include "vector_clones.hpp"
+
 namespace radixtier {
 
 // ---------------------------------------------------------------------------------------
@@ -115,9 +117,42 @@ void PrefixCache::destroy_subtree(Node* top) {
 // ---------------------------------------------------------------------------------------
 // tree walking
 
+namespace {
+/// How many leading tokens of `theirs` equal `mine` (int32 tree tokens), of `len`.
+std::size_t common_prefix(const Token* mine, const Token* theirs, std::size_t len) {
+  // The common case is a full match: one vectorised memcmp, then find the token only if not.
+  if (std::memcmp(mine, theirs, len * sizeof(Token)) == 0) return len;
+  return static_cast<std::size_t>(std::mismatch(mine, mine + len, theirs).first - mine);
+}
+// The int64 walk's one pass over the prompt: AVX2 / AVX-512 clones (vector_clones.hpp), as
+// glibc's memcmp has for the int32 walk (baseline x86-64 has no sign-extending vector load).
+RADIXTIER_VECTOR_CLONES std::size_t common_prefix(const Token* mine, const std::int64_t* theirs,
+                                                  std::size_t len) {
+  // int64 against int32: blocks compared branch-free (vectorised, as memcmp), then the block
+  // that differs token by token. A value outside int32 differs from every tree token.
+  constexpr std::size_t kBlock = 64;
+  std::size_t i = 0;
+  for (; i + kBlock <= len; i += kBlock) {
+    std::uint64_t diff = 0;
+    for (std::size_t j = 0; j < kBlock; ++j)
+      diff |= static_cast<std::uint64_t>(std::int64_t{mine[i + j]} ^ theirs[i + j]);
+    if (diff != 0) break;
+  }
+  while (i < len && std::int64_t{mine[i]} == theirs[i]) ++i;
+  return i;
+}
+}  // namespace
+
 Node* PrefixCache::find_child(const Node* n, std::span<const Token> tokens, std::size_t pos) const {
   if (pos + config_.page_size > tokens.size()) return nullptr;
   auto it = n->children.find(PageKey{tokens.data() + pos, config_.page_size});
+  return it == n->children.end() ? nullptr : it->second;
+}
+
+Node* PrefixCache::find_child(const Node* n, std::span<const std::int64_t> tokens,
+                              std::size_t pos) const {
+  if (pos + config_.page_size > tokens.size()) return nullptr;
+  auto it = n->children.find(WidePageKey{tokens.data() + pos, config_.page_size});
   return it == n->children.end() ? nullptr : it->second;
 }
 
@@ -125,16 +160,19 @@ std::size_t PrefixCache::common_pages(const Node* n, std::span<const Token> toke
                                       std::size_t pos) const {
   const std::size_t avail = (tokens.size() - pos) / config_.page_size * config_.page_size;
   const std::size_t len = std::min(n->tokens.size(), avail);
-  const Token* mine = n->tokens.data();
-  const Token* theirs = tokens.data() + pos;
-  // The common case is a full match: one vectorised memcmp, then find the page only if not.
-  if (std::memcmp(mine, theirs, len * sizeof(Token)) == 0) return len / config_.page_size;
-  auto [a, b] = std::mismatch(mine, mine + len, theirs);
-  return static_cast<std::size_t>(a - mine) / config_.page_size;
+  return common_prefix(n->tokens.data(), tokens.data() + pos, len) / config_.page_size;
 }
 
+std::size_t PrefixCache::common_pages(const Node* n, std::span<const std::int64_t> tokens,
+                                      std::size_t pos) const {
+  const std::size_t avail = (tokens.size() - pos) / config_.page_size * config_.page_size;
+  const std::size_t len = std::min(n->tokens.size(), avail);
+  return common_prefix(n->tokens.data(), tokens.data() + pos, len) / config_.page_size;
+}
+
+template <class T>
 std::vector<PrefixCache::Candidate> PrefixCache::candidates_along(const Node* from,
-                                                                  std::span<const Token> tokens,
+                                                                  std::span<const T> tokens,
                                                                   std::size_t* kv_tokens) const {
   std::vector<Candidate> out;
   std::size_t host_along = 0;
@@ -149,6 +187,11 @@ std::vector<PrefixCache::Candidate> PrefixCache::candidates_along(const Node* fr
   });
   return out;
 }
+template std::vector<PrefixCache::Candidate> PrefixCache::candidates_along(const Node*,
+                                                                           std::span<const Token>,
+                                                                           std::size_t*) const;
+template std::vector<PrefixCache::Candidate> PrefixCache::candidates_along(
+    const Node*, std::span<const std::int64_t>, std::size_t*) const;
 
 bool PrefixCache::worth_loading(const Candidate& c, std::size_t gpu_usable) const {
   return !c.needs_copy() || c.node->boundary >= gpu_usable + config_.load_back_min_tokens;

@@ -9,22 +9,26 @@
 namespace radixtier {
 
 namespace {
-constexpr std::uint8_t kOnGpu = 1, kOnHost = 2;
+constexpr std::uint8_t kOnGpu = 1, kOnHost = 2, kOnStore = 4;
+constexpr std::uint8_t kMedia[] = {kOnGpu, kOnHost, kOnStore};
 
-// The store row is not reported: events describe what a router can route to now (GPU and
-// host copies, as vLLM's GPU / CPU media).
+// Every row a request could resume from, as vLLM's media: GPU, CPU (host) and STORAGE (the
+// store tier). A store record exists only once its write finished (store_pages and
+// store_snapshot are set on completion), so the store row needs no in-flight check.
 std::uint8_t usable_kv(const Node& n) {
   return std::uint8_t((n.has_gpu_kv() && !n.kv_to_gpu() ? kOnGpu : 0) |
-                      (n.has_host_kv() && !n.kv_to_host() ? kOnHost : 0));
+                      (n.has_host_kv() && !n.kv_to_host() ? kOnHost : 0) |
+                      (n.has_store_kv() ? kOnStore : 0));
 }
 
 std::uint8_t usable_snapshot(const Node& n) {
   return std::uint8_t((n.gpu_snapshot.valid() && !n.snap_to_gpu() ? kOnGpu : 0) |
-                      (n.has_host_snapshot() && !n.snap_to_host() ? kOnHost : 0));
+                      (n.has_host_snapshot() && !n.snap_to_host() ? kOnHost : 0) |
+                      (n.store_snapshot.valid() ? kOnStore : 0));
 }
 
 Medium medium_of(std::uint8_t bit) {
-  return bit == kOnGpu ? Medium::kGpu : Medium::kHost;
+  return bit == kOnGpu ? Medium::kGpu : bit == kOnHost ? Medium::kHost : Medium::kStore;
 }
 }  // namespace
 
@@ -103,14 +107,14 @@ void PrefixCache::emit_changes(Node* n) {
   };
   // Removals first and a snapshot before its KV, stores the other way round, so a router
   // never holds a snapshot whose KV it has not seen.
-  for (std::uint8_t bit : {kOnGpu, kOnHost}) {
+  for (std::uint8_t bit : kMedia) {
     if ((old_snap & bit) && !(snap & bit))
       emit(SnapshotRemoved{tail_hash(n), n->boundary, medium_of(bit)});
   }
-  for (std::uint8_t bit : {kOnGpu, kOnHost}) {
+  for (std::uint8_t bit : kMedia) {
     if ((old_kv & bit) && !(kv & bit)) emit(BlockRemoved{hashes_of(), medium_of(bit)});
   }
-  for (std::uint8_t bit : {kOnGpu, kOnHost}) {
+  for (std::uint8_t bit : kMedia) {
     if (!(old_kv & bit) && (kv & bit)) {
       std::optional<std::uint64_t> parent;
       if (!n->parent->is_root()) parent = tail_hash(n->parent);
@@ -119,7 +123,7 @@ void PrefixCache::emit_changes(Node* n) {
       emit(BlockStored{hashes_of(), parent, n->tokens, config_.page_size, medium_of(bit), ns});
     }
   }
-  for (std::uint8_t bit : {kOnGpu, kOnHost}) {
+  for (std::uint8_t bit : kMedia) {
     if (!(old_snap & bit) && (snap & bit))
       emit(SnapshotStored{tail_hash(n), n->boundary, medium_of(bit)});
   }

@@ -1,6 +1,8 @@
 // The request lifecycle of PrefixCache: admit, wait, allocate, insert, release.
 #include <algorithm>
+#include <limits>
 #include <sstream>
+#include <type_traits>
 
 #include "radixtier/cache/prefix_cache.hpp"
 
@@ -49,6 +51,17 @@ Result<Admission> PrefixCache::admit(std::span<const Token> prompt) {
 }
 
 Result<Admission> PrefixCache::admit(std::span<const Token> prompt, const RequestOptions& options) {
+  return admit_tokens(prompt, options);
+}
+
+Result<Admission> PrefixCache::admit(std::span<const std::int64_t> prompt,
+                                     const RequestOptions& options) {
+  return admit_tokens(prompt, options);
+}
+
+template <class T>
+Result<Admission> PrefixCache::admit_tokens(std::span<const T> prompt,
+                                            const RequestOptions& options) {
   // Admission latency for TimingHooks: measured on every return path, only when attached.
   struct Timer {
     TimingHooks* hooks;
@@ -68,6 +81,16 @@ Result<Admission> PrefixCache::admit(std::span<const Token> prompt, const Reques
   // namespace is searched: no node is shared with another one.
   const std::vector<Candidate> candidates =
       candidates_along(root_of(options.ns), query, &kv_tokens);
+  if constexpr (!std::is_same_v<T, Token>) {
+    // The walk matched query[0, kv_tokens) to tree tokens: those are in range. The rest is
+    // checked here, before the admission changes anything (poll() above only reaped).
+    for (std::size_t i = kv_tokens; i < prompt.size(); ++i) {
+      if (prompt[i] < std::numeric_limits<Token>::min() ||
+          prompt[i] > std::numeric_limits<Token>::max())
+        return invalid_argument("admit: prompt[" + std::to_string(i) + "] = " +
+                                std::to_string(prompt[i]) + " does not fit a 32-bit token id");
+    }
+  }
   std::size_t gpu_usable = 0;
   for (const Candidate& c : candidates) {
     if (!c.needs_copy()) gpu_usable = c.node->boundary;
@@ -130,7 +153,8 @@ Result<Admission> PrefixCache::admit(std::span<const Token> prompt, const Reques
   return a;
 }
 
-void PrefixCache::prune_path(Node* root, std::span<const Token> tokens) {
+template <class T>
+void PrefixCache::prune_path(Node* root, std::span<const T> tokens) {
   if (root == nullptr) return;
   Node* n = root;
   for (std::size_t pos = 0;;) {

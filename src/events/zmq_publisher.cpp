@@ -2,6 +2,8 @@
 
 #include <atomic>
 #include <deque>
+#include <optional>
+#include <set>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -11,14 +13,54 @@
 
 namespace radixtier {
 
+bool zmq_endpoint_binds(const std::string& endpoint) {
+  return endpoint.find('*') != std::string::npos || endpoint.find("::") != std::string::npos ||
+         endpoint.starts_with("ipc://") || endpoint.starts_with("inproc://");
+}
+
+std::string ZmqPublisherConfig::namespace_name(std::uint32_t ns) const {
+  if (ns == kDefaultNamespace.value()) return {};
+  auto it = namespace_names.find(ns);
+  return it != namespace_names.end() ? it->second : "ns-" + std::to_string(ns);
+}
+
 Status ZmqPublisherConfig::validate() const {
   auto bad = [](const std::string& field, const std::string& why) {
     return invalid_argument("ZmqPublisherConfig." + field + " " + why);
   };
   if (endpoint.empty()) return bad("endpoint", "is empty");
-  if (!replay_endpoint.empty() && replay_endpoint == endpoint &&
-      endpoint.find('*') == std::string::npos)
-    return bad("replay_endpoint", "equals endpoint");
+  // A bound address may appear once (a wildcard port is a new port each time).
+  std::set<std::string> bound;
+  for (const std::string* e :
+       {&endpoint, &replay_endpoint, &snapshot_endpoint, &snapshot_replay_endpoint}) {
+    if (e->empty() || e->find('*') != std::string::npos) continue;
+    if (!bound.insert(*e).second) return bad("endpoint", *e + " is given to two sockets");
+  }
+  if (snapshot_endpoint.empty() && !snapshot_replay_endpoint.empty())
+    return bad("snapshot_replay_endpoint", "needs a snapshot_endpoint");
+  if (!snapshot_endpoint.empty() && snapshot_topic.empty())
+    return bad("snapshot_topic", "is empty (a subscriber of \"\" would take both streams apart)");
+  if (data_parallel_rank < 0)
+    return bad("data_parallel_rank", "= " + std::to_string(data_parallel_rank) + " is negative");
+  if (namespace_field == NamespaceField::kCacheSalt && wire_format != WireFormat::kVllmCurrent)
+    return bad("namespace_field",
+               "cache-salt needs wire_format vllm-current (a positional event has no "
+               "cache_salt slot; use lora-name)");
+  std::set<std::string> names;
+  for (const auto& [ns, name] : namespace_names) {
+    const std::string which = "namespace_names[" + std::to_string(ns) + "]";
+    if (ns == kDefaultNamespace.value())
+      return bad(which, "names the default namespace, which goes out without a name");
+    if (name.empty()) return bad(which, "is empty");
+    if (!names.insert(name).second) return bad(which, "\"" + name + "\" names two namespaces");
+  }
+  for (const auto& [ns, name] : namespace_names) {
+    // "ns-<k>" is namespace k's default name: another namespace must not take it.
+    if (name.starts_with("ns-") && name != "ns-" + std::to_string(ns) &&
+        name.find_first_not_of("0123456789", 3) == std::string::npos && name.size() > 3)
+      return bad("namespace_names[" + std::to_string(ns) + "]",
+                 "\"" + name + "\" is another namespace's default name");
+  }
   if (queue_capacity == 0) return bad("queue_capacity", "must be > 0");
   if (max_batch_events == 0) return bad("max_batch_events", "must be > 0");
   return Status::ok();
@@ -38,46 +80,61 @@ std::int64_t from_be64(const void* data) {
   for (int i = 0; i < 8; ++i) v = (v << 8) | b[i];
   return static_cast<std::int64_t>(v);
 }
-}  // namespace
 
-struct ZmqPublisher::Impl {
-  ZmqPublisherConfig config;
-  std::unique_ptr<EventQueue> queue;
-  zmq::context_t context{1};
-  zmq::socket_t pub{context, zmq::socket_type::pub};
-  zmq::socket_t replay{context, zmq::socket_type::router};
+/// One PUB socket with its topic, sequence numbers and (optionally) a ROUTER replay socket.
+/// Everything but the counters is the publisher thread's alone once it runs.
+struct Stream {
+  std::string topic;
+  std::size_t replay_buffer = 0;
+  ReplayFormat replay_format = ReplayFormat::kTopicSeqPayload;
+  zmq::socket_t pub, replay;
   bool has_replay = false;
   std::string endpoint, replay_endpoint;
-  std::deque<std::pair<std::uint64_t, std::string>> kept;  ///< guarded by: the thread
+  std::deque<std::pair<std::uint64_t, std::string>> kept;
   std::atomic<std::uint64_t> seq{0};
-  std::atomic<std::uint64_t> published_events{0};  ///< events taken from the queue and sent
-  std::atomic<bool> stop{false};
-  std::thread thread;
 
-  /// Takes what is queued (at most a batch) and sends it; false if the queue was empty.
-  bool publish_some() {
-    std::vector<CacheEvent> events;
-    CacheEvent e;
-    while (events.size() < config.max_batch_events && queue->pop(e)) events.push_back(std::move(e));
-    if (events.empty()) return false;
-    const double ts =
-        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-    std::string payload =
-        events::encode_batch(ts, events, config.snapshot_events, config.data_parallel_rank);
+  Stream(zmq::context_t& ctx, const ZmqPublisherConfig& c, std::string t)
+      : topic(std::move(t)),
+        replay_buffer(c.replay_buffer),
+        replay_format(c.replay_format),
+        pub(ctx, zmq::socket_type::pub),
+        replay(ctx, zmq::socket_type::router) {}
+
+  /// Binds or connects the PUB socket (vLLM's rule) and binds the replay socket; throws
+  /// zmq::error_t.
+  void open(const std::string& pub_at, const std::string& replay_at) {
+    pub.set(zmq::sockopt::linger, 0);
+    if (zmq_endpoint_binds(pub_at)) {
+      pub.bind(pub_at);
+      endpoint = pub.get(zmq::sockopt::last_endpoint);
+    } else {
+      pub.connect(pub_at);
+      endpoint = pub_at;
+    }
+    if (replay_at.empty()) return;
+    replay.set(zmq::sockopt::linger, 0);
+    // A replay answers with up to replay_buffer messages at once: past the default
+    // high-water mark a ROUTER drops them silently (the end marker too). The queue is
+    // bounded by replay_buffer per request anyway.
+    replay.set(zmq::sockopt::sndhwm, 0);
+    replay.bind(replay_at);
+    replay_endpoint = replay.get(zmq::sockopt::last_endpoint);
+    has_replay = true;
+  }
+
+  void publish(std::string payload) {
     const std::uint64_t s = seq.load(std::memory_order_relaxed);
     const std::string s_bytes = be64(static_cast<std::int64_t>(s));
     // PUB never blocks: past the high-water mark a slow subscriber loses messages (and can
     // ask the replay socket for them).
-    pub.send(zmq::buffer(config.topic), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+    pub.send(zmq::buffer(topic), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
     pub.send(zmq::buffer(s_bytes), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
     pub.send(zmq::buffer(payload), zmq::send_flags::dontwait);
-    if (has_replay && config.replay_buffer > 0) {
+    if (has_replay && replay_buffer > 0) {
       kept.emplace_back(s, std::move(payload));
-      while (kept.size() > config.replay_buffer) kept.pop_front();
+      while (kept.size() > replay_buffer) kept.pop_front();
     }
-    published_events.fetch_add(events.size(), std::memory_order_release);
     seq.store(s + 1, std::memory_order_release);
-    return true;
   }
 
   void serve_replay() {
@@ -89,67 +146,103 @@ struct ZmqPublisher::Impl {
       frames.push_back(std::move(m));
       if (more) continue;
       // [identity, (empty delimiter), start]: answer in the same envelope.
-      const zmq::message_t& body = frames.back();
-      if (frames.size() >= 2 && body.size() == 8) {
-        const std::int64_t start = from_be64(body.data());
+      if (frames.size() >= 2 && frames.back().size() == 8) {
+        const std::int64_t start = from_be64(frames.back().data());
         const bool delimited = frames.size() >= 3;
-        auto reply = [&](const std::string& a, const std::string& b) {
-          replay.send(zmq::buffer(frames[0].data(), frames[0].size()),
-                      zmq::send_flags::sndmore | zmq::send_flags::dontwait);
-          if (delimited) replay.send(zmq::str_buffer(""), zmq::send_flags::sndmore);
-          replay.send(zmq::buffer(a), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
-          replay.send(zmq::buffer(b), zmq::send_flags::dontwait);
+        const bool with_topic = replay_format == ReplayFormat::kTopicSeqPayload;
+        auto reply = [&](const std::string& t, const std::string& s, const std::string& body) {
+          constexpr auto more_now = zmq::send_flags::sndmore | zmq::send_flags::dontwait;
+          replay.send(zmq::buffer(frames[0].data(), frames[0].size()), more_now);
+          if (delimited) replay.send(zmq::str_buffer(""), more_now);
+          if (with_topic) replay.send(zmq::buffer(t), more_now);
+          replay.send(zmq::buffer(s), more_now);
+          replay.send(zmq::buffer(body), zmq::send_flags::dontwait);
         };
         for (const auto& [s, payload] : kept)
           if (static_cast<std::int64_t>(s) >= start)
-            reply(be64(static_cast<std::int64_t>(s)), payload);
-        reply(be64(-1), std::string());
+            reply(topic, be64(static_cast<std::int64_t>(s)), payload);
+        reply(std::string(), be64(-1), std::string());
       }
       frames.clear();
     }
   }
+};
+}  // namespace
+
+struct ZmqPublisher::Impl {
+  ZmqPublisherConfig config;
+  std::unique_ptr<EventQueue> queue;
+  zmq::context_t context{1};
+  Stream vllm{context, config, config.topic};
+  std::optional<Stream> full;                      ///< the full stream (snapshot_endpoint set)
+  std::atomic<std::uint64_t> published_events{0};  ///< events taken from the queue and sent
+  std::atomic<bool> stop{false};
+  std::thread thread;
+
+  explicit Impl(const ZmqPublisherConfig& c) : config(c) {
+    if (!config.snapshot_endpoint.empty()) full.emplace(context, config, config.snapshot_topic);
+  }
+
+  /// Takes what is queued (at most a batch) and sends it; false if the queue was empty.
+  bool publish_some() {
+    std::vector<CacheEvent> events;
+    CacheEvent e;
+    while (events.size() < config.max_batch_events && queue->pop(e)) events.push_back(std::move(e));
+    if (events.empty()) return false;
+    const double ts =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    // A batch of snapshot events only is not sent on the vLLM stream (an empty batch).
+    bool any_vllm = false;
+    for (const CacheEvent& ev : events) any_vllm |= !events::is_snapshot(ev);
+    if (any_vllm) vllm.publish(events::encode_batch(ts, events, config, false));
+    if (full) full->publish(events::encode_batch(ts, events, config, true));
+    published_events.fetch_add(events.size(), std::memory_order_release);
+    return true;
+  }
 
   void run() {
+    std::vector<zmq::pollitem_t> items;
+    std::vector<Stream*> replaying;
+    for (Stream* s : {&vllm, full ? &*full : nullptr}) {
+      if (s == nullptr || !s->has_replay) continue;
+      items.push_back({s->replay.handle(), 0, ZMQ_POLLIN, 0});
+      replaying.push_back(s);
+    }
     for (;;) {
       const bool stopping = stop.load(std::memory_order_acquire);
       while (publish_some()) {
       }
       if (stopping) return;
-      if (has_replay) {
-        zmq::pollitem_t item{replay.handle(), 0, ZMQ_POLLIN, 0};
-        zmq::poll(&item, 1, std::chrono::milliseconds(2));
-        if (item.revents & ZMQ_POLLIN) serve_replay();
-      } else {
+      if (items.empty()) {
         std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        continue;
       }
+      zmq::poll(items.data(), items.size(), std::chrono::milliseconds(2));
+      for (std::size_t i = 0; i < items.size(); ++i)
+        if (items[i].revents & ZMQ_POLLIN) replaying[i]->serve_replay();
     }
   }
 };
 
 Result<std::unique_ptr<ZmqPublisher>> ZmqPublisher::create(const ZmqPublisherConfig& config) {
   if (Status s = config.validate(); !s) return s;
-  auto impl = std::make_unique<Impl>();
-  impl->config = config;
+  auto impl = std::make_unique<Impl>(config);
   impl->queue = std::move(EventQueue::create(config.queue_capacity)).value();
-  try {
-    impl->pub.set(zmq::sockopt::linger, 0);
-    impl->pub.bind(config.endpoint);
-    impl->endpoint = impl->pub.get(zmq::sockopt::last_endpoint);
-    if (!config.replay_endpoint.empty()) {
-      impl->replay.set(zmq::sockopt::linger, 0);
-      // A replay answers with up to replay_buffer messages at once: past the default
-      // high-water mark a ROUTER drops them silently (the end marker too). The queue is
-      // bounded by replay_buffer per request anyway.
-      impl->replay.set(zmq::sockopt::sndhwm, 0);
-      impl->replay.bind(config.replay_endpoint);
-      impl->replay_endpoint = impl->replay.get(zmq::sockopt::last_endpoint);
-      impl->has_replay = true;
+  auto open = [](Stream& s, const std::string& pub_at, const std::string& replay_at) -> Status {
+    try {
+      s.open(pub_at, replay_at);
+      return Status::ok();
+    } catch (const zmq::error_t& e) {
+      return Status(ErrorCode::kInvalidArgument,
+                    std::string("ZmqPublisher: cannot ") +
+                        (zmq_endpoint_binds(pub_at) ? "bind " : "connect ") + pub_at +
+                        (replay_at.empty() ? "" : " / bind " + replay_at) + ": " + e.what());
     }
-  } catch (const zmq::error_t& e) {
-    return Status(ErrorCode::kInvalidArgument,
-                  "ZmqPublisher: cannot bind " + config.endpoint +
-                      (config.replay_endpoint.empty() ? "" : " / " + config.replay_endpoint) +
-                      ": " + e.what());
+  };
+  if (Status s = open(impl->vllm, config.endpoint, config.replay_endpoint); !s) return s;
+  if (impl->full) {
+    Status s = open(*impl->full, config.snapshot_endpoint, config.snapshot_replay_endpoint);
+    if (!s) return s;
   }
   Impl* raw = impl.get();
   impl->thread = std::thread([raw] { raw->run(); });
@@ -170,13 +263,24 @@ std::uint64_t ZmqPublisher::dropped() const {
   return impl_->queue->dropped();
 }
 std::uint64_t ZmqPublisher::batches() const {
-  return impl_->seq.load(std::memory_order_acquire);
+  return impl_->vllm.seq.load(std::memory_order_acquire);
+}
+std::uint64_t ZmqPublisher::snapshot_batches() const {
+  return impl_->full ? impl_->full->seq.load(std::memory_order_acquire) : 0;
 }
 const std::string& ZmqPublisher::endpoint() const {
-  return impl_->endpoint;
+  return impl_->vllm.endpoint;
 }
 const std::string& ZmqPublisher::replay_endpoint() const {
-  return impl_->replay_endpoint;
+  return impl_->vllm.replay_endpoint;
+}
+const std::string& ZmqPublisher::snapshot_endpoint() const {
+  static const std::string none;
+  return impl_->full ? impl_->full->endpoint : none;
+}
+const std::string& ZmqPublisher::snapshot_replay_endpoint() const {
+  static const std::string none;
+  return impl_->full ? impl_->full->replay_endpoint : none;
 }
 
 bool ZmqPublisher::flush(std::chrono::milliseconds timeout) {

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <type_traits>
 
+#include "../cache/vector_clones.hpp"
+
 namespace radixtier::python {
 
 namespace {
@@ -21,14 +23,8 @@ bool is_torch_tensor(py::handle obj) {
 }
 
 // int64 sources (torch's and numpy's default integer type) are the common case: these two
-// narrowing passes get AVX2 / AVX-512 clones where the compiler can make them (GCC, x86-64),
-// picked at load time by the CPU, so a 32k-token int64 prompt converts in a few microseconds.
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define RADIXTIER_VECTOR_CLONES \
-  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define RADIXTIER_VECTOR_CLONES
-#endif
+// narrowing passes get AVX2 / AVX-512 clones (vector_clones.hpp), so a 32k-token int64
+// prompt converts in a few microseconds.
 
 /// out[i] = src[i] as int32; nonzero when some value did not fit.
 RADIXTIER_VECTOR_CLONES std::uint64_t narrow_to_i32(const std::int64_t* __restrict src,
@@ -303,26 +299,65 @@ std::size_t IntArray::convert(std::int64_t lo, std::int64_t hi, std::uint32_t* o
   return convert_any(lo, hi, out);
 }
 
-std::span<const std::int32_t> IntArray::int32_span() const {
-  if (kind_ != Kind::kI32 || (stride_ != sizeof(std::int32_t) && size_ > 1) || size_ == 0 ||
-      reinterpret_cast<std::uintptr_t>(data_) % alignof(std::int32_t) != 0)
+namespace {
+/// The source as a span of T when it is contiguous T, else empty.
+template <class T>
+std::span<const T> contiguous(const char* data, std::size_t size, std::ptrdiff_t stride,
+                              bool right_kind) {
+  if (!right_kind || (stride != sizeof(T) && size > 1) || size == 0 ||
+      reinterpret_cast<std::uintptr_t>(data) % alignof(T) != 0)
     return {};
-  return {reinterpret_cast<const std::int32_t*>(data_), size_};
+  return {reinterpret_cast<const T*>(data), size};
+}
+}  // namespace
+
+std::span<const std::int32_t> IntArray::int32_span() const {
+  return contiguous<std::int32_t>(data_, size_, stride_, kind_ == Kind::kI32);
 }
 
-TokenArg::TokenArg(py::handle obj, const char* what) : array_(obj, what) {
+std::span<const std::int64_t> IntArray::int64_span() const {
+  return contiguous<std::int64_t>(data_, size_, stride_, kind_ == Kind::kI64);
+}
+
+namespace {
+/// The thread's spare token buffers (one per TokenArg alive at once: usually one).
+std::vector<TokenArg::Scratch>& spare_scratch() {
+  thread_local std::vector<TokenArg::Scratch> spare;
+  return spare;
+}
+}  // namespace
+
+TokenArg::TokenArg(py::handle obj, const char* what, bool wide_ok) : array_(obj, what) {
   if (auto s = array_.int32_span(); !s.empty()) {
     span_ = s;
     return;
   }
-  owned_.resize(array_.size());
+  if (auto w = array_.int64_span(); wide_ok && !w.empty()) {
+    wide_ = w;
+    return;
+  }
+  const std::size_t n = array_.size();
+  if (auto& spare = spare_scratch(); !spare.empty()) {
+    scratch_ = std::move(spare.back());
+    spare.pop_back();
+  }
+  if (scratch_.capacity < n) {
+    scratch_.data.reset(new Token[n]);  // default-initialized: no zero-fill pass
+    scratch_.capacity = n;
+  }
   const std::size_t bad = array_.convert(std::numeric_limits<Token>::min(),
-                                         std::numeric_limits<Token>::max(), owned_.data());
-  if (bad < owned_.size()) {
+                                         std::numeric_limits<Token>::max(), scratch_.data.get());
+  if (bad < n) {
     raise_invalid(std::string(what) + "[" + std::to_string(bad) +
                   "] = " + std::to_string(array_.at(bad)) + " does not fit a 32-bit token id");
   }
-  span_ = owned_;
+  span_ = {scratch_.data.get(), n};
+}
+
+TokenArg::~TokenArg() {
+  // Kept for the next call on this thread; a buffer grown past 16M tokens is let go.
+  if (scratch_.data && scratch_.capacity <= (std::size_t{1} << 24))
+    spare_scratch().push_back(std::move(scratch_));
 }
 
 }  // namespace radixtier::python

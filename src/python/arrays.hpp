@@ -1,7 +1,8 @@
 // Ids and tokens across the boundary, without a Python object per element.
 //
 // In: a 1-D integer buffer (numpy array, array.array, memoryview; int32 tokens are used in
-// place, other integer types are converted in one C++ loop), a CPU torch tensor of int32 or
+// place, contiguous int64 prompts too by admit(), which reads int64 natively, other integer
+// types are converted in one C++ loop), a CPU torch tensor of int32 or
 // int64 (read in place through data_ptr(), any stride), or, off the hot path, a sequence of
 // Python ints. Out: numpy int64 arrays (torch.from_numpy() shares them).
 #pragma once
@@ -11,6 +12,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -43,6 +45,8 @@ class IntArray {
   std::size_t convert(std::int64_t lo, std::int64_t hi, std::uint32_t* out) const;
   /// The elements when the source is contiguous int32 (tokens used in place), else empty.
   std::span<const std::int32_t> int32_span() const;
+  /// The elements when the source is contiguous int64, else empty.
+  std::span<const std::int64_t> int64_span() const;
 
  private:
   enum class Kind : std::uint8_t { kI8, kU8, kI16, kU16, kI32, kU32, kI64, kU64 };
@@ -62,16 +66,34 @@ class IntArray {
   Kind kind_ = Kind::kI64;
 };
 
-/// Tokens (int32) from any integer array: in place when the source is contiguous int32.
+/// Tokens (int32) from any integer array: in place when the source is contiguous int32,
+/// else narrowed in one pass (range check included) into a buffer the thread keeps between
+/// calls. A fresh buffer per call cost more than the narrowing: a 32k-token prompt's 128 KiB
+/// is zero-filled by vector::resize, and glibc maps a block that large anew (page faults on
+/// first touch) and unmaps it on free, every call.
 class TokenArg {
  public:
-  TokenArg(py::handle obj, const char* what = "tokens");
+  /// `wide_ok`: a contiguous int64 source is left as it is (wide(); span() is then empty),
+  /// for a call that reads int64 tokens natively (PrefixCache::admit).
+  TokenArg(py::handle obj, const char* what = "tokens", bool wide_ok = false);
+  ~TokenArg();
+  TokenArg(const TokenArg&) = delete;
+  TokenArg& operator=(const TokenArg&) = delete;
   std::span<const Token> span() const { return span_; }
+  std::span<const std::int64_t> wide() const { return wide_; }
+
+  /// An uninitialized token buffer, reused (per thread, so the GIL-free calls of several
+  /// threads never share one; nested TokenArgs each take their own).
+  struct Scratch {
+    std::unique_ptr<Token[]> data;
+    std::size_t capacity = 0;
+  };
 
  private:
   IntArray array_;
-  std::vector<Token> owned_;
+  Scratch scratch_;
   std::span<const Token> span_;
+  std::span<const std::int64_t> wide_;
 };
 
 /// Strong ids of one space (u32 values, the invalid value excluded) from an integer array.

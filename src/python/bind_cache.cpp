@@ -15,13 +15,13 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <sstream>
 #include <string>
 
 #include "arrays.hpp"
 #include "bindings.hpp"
 #include "errors.hpp"
 #include "radixtier/cache/prefix_cache.hpp"
+#include "records.hpp"
 
 namespace radixtier::python {
 
@@ -101,7 +101,8 @@ LockId lock_from(std::int64_t v) {
   return id_from<LockId>(v, "lock");
 }
 
-// Every CacheStats counter, once: the Python attributes and to_dict() come from this list.
+// Every CacheStats counter, once: the Python attributes, __repr__ and to_dict() come from
+// this list.
 struct StatField {
   const char* name;
   std::uint64_t CacheStats::*member;
@@ -153,12 +154,6 @@ constexpr StatField kStatFields[] = {
 static_assert(sizeof(CacheStats) == std::size(kStatFields) * sizeof(std::uint64_t),
               "a CacheStats counter is missing from kStatFields");
 
-py::dict stats_dict(const CacheStats& s) {
-  py::dict d;
-  for (const StatField& f : kStatFields) d[f.name] = s.*f.member;
-  return d;
-}
-
 /// admit + release `iterations` times, timed in C++: the reference the binding's overhead is
 /// measured against (python/tests/test_binding_overhead.py, docs/performance.md).
 double admit_release_loop(PyPrefixCache& self, const py::object& tokens, std::int64_t iterations) {
@@ -190,65 +185,63 @@ void with_cache(py::handle cache, const std::function<void(PrefixCache&)>& f) {
 }
 
 void bind_cache(py::module_& m) {
-  py::class_<Admission>(m, "Admission", "What admit() matched and locked.")
-      .def_property_readonly(
+  Record<Admission>(m, "Admission", "What admit() matched and locked.")
+      .property(
           "lock", [](const Admission& a) { return a.lock.value(); },
           "the request's lock (an int); also the ticket of its promotion")
-      .def_readonly("cached_tokens", &Admission::cached_tokens, "usable match length")
-      .def_readonly("gpu_tokens", &Admission::gpu_tokens)
-      .def_readonly("host_tokens", &Admission::host_tokens)
-      .def_readonly("snapshot_from_host", &Admission::snapshot_from_host)
-      .def_readonly("promoting", &Admission::promoting, "wait(lock) before reading the pages")
-      .def_readonly("kv_tokens", &Admission::kv_tokens,
-                    "where the prompt leaves the cached KV path (>= cached_tokens)")
-      .def("__repr__", [](const Admission& a) {
-        std::ostringstream os;
-        os << "Admission(lock=" << a.lock.value() << ", cached_tokens=" << a.cached_tokens
-           << ", gpu_tokens=" << a.gpu_tokens << ", host_tokens=" << a.host_tokens
-           << ", promoting=" << (a.promoting ? "True" : "False") << ", kv_tokens=" << a.kv_tokens
-           << ")";
-        return os.str();
-      });
+      .field("cached_tokens", &Admission::cached_tokens, "usable match length")
+      .field("gpu_tokens", &Admission::gpu_tokens)
+      .field("host_tokens", &Admission::host_tokens)
+      .field("snapshot_from_host", &Admission::snapshot_from_host)
+      .field("promoting", &Admission::promoting, "wait(lock) before reading the pages")
+      .field("kv_tokens", &Admission::kv_tokens,
+             "where the prompt leaves the cached KV path (>= cached_tokens)")
+      .done();
 
-  py::class_<PyInsertResult>(m, "InsertResult")
-      .def_readonly("not_taken", &PyInsertResult::not_taken,
-                    "the caller's pages the tree did not adopt (int64 array; still the "
-                    "caller's: free them when done)")
-      .def_readonly("snapshot_taken", &PyInsertResult::snapshot_taken,
-                    "False: the caller still owns its snapshot slot");
+  Record<PyInsertResult>(m, "InsertResult", "What insert() adopted.")
+      .field("not_taken", &PyInsertResult::not_taken,
+             "the caller's pages the tree did not adopt (int64 array; still the "
+             "caller's: free them when done)")
+      .field("snapshot_taken", &PyInsertResult::snapshot_taken,
+             "False: the caller still owns its snapshot slot")
+      .done();
 
-  py::class_<MatchResult>(m, "MatchResult")
-      .def_readonly("usable_tokens", &MatchResult::usable_tokens)
-      .def_readonly("kv_tokens", &MatchResult::kv_tokens)
-      .def_readonly("host_tokens", &MatchResult::host_tokens)
-      .def_readonly("snapshot_on_gpu", &MatchResult::snapshot_on_gpu)
-      .def_readonly("gpu_usable_tokens", &MatchResult::gpu_usable_tokens,
-                    "deepest usable boundary that needs no copy")
-      .def_readonly("resume_tokens", &MatchResult::resume_tokens,
-                    "where admit resumes under the load-back threshold, GPU room allowing")
-      .def_readonly("load_back", &MatchResult::load_back, "resume_tokens needs a host copy");
+  Record<MatchResult>(m, "MatchResult", "What match() and peek() found (read-only).")
+      .field("usable_tokens", &MatchResult::usable_tokens)
+      .field("kv_tokens", &MatchResult::kv_tokens)
+      .field("host_tokens", &MatchResult::host_tokens)
+      .field("snapshot_on_gpu", &MatchResult::snapshot_on_gpu)
+      .field("gpu_usable_tokens", &MatchResult::gpu_usable_tokens,
+             "deepest usable boundary that needs no copy")
+      .field("resume_tokens", &MatchResult::resume_tokens,
+             "where admit resumes under the load-back threshold, GPU room allowing")
+      .field("load_back", &MatchResult::load_back, "resume_tokens needs a host copy")
+      .done();
 
   py::enum_<Tier>(m, "Tier", "A tier of the cache, for evict() and sizes().")
       .value("GPU", Tier::kGpu)
       .value("HOST", Tier::kHost)
       .value("STORE", Tier::kStore);
-  py::class_<EvictResult>(m, "EvictResult", "What evict() freed on its tier.")
-      .def_readonly("kv_pages", &EvictResult::kv_pages)
-      .def_readonly("snapshots", &EvictResult::snapshots)
-      .def_readonly("bytes", &EvictResult::bytes)
+  Record<EvictResult>(m, "EvictResult", "What evict() freed on its tier.")
+      .field("kv_pages", &EvictResult::kv_pages)
+      .field("snapshots", &EvictResult::snapshots)
+      .field("bytes", &EvictResult::bytes)
+      .done()
       .def("__eq__", [](const EvictResult& a, const EvictResult& b) { return a == b; });
-  py::class_<TierSizes>(m, "TierSizes", "Evictable and locked data of one tier.")
-      .def_readonly("kv_pages_evictable", &TierSizes::kv_pages_evictable)
-      .def_readonly("kv_pages_locked", &TierSizes::kv_pages_locked)
-      .def_readonly("snapshots_evictable", &TierSizes::snapshots_evictable)
-      .def_readonly("snapshots_locked", &TierSizes::snapshots_locked)
-      .def_readonly("bytes_evictable", &TierSizes::bytes_evictable)
-      .def_readonly("bytes_locked", &TierSizes::bytes_locked)
+  Record<TierSizes>(m, "TierSizes", "Evictable and locked data of one tier.")
+      .field("kv_pages_evictable", &TierSizes::kv_pages_evictable)
+      .field("kv_pages_locked", &TierSizes::kv_pages_locked)
+      .field("snapshots_evictable", &TierSizes::snapshots_evictable)
+      .field("snapshots_locked", &TierSizes::snapshots_locked)
+      .field("bytes_evictable", &TierSizes::bytes_evictable)
+      .field("bytes_locked", &TierSizes::bytes_locked)
+      .done()
       .def("__eq__", [](const TierSizes& a, const TierSizes& b) { return a == b; });
-  py::class_<CacheSizes>(m, "CacheSizes", "sizes(): one TierSizes per tier.")
-      .def_readonly("gpu", &CacheSizes::gpu)
-      .def_readonly("host", &CacheSizes::host)
-      .def_readonly("store", &CacheSizes::store);
+  Record<CacheSizes>(m, "CacheSizes", "sizes(): one TierSizes per tier.")
+      .field("gpu", &CacheSizes::gpu)
+      .field("host", &CacheSizes::host)
+      .field("store", &CacheSizes::store)
+      .done();
 
   py::enum_<Residency>(m, "Residency", "Where a node's KV or snapshot is.")
       .value("NONE", Residency::kNone)
@@ -263,33 +256,35 @@ void bind_cache(py::module_& m) {
       .value("STORE", Xfer::kStore)
       .value("LOAD", Xfer::kLoad)
       .value("STAGE", Xfer::kStage);
-  py::class_<NodeInfo>(m, "NodeInfo", "One node on a path, as inspect() reports it.")
-      .def_readonly("boundary", &NodeInfo::boundary)
-      .def_readonly("tokens", &NodeInfo::tokens)
-      .def_readonly("matched", &NodeInfo::matched)
-      .def_readonly("kv", &NodeInfo::kv)
-      .def_readonly("snapshot", &NodeInfo::snapshot)
-      .def_readonly("kv_copy", &NodeInfo::kv_copy)
-      .def_readonly("snapshot_copy", &NodeInfo::snapshot_copy)
-      .def_readonly("locks", &NodeInfo::locks)
-      .def_readonly("snapshot_locks", &NodeInfo::snapshot_locks)
-      .def_readonly("kv_priority", &NodeInfo::kv_priority, "retention level of its KV")
-      .def_readonly("snapshot_priority", &NodeInfo::snapshot_priority)
-      .def_readonly("pins", &NodeInfo::pins, "host pins whose prefix includes it")
-      .def_readonly("kv_on_store", &NodeInfo::kv_on_store, "its KV has a store copy")
-      .def_readonly("snapshot_on_store", &NodeInfo::snapshot_on_store)
+  Record<NodeInfo>(m, "NodeInfo", "One node on a path, as inspect() reports it.")
+      .field("boundary", &NodeInfo::boundary)
+      .field("tokens", &NodeInfo::tokens)
+      .field("matched", &NodeInfo::matched)
+      .field("kv", &NodeInfo::kv)
+      .field("snapshot", &NodeInfo::snapshot)
+      .field("kv_copy", &NodeInfo::kv_copy)
+      .field("snapshot_copy", &NodeInfo::snapshot_copy)
+      .field("locks", &NodeInfo::locks)
+      .field("snapshot_locks", &NodeInfo::snapshot_locks)
+      .field("kv_priority", &NodeInfo::kv_priority, "retention level of its KV")
+      .field("snapshot_priority", &NodeInfo::snapshot_priority)
+      .field("pins", &NodeInfo::pins, "host pins whose prefix includes it")
+      .field("kv_on_store", &NodeInfo::kv_on_store, "its KV has a store copy")
+      .field("snapshot_on_store", &NodeInfo::snapshot_on_store)
+      .done()
       .def("__eq__", [](const NodeInfo& a, const NodeInfo& b) { return a == b; });
 
-  py::class_<Occupancy>(m, "Occupancy")
-      .def_readonly("gpu_pages_free", &Occupancy::gpu_pages_free)
-      .def_readonly("host_pages_free", &Occupancy::host_pages_free)
-      .def_readonly("gpu_slots_free", &Occupancy::gpu_slots_free)
-      .def_readonly("host_slots_free", &Occupancy::host_slots_free)
-      .def_readonly("nodes", &Occupancy::nodes);
+  Record<Occupancy>(m, "Occupancy", "Free entries of each pool and the tree's size.")
+      .field("gpu_pages_free", &Occupancy::gpu_pages_free)
+      .field("host_pages_free", &Occupancy::host_pages_free)
+      .field("gpu_slots_free", &Occupancy::gpu_slots_free)
+      .field("host_slots_free", &Occupancy::host_slots_free)
+      .field("nodes", &Occupancy::nodes)
+      .done();
 
-  py::class_<CacheStats> stats(m, "CacheStats", "Counters since the cache was made.");
-  for (const StatField& f : kStatFields) stats.def_readonly(f.name, f.member);
-  stats.def("to_dict", &stats_dict);
+  Record<CacheStats> stats(m, "CacheStats", "Counters since the cache was made.");
+  for (const StatField& f : kStatFields) stats.field(f.name, f.member);
+  stats.done(/*counters=*/true);
 
   py::class_<PyPrefixCache>(
       m, "PrefixCache",
@@ -315,9 +310,12 @@ void bind_cache(py::module_& m) {
       .def(
           "admit",
           [](PyPrefixCache& s, const py::object& prompt, std::int64_t ns, std::int64_t priority) {
-            TokenArg t(prompt, "prompt");
+            // int64 (torch's and numpy's default, what tokenizers return) is read in place.
+            TokenArg t(prompt, "prompt", /*wide_ok=*/true);
             const RequestOptions o = options_from(ns, priority);
-            return unwrap(s.locked([&](PrefixCache& c) { return c.admit(t.span(), o); }));
+            return unwrap(s.locked([&](PrefixCache& c) {
+              return t.wide().empty() ? c.admit(t.span(), o) : c.admit(t.wide(), o);
+            }));
           },
           py::arg("prompt"), py::kw_only(), py::arg("namespace") = 0,
           py::arg("priority") = kDefaultPriority,

@@ -11,6 +11,7 @@
 #include "bindings.hpp"
 #include "errors.hpp"
 #include "radixtier/transfer/host_transfer_engine.hpp"
+#include "records.hpp"
 
 namespace radixtier::python {
 
@@ -138,13 +139,14 @@ void bind_host(py::module_& m) {
       .def_property_readonly("gpu_snapshot_slots", &HostArenas::gpu_slots)
       .def_property_readonly("host_snapshot_slots", &HostArenas::host_slots);
 
-  py::class_<HostEngineStats>(m, "HostEngineStats")
-      .def_readonly("batches", &HostEngineStats::batches)
-      .def_readonly("slices", &HostEngineStats::slices)
-      .def_readonly("bytes_d2h", &HostEngineStats::bytes_d2h)
-      .def_readonly("bytes_h2d", &HostEngineStats::bytes_h2d)
-      .def_readonly("failed", &HostEngineStats::failed)
-      .def_readonly("staging_bytes", &HostEngineStats::staging_bytes);
+  Record<HostEngineStats>(m, "HostEngineStats", "The host engine's counters.")
+      .field("batches", &HostEngineStats::batches)
+      .field("slices", &HostEngineStats::slices)
+      .field("bytes_d2h", &HostEngineStats::bytes_d2h)
+      .field("bytes_h2d", &HostEngineStats::bytes_h2d)
+      .field("failed", &HostEngineStats::failed)
+      .field("staging_bytes", &HostEngineStats::staging_bytes)
+      .done(/*counters=*/true);
 
   py::class_<Ticket>(m, "Ticket",
                      "Handle of one submitted batch. Dropping a pending ticket waits for it.")

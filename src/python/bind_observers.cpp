@@ -4,6 +4,8 @@
 #include <pybind11/stl.h>
 
 #include <chrono>
+#include <initializer_list>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -22,6 +24,18 @@ namespace radixtier::python {
 
 namespace {
 #ifdef RADIXTIER_PYTHON_EVENTS
+/// The enum value spelled `s`, or a ValueError naming `what` and the accepted spellings.
+template <class E>
+E choice(const char* what, const std::string& s,
+         std::initializer_list<std::pair<const char*, E>> options) {
+  std::string accepted;
+  for (const auto& [name, value] : options) {
+    if (s == name) return value;
+    accepted += std::string(accepted.empty() ? "" : " or ") + "'" + name + "'";
+  }
+  raise_invalid(std::string(what) + ": '" + s + "' is not " + accepted);
+}
+
 class PyEventPublisher {
  public:
   PyEventPublisher(py::object cache, const ZmqPublisherConfig& config)
@@ -94,25 +108,64 @@ void bind_observers(py::module_& m) {
       },
       py::arg("tokens"), py::arg("page_size"), "The chained hash of every whole page.");
 #ifdef RADIXTIER_PYTHON_EVENTS
-  py::class_<PyEventPublisher>(m, "EventPublisher",
-                               "The cache's KV events over ZMQ PUB in vLLM's wire format.")
+  py::class_<PyEventPublisher>(
+      m, "EventPublisher",
+      "The cache's KV events over ZMQ PUB as vLLM's ZmqEventPublisher sends them "
+      "(docs/events-and-metrics.md).")
       .def(py::init([](py::object cache, std::string endpoint, std::string replay_endpoint,
-                       std::string topic, std::size_t queue_capacity, bool snapshot_events) {
+                       std::string topic, std::size_t queue_capacity,
+                       const std::string& wire_format, const std::string& replay_format,
+                       int data_parallel_rank, const std::string& namespace_field,
+                       std::map<std::uint32_t, std::string> namespace_names,
+                       std::string snapshot_endpoint, std::string snapshot_replay_endpoint,
+                       std::string snapshot_topic) {
              ZmqPublisherConfig c;
              c.endpoint = std::move(endpoint);
              c.replay_endpoint = std::move(replay_endpoint);
              c.topic = std::move(topic);
              c.queue_capacity = queue_capacity;
-             c.snapshot_events = snapshot_events;
+             c.wire_format = choice<WireFormat>("wire_format", wire_format,
+                                                {{"vllm-current", WireFormat::kVllmCurrent},
+                                                 {"vllm-legacy", WireFormat::kVllmLegacy}});
+             c.replay_format =
+                 choice<ReplayFormat>("replay_format", replay_format,
+                                      {{"topic-seq-payload", ReplayFormat::kTopicSeqPayload},
+                                       {"seq-payload", ReplayFormat::kSeqPayload}});
+             c.data_parallel_rank = data_parallel_rank;
+             c.namespace_field =
+                 choice<NamespaceField>("namespace_field", namespace_field,
+                                        {{"lora-name", NamespaceField::kLoraName},
+                                         {"cache-salt", NamespaceField::kCacheSalt}});
+             c.namespace_names = std::move(namespace_names);
+             c.snapshot_endpoint = std::move(snapshot_endpoint);
+             c.snapshot_replay_endpoint = std::move(snapshot_replay_endpoint);
+             c.snapshot_topic = std::move(snapshot_topic);
              return std::make_unique<PyEventPublisher>(std::move(cache), c);
            }),
            py::arg("cache"), py::arg("endpoint") = "tcp://*:5557", py::arg("replay_endpoint") = "",
            py::arg("topic") = "kv-events", py::arg("queue_capacity") = std::size_t{1} << 16,
-           py::arg("snapshot_events") = true)
+           py::kw_only(), py::arg("wire_format") = "vllm-current",
+           py::arg("replay_format") = "topic-seq-payload", py::arg("data_parallel_rank") = 0,
+           py::arg("namespace_field") = "lora-name",
+           py::arg("namespace_names") = std::map<std::uint32_t, std::string>{},
+           py::arg("snapshot_endpoint") = "", py::arg("snapshot_replay_endpoint") = "",
+           py::arg("snapshot_topic") = "kv-snapshots",
+           "endpoint is bound when it holds '*' or '::' or is ipc:// or inproc://, connected "
+           "otherwise (vLLM's rule). wire_format: 'vllm-current' (events as tagged maps) or "
+           "'vllm-legacy' (arrays). replay_format: 'topic-seq-payload' or 'seq-payload'. "
+           "namespace_field: 'lora-name' or 'cache-salt'; namespace_names: {id: name} (an "
+           "unnamed namespace is 'ns-<id>'). snapshot_endpoint: a second PUB socket with "
+           "every event, the snapshot events included ('' : none).")
       .def_property_readonly("endpoint", [](PyEventPublisher& p) { return p.pub().endpoint(); })
       .def_property_readonly("replay_endpoint",
                              [](PyEventPublisher& p) { return p.pub().replay_endpoint(); })
+      .def_property_readonly("snapshot_endpoint",
+                             [](PyEventPublisher& p) { return p.pub().snapshot_endpoint(); })
+      .def_property_readonly("snapshot_replay_endpoint",
+                             [](PyEventPublisher& p) { return p.pub().snapshot_replay_endpoint(); })
       .def_property_readonly("batches", [](PyEventPublisher& p) { return p.pub().batches(); })
+      .def_property_readonly("snapshot_batches",
+                             [](PyEventPublisher& p) { return p.pub().snapshot_batches(); })
       .def_property_readonly("dropped", [](PyEventPublisher& p) { return p.pub().dropped(); })
       .def(
           "flush",

@@ -2,7 +2,7 @@
 # Consumer test: install the package from BUILD_DIR to a prefix, build the consumer project
 # against it with find_package, run it, and check with nm that only the layers it asked for
 # came along.
-#   check.sh core|cuda|disk BUILD_DIR CONSUMER_SRC CXX
+#   check.sh core|cuda|disk|events|metrics BUILD_DIR CONSUMER_SRC CXX
 set -euo pipefail
 mode=$1 build=$2 src=$3 cxx=$4
 work=$build/consumer-$mode
@@ -11,7 +11,9 @@ rm -rf "$work"
 cmake --install "$build" --prefix "$prefix" >/dev/null
 cmake -S "$src" -B "$work/build" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_CXX_COMPILER="$cxx" \
   -DCMAKE_BUILD_TYPE=Release -DCONSUMER_CUDA=$([ "$mode" = cuda ] && echo ON || echo OFF) \
-  -DCONSUMER_DISK=$([ "$mode" = disk ] && echo ON || echo OFF) >/dev/null
+  -DCONSUMER_DISK=$([ "$mode" = disk ] && echo ON || echo OFF) \
+  -DCONSUMER_EVENTS=$([ "$mode" = events ] && echo ON || echo OFF) \
+  -DCONSUMER_METRICS=$([ "$mode" = metrics ] && echo ON || echo OFF) >/dev/null
 cmake --build "$work/build" -j 2 >/dev/null
 exe=$work/build/consumer$([ "$mode" = core ] || echo "_$mode")
 "$exe"
@@ -36,6 +38,13 @@ check_present "$lib" 'radixtier::PrefixCache::admit' "the cache"
 check_absent "$lib" "$internal|radixtier::sched::" "internal or scheduler symbols"
 if [ "$mode" = core ]; then
   check_present "$exe" 'radixtier::PrefixCache::admit' "the cache"
+elif [ "$mode" = events ] || [ "$mode" = metrics ]; then
+  obslib=$(find "$prefix" -name "libradixtier_$mode.a" | head -1)
+  [ -n "$obslib" ] || { echo "FAIL: libradixtier_$mode.a was not installed"; exit 1; }
+  [ -e "$prefix/include/radixtier/$mode" ] || { echo "FAIL: the $mode headers were not installed"; fail=1; }
+  if [ "$mode" = events ]; then what='radixtier::ZmqPublisher::create'; else what='radixtier::MetricsServer::create'; fi
+  check_present "$exe" "$what" "the $mode library"
+  check_absent "$obslib" "$internal|radixtier::sched::" "internal or scheduler symbols"
 elif [ "$mode" = disk ]; then
   disklib=$(find "$prefix" -name libradixtier_disk.a | head -1)
   [ -n "$disklib" ] || { echo "FAIL: libradixtier_disk.a was not installed"; exit 1; }

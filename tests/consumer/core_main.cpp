@@ -4,38 +4,27 @@
 #include <cstdio>
 #include <vector>
 
-#include "radixtier/cache/prefix_cache.hpp"
-#include "radixtier/transfer/host_transfer_engine.hpp"
+#include "tiny_cache.hpp"
 
 int main() {
   using namespace radixtier;
-  CacheConfig config;
-  config.page_size = 4;
-  config.gpu_pages = 16;
-  config.host_pages = 16;
-  config.gpu_snapshot_slots = 2;
-  config.host_snapshot_slots = 2;
-  config.page_bytes = 64;
-  config.snapshot_bytes = 128;
-  HostArenas memory(config);
-  HostTransferEngine engine(memory, config.slice_pages);
-  auto cache = PrefixCache::create(config, engine);
-  if (!cache) return std::fprintf(stderr, "create: %s\n", cache.status().to_string().c_str()), 1;
+  TinyCache tiny(16, 16);
+  if (!tiny.cache) return 1;
 
   const std::vector<Token> prompt = {1, 2, 3, 4, 5, 6, 7, 8, 9};
-  auto first = (*cache)->admit(prompt);
+  auto first = tiny.cache->admit(prompt);
   if (!first || first->cached_tokens != 0) return std::fprintf(stderr, "first admit\n"), 1;
-  auto pages = (*cache)->alloc_pages(first->lock, 2);
-  auto slot = (*cache)->alloc_snapshot_slot(first->lock);
+  auto pages = tiny.cache->alloc_pages(first->lock, 2);
+  auto slot = tiny.cache->alloc_snapshot_slot(first->lock);
   if (!pages || !slot) return std::fprintf(stderr, "alloc\n"), 1;
-  auto ins = (*cache)->insert(first->lock, std::span(prompt).first(8), *pages, *slot);
+  auto ins = tiny.cache->insert(first->lock, std::span(prompt).first(8), *pages, *slot);
   if (!ins || !ins->snapshot_taken) return std::fprintf(stderr, "insert\n"), 1;
-  if (!(*cache)->release(first->lock).is_ok()) return std::fprintf(stderr, "release\n"), 1;
+  if (!tiny.cache->release(first->lock).is_ok()) return std::fprintf(stderr, "release\n"), 1;
 
-  auto second = (*cache)->admit(prompt);
+  auto second = tiny.cache->admit(prompt);
   if (!second || second->cached_tokens != 8) return std::fprintf(stderr, "second admit\n"), 1;
-  (void)(*cache)->release(second->lock);
-  const std::string bad = (*cache)->check_invariants();
+  (void)tiny.cache->release(second->lock);
+  const std::string bad = tiny.cache->check_invariants();
   if (!bad.empty()) return std::fprintf(stderr, "invariants: %s\n", bad.c_str()), 1;
   std::puts("consumer: core ok (8 tokens resumed)");
   return 0;

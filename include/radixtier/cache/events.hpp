@@ -4,7 +4,7 @@
 // request could observe (inspect()'s view: a copy being written is not there yet). The cache
 // reports them to every attached EventSink, from the thread that calls the cache:
 //   BlockStored      pages of one node became usable on a medium (insert, a finished
-//                    demotion, write-through or promotion, a revived tombstone)
+//                    demotion, write-through, promotion or store write, a revived tombstone)
 //   BlockRemoved     pages of one node left a medium (evicted, dropped, a failed copy)
 //   AllBlocksCleared every earlier block and snapshot is gone (flush(), or a sink attached:
 //                    what the cache still holds follows as BlockStored/SnapshotStored)
@@ -13,7 +13,8 @@
 // from the parent page (block_hash.hpp), so a router can compute them from a prompt's tokens
 // alone. A snapshot is named by the hash of the last page before its boundary. Each key
 // namespace hashes from its own seed (its id), so equal tokens in two namespaces are two
-// blocks; BlockStored names the namespace (lora_id).
+// blocks; BlockStored names the namespace (lora_id: its id; ZmqPublisher sends it as a
+// lora_name or cache_salt string, which routers key on).
 //
 // With no sink attached the cache does no event work at all (one branch per state change).
 #pragma once
@@ -29,8 +30,10 @@
 
 namespace radixtier {
 
-/// Where a copy lives. vLLM's medium strings: "GPU", "CPU" (to_string()).
-enum class Medium : std::uint8_t { kGpu, kHost };
+/// Where a copy lives. vLLM's medium strings (vllm/distributed/kv_events.py, MEDIUM_GPU,
+/// MEDIUM_CPU, MEDIUM_STORAGE): "GPU", "CPU", "STORAGE" (to_string()). kStore is the store
+/// tier below host (the disk): a router may count it as a slower hit.
+enum class Medium : std::uint8_t { kGpu, kHost, kStore };
 
 const char* to_string(Medium medium);
 

@@ -85,6 +85,7 @@
 // that recomputes its tokens revives it and makes its subtree reachable again.
 #pragma once
 
+#include <algorithm>
 #include <boost/intrusive/set.hpp>
 #include <cstdint>
 #include <cstring>
@@ -103,22 +104,40 @@ struct PageKey {
   std::uint32_t size;
 };
 
+/// A page of a prompt held as int64 (a tokenizer's output, read in place by the Python
+/// binding): looked up among a node's children as it is (the hash and the equality below are
+/// transparent). A value outside int32 never equals a tree token.
+struct WidePageKey {
+  const std::int64_t* data;
+  std::uint32_t size;
+};
+
 struct PageKeyHash {
-  std::size_t operator()(PageKey k) const noexcept {
-    std::uint64_t h = 0x9E3779B97F4A7C15ull ^ k.size;
-    for (std::uint32_t i = 0; i < k.size; ++i) {
-      h ^= static_cast<std::uint32_t>(k.data[i]);
+  using is_transparent = void;
+  template <class T>
+  static std::size_t hash(const T* data, std::uint32_t size) noexcept {
+    std::uint64_t h = 0x9E3779B97F4A7C15ull ^ size;
+    for (std::uint32_t i = 0; i < size; ++i) {
+      h ^= static_cast<std::uint32_t>(data[i]);  // an int64 in int32's range hashes as it
       h *= 0xBF58476D1CE4E5B9ull;
       h ^= h >> 31;
     }
     return static_cast<std::size_t>(h);
   }
+  std::size_t operator()(PageKey k) const noexcept { return hash(k.data, k.size); }
+  std::size_t operator()(WidePageKey k) const noexcept { return hash(k.data, k.size); }
 };
 
 struct PageKeyEq {
+  using is_transparent = void;
   bool operator()(PageKey a, PageKey b) const noexcept {
     return a.size == b.size && std::memcmp(a.data, b.data, a.size * sizeof(Token)) == 0;
   }
+  bool operator()(PageKey a, WidePageKey b) const noexcept {
+    return a.size == b.size && std::equal(a.data, a.data + a.size, b.data,
+                                          [](Token x, std::int64_t y) { return x == y; });
+  }
+  bool operator()(WidePageKey a, PageKey b) const noexcept { return (*this)(b, a); }
 };
 
 /// The copy in flight of a node's KV or snapshot: GPU -> host (kDemote, kWriteThrough),

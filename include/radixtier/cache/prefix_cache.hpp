@@ -106,6 +106,11 @@ class PrefixCache final : public CacheBackend {
   /// In options.ns; the KV of the path and the snapshot resumed from, and later what the
   /// request inserts, are kept at least at options.priority (request_options.hpp).
   Result<Admission> admit(std::span<const Token> prompt, const RequestOptions& options) override;
+  /// The same for a prompt held as int64 (what tokenizers return), read in place: the walk
+  /// compares it with the tree's tokens (what it matched is thereby in int32's range) and the
+  /// rest is checked before the admission changes anything (kInvalidArgument: a token
+  /// outside int32), so no pass converts it first.
+  Result<Admission> admit(std::span<const std::int64_t> prompt, const RequestOptions& options);
   Result<TransferState> poll(LockId lock) override;
   Result<std::size_t> wait(LockId lock) override;
   Result<std::vector<GpuPageId>> path_pages(LockId lock) const override;
@@ -352,12 +357,16 @@ class PrefixCache final : public CacheBackend {
   Node* new_node(Node* parent, std::span<const Token> tokens);
   void destroy_subtree(Node* n);
   Node* find_child(const Node* n, std::span<const Token> tokens, std::size_t pos) const;
+  Node* find_child(const Node* n, std::span<const std::int64_t> tokens, std::size_t pos) const;
   std::size_t common_pages(const Node* n, std::span<const Token> tokens, std::size_t pos) const;
+  std::size_t common_pages(const Node* n, std::span<const std::int64_t> tokens,
+                           std::size_t pos) const;
   Node* split(Node* n, std::size_t pages);
   /// Removes n and then its ancestors while they are empty leaves; appends what it removed.
   void remove_if_empty(Node* n, std::vector<const Node*>* removed = nullptr);
   /// remove_if_empty() on the deepest node under `root` that `tokens` match whole.
-  void prune_path(Node* root, std::span<const Token> tokens);
+  template <class T>
+  void prune_path(Node* root, std::span<const T> tokens);
   std::vector<Node*> path_of(Node* n) const;
   /// The root of namespace ns (root_ for the default one); nullptr if it has no tree.
   Node* root_of(NamespaceId ns) const;
@@ -371,8 +380,11 @@ class PrefixCache final : public CacheBackend {
   /// Calls on_node(node, end) for each node along `tokens` whose KV is present, where `end`
   /// is the token count matched from the root through that node (== node->boundary when the
   /// node matched whole); stops after a partially matched node or before one whose KV is gone.
-  template <class F>
-  void walk_kv_path(const Node* from, std::span<const Token> tokens, F&& on_node) const;
+  template <class T, class F>
+  void walk_kv_path(const Node* from, std::span<const T> tokens, F&& on_node) const;
+  /// admit() of Token or int64 prompts (prefix_cache_requests.cpp).
+  template <class T>
+  Result<Admission> admit_tokens(std::span<const T> prompt, const RequestOptions& options);
 
   // residency setters keep the parent's child counters, the snapshot counts of the
   // ancestors and the eviction orders exact
@@ -479,7 +491,8 @@ class PrefixCache final : public CacheBackend {
   };
   /// The candidates along `tokens` from `from` (a namespace's root, or nullptr: none),
   /// shallow first; *kv_tokens as MatchResult::kv_tokens.
-  std::vector<Candidate> candidates_along(const Node* from, std::span<const Token> tokens,
+  template <class T>  // Token or int64 (instantiated in prefix_cache.cpp)
+  std::vector<Candidate> candidates_along(const Node* from, std::span<const T> tokens,
                                           std::size_t* kv_tokens) const;
   /// The load-back threshold: a candidate that needs a copy is taken only when it resumes
   /// load_back_min_tokens deeper than `gpu_usable` (the deepest one that needs none).
@@ -600,8 +613,8 @@ class PrefixCache final : public CacheBackend {
   mutable std::uint32_t page_epoch_ = 0;
 };
 
-template <class F>
-inline void PrefixCache::walk_kv_path(const Node* from, std::span<const Token> tokens,
+template <class T, class F>
+inline void PrefixCache::walk_kv_path(const Node* from, std::span<const T> tokens,
                                       F&& on_node) const {
   const Node* n = from;
   if (n == nullptr) return;  // a namespace without a tree
