@@ -62,21 +62,7 @@ DiskStoreConfig crash_config(const std::string& dir, bool uring) {
     if (dice < 6) {  // a batch of 1-4 records: pages extending a live page, or snapshots
       std::vector<RecordDesc> descs;
       const int n = 1 + static_cast<int>(rng() % 4);
-      for (int i = 0; i < n; ++i) {
-        const RecordInfo* base = nullptr;
-        std::vector<const RecordInfo*> kv;
-        for (const RecordInfo& r : live) {
-          if (r.desc.kind == RecordKind::kKvPage) kv.push_back(&r);
-        }
-        if (!kv.empty() && rng() % 4 != 0) base = kv[rng() % kv.size()];
-        if (base != nullptr && rng() % 3 == 0) {
-          descs.push_back(RecordDesc::snapshot(base->desc.node_path(), base->desc.boundary));
-        } else {
-          const PathHash parent = base ? base->desc.node_path() : PathHash::root();
-          const std::uint64_t boundary = (base ? base->desc.boundary : 0) + 4;
-          descs.push_back(RecordDesc::kv_page(parent, boundary, page_tokens_for(rng(), 4)));
-        }
-      }
+      for (int i = 0; i < n; ++i) descs.push_back(testing::random_desc(rng, live));
       std::vector<std::vector<std::byte>> bytes;
       std::vector<WriteRequest> reqs;
       for (const RecordDesc& d : descs)

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -87,6 +88,24 @@ inline std::vector<Token> page_tokens_for(std::uint64_t seed, std::uint32_t n) {
   std::vector<Token> t(n);
   for (auto& v : t) v = static_cast<Token>(splitmix(seed) % 50000);
   return t;
+}
+
+/// A random record to write beside `live`: a page extending a live page (or the root), or,
+/// one time in three when it has a base page, a snapshot at that page's end. Consistent with
+/// the store's rules (4-token pages), so a crash test's writes are all valid.
+inline RecordDesc random_desc(std::mt19937_64& rng, const std::vector<RecordInfo>& live) {
+  const RecordInfo* base = nullptr;
+  std::vector<const RecordInfo*> kv;
+  for (const RecordInfo& r : live) {
+    if (r.desc.kind == RecordKind::kKvPage) kv.push_back(&r);
+  }
+  if (!kv.empty() && rng() % 4 != 0) base = kv[rng() % kv.size()];
+  if (base != nullptr && rng() % 3 == 0) {
+    return RecordDesc::snapshot(base->desc.node_path(), base->desc.boundary);
+  }
+  const PathHash parent = base ? base->desc.node_path() : PathHash::root();
+  return RecordDesc::kv_page(parent, (base ? base->desc.boundary : 0) + 4,
+                             page_tokens_for(rng(), 4));
 }
 
 /// Wraps an engine; arms one failure: at the next submit (refused) or at the next wait (the

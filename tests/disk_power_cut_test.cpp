@@ -104,20 +104,7 @@ Timeline run_store_workload(const DiskStoreConfig& c, PowerCutFs& fs, std::uint6
     const int n = 1 + static_cast<int>(rng() % 3);
     std::vector<RecordInfo> live = store->records();
     for (int i = 0; i < n; ++i) {
-      const RecordInfo* base = nullptr;
-      std::vector<const RecordInfo*> kv;
-      for (const RecordInfo& r : live) {
-        if (r.desc.kind == RecordKind::kKvPage) kv.push_back(&r);
-      }
-      if (!kv.empty() && rng() % 4 != 0) base = kv[rng() % kv.size()];
-      RecordDesc d;
-      if (base != nullptr && rng() % 3 == 0) {
-        d = RecordDesc::snapshot(base->desc.node_path(), base->desc.boundary);
-      } else {
-        const PathHash parent = base ? base->desc.node_path() : PathHash::root();
-        d = RecordDesc::kv_page(parent, (base ? base->desc.boundary : 0) + 4,
-                                page_tokens_for(rng(), 4));
-      }
+      const RecordDesc d = testing::random_desc(rng, live);
       keep.push_back(expected_bytes(d, store->record_bytes(d.kind)));
       reqs.push_back({d, keep.back(), {}});
     }
