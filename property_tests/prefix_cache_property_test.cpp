@@ -574,6 +574,7 @@ void run_property(WritePolicy policy, std::uint32_t host_pages,
                                         StoreFault, StoreTiming, Restart>());
   for (LockId l : sut.held) RC_ASSERT(sut.h.cache->release(l).is_ok());
   for (const auto& p : sut.pins) RC_ASSERT(sut.h.cache->unpin(p.pin).is_ok());
+  sut.pins.clear();  // unpinned: the final check must not expect them usable any more
   if (sut.store) {
     sut.store->hold(false);
     sut.store->release();
