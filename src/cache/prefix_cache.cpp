@@ -179,9 +179,9 @@ std::vector<PrefixCache::Candidate> PrefixCache::candidates_along(const Node* fr
   walk_kv_path(from, tokens, [&](const Node* c, std::size_t end) {
     if (kv_tokens) *kv_tokens = end;
     if (end != c->boundary) return;  // partial: no boundary inside a node
-    if (!c->has_gpu_kv() || c->kv_to_gpu()) host_along += c->tokens.size();
+    if (!c->gpu.has_kv() || c->kv_to_gpu()) host_along += c->tokens.size();
     if (c->has_snapshot()) {
-      const bool snap_on_gpu = c->gpu_snapshot.valid() && !c->snap_to_gpu();
+      const bool snap_on_gpu = c->gpu.snapshot.valid() && !c->snap_to_gpu();
       out.push_back({const_cast<Node*>(c), host_along, snap_on_gpu});
     }
   });
@@ -232,23 +232,23 @@ std::vector<Node*> PrefixCache::path_of(Node* n) const {
 // residency bookkeeping
 
 void PrefixCache::set_gpu_pages(Node* n, std::vector<GpuPageId> pages) {
-  const bool had = n->has_gpu_kv();
-  if (n->lock_count > 0) locked_gpu_pages_ += pages.size() - n->gpu_pages.size();
-  n->gpu_pages = std::move(pages);
-  if (had != n->has_gpu_kv() && n->parent) {
-    n->has_gpu_kv() ? ++n->parent->gpu_kv_children : --n->parent->gpu_kv_children;
+  const bool had = n->gpu.has_kv();
+  if (n->lock_count > 0) locked_gpu_pages_ += pages.size() - n->gpu.pages.size();
+  n->gpu.pages = std::move(pages);
+  if (had != n->gpu.has_kv() && n->parent) {
+    n->gpu.has_kv() ? ++n->parent->gpu.kv_children : --n->parent->gpu.kv_children;
     refresh(n->parent);
   }
   refresh(n);
 }
 
 void PrefixCache::set_host_pages(Node* n, std::vector<HostPageId> pages) {
-  const bool had = n->has_host_kv();
+  const bool had = n->host.has_kv();
   host_kv_held_ += pages.size();
-  host_kv_held_ -= n->host_pages.size();
-  n->host_pages = std::move(pages);
-  if (had != n->has_host_kv() && n->parent) {
-    n->has_host_kv() ? ++n->parent->host_kv_children : --n->parent->host_kv_children;
+  host_kv_held_ -= n->host.pages.size();
+  n->host.pages = std::move(pages);
+  if (had != n->host.has_kv() && n->parent) {
+    n->host.has_kv() ? ++n->parent->host.kv_children : --n->parent->host.kv_children;
     refresh(n->parent);
   }
   refresh(n);
@@ -257,7 +257,7 @@ void PrefixCache::set_host_pages(Node* n, std::vector<HostPageId> pages) {
 
 void PrefixCache::set_gpu_snapshot(Node* n, GpuSlotId slot) {
   const bool had = n->has_snapshot();
-  n->gpu_snapshot = slot;
+  n->gpu.snapshot = slot;
   note_snapshot_change(n, had);
   refresh(n);
 }
@@ -265,8 +265,8 @@ void PrefixCache::set_gpu_snapshot(Node* n, GpuSlotId slot) {
 void PrefixCache::set_host_snapshot(Node* n, std::vector<HostPageId> pages) {
   const bool had = n->has_snapshot();
   host_snap_held_ += pages.size();
-  host_snap_held_ -= n->host_snapshot.size();
-  n->host_snapshot = std::move(pages);
+  host_snap_held_ -= n->host.snapshot.size();
+  n->host.snapshot = std::move(pages);
   note_snapshot_change(n, had);
   refresh(n);
   note_host_usage();
@@ -308,13 +308,13 @@ void sync(Set& set, Node& n, const OrderHook& hook, OrderKey& stored, bool want,
 // Every key carries the node's retention level (compared right after the class).
 OrderKey PrefixCache::gpu_kv_key(const Node& n) const {
   if (!cost_aware_) return {1, 0, n.last_access, n.kv_priority};
-  return {std::uint8_t(n.kv_live() ? 1 : 0), n.kv_age_gpu + n.kv_uses * kv_value_, n.last_access,
+  return {std::uint8_t(n.kv_live() ? 1 : 0), n.gpu.kv_age + n.kv_uses * kv_value_, n.last_access,
           n.kv_priority};
 }
 
 OrderKey PrefixCache::host_kv_key(const Node& n) const {
   if (!cost_aware_) return {1, 0, n.last_access, n.kv_priority};
-  return {std::uint8_t(n.kv_live() ? 1 : 0), n.kv_age_host + host_kv_value(n), n.last_access,
+  return {std::uint8_t(n.kv_live() ? 1 : 0), n.host.kv_age + host_kv_value(n), n.last_access,
           n.kv_priority};
 }
 
@@ -325,12 +325,12 @@ double PrefixCache::host_kv_value(const Node& n) const {
   // host KV leaf holding the deepest snapshot of a path looked cheaper than any snapshot far
   // above it, and its drop cascaded into the dead KV above (the compaction regression,
   // docs/results.md).
-  if (!n.has_host_snapshot() || n.has_gpu_kv() || n.has_store_kv() || n.host_pages.empty()) {
+  if (!n.host.has_snapshot() || n.gpu.has_kv() || n.store.has_kv() || n.host.pages.empty()) {
     return n.kv_uses * kv_value_;
   }
-  const double kv_bytes = double(n.host_pages.size()) * double(config_.page_bytes);
-  const double snap_bytes = double(n.host_snapshot.size()) * double(config_.page_bytes);
-  const double lost = double(n.kv_uses) * double(n.host_pages.size() * config_.page_size) +
+  const double kv_bytes = double(n.host.pages.size()) * double(config_.page_bytes);
+  const double snap_bytes = double(n.host.snapshot.size()) * double(config_.page_bytes);
+  const double lost = double(n.kv_uses) * double(n.host.pages.size() * config_.page_size) +
                       double(n.snap_uses) * double(n.snap_gap);
   return lost / (kv_bytes + snap_bytes);
 }
@@ -338,31 +338,31 @@ double PrefixCache::host_kv_value(const Node& n) const {
 OrderKey PrefixCache::gpu_snap_key(const Node& n) const {
   if (!cost_aware_) return {1, 0, n.snap_access, n.snap_priority};
   // A snapshot whose KV left the GPU cannot be resumed from the GPU: it leaves first.
-  return {std::uint8_t(n.has_gpu_kv() ? 1 : 0),
-          n.snap_age_gpu + double(n.snap_uses) * double(n.snap_gap) * gpu_snap_value_,
+  return {std::uint8_t(n.gpu.has_kv() ? 1 : 0),
+          n.gpu.snap_age + double(n.snap_uses) * double(n.snap_gap) * gpu_snap_value_,
           n.snap_access, n.snap_priority};
 }
 
 OrderKey PrefixCache::host_snap_key(const Node& n) const {
   if (!cost_aware_) return {1, 0, n.snap_access, n.snap_priority};
   return {std::uint8_t(n.has_kv() ? 1 : 0),
-          n.snap_age_host + double(n.snap_uses) * double(n.snap_gap) * host_snap_value_,
+          n.host.snap_age + double(n.snap_uses) * double(n.snap_gap) * host_snap_value_,
           n.snap_access, n.snap_priority};
 }
 
 void PrefixCache::refresh(Node* n) {
-  const bool gk = n->gpu_kv_evictable(), hk = n->host_kv_evictable();
-  const bool gs = n->gpu_snapshot_evictable(), hs = n->host_snapshot_evictable();
-  sync(gpu_kv_order_, *n, n->gpu_kv_hook, n->gpu_kv_key, gk, gk ? gpu_kv_key(*n) : OrderKey{});
-  sync(host_kv_order_, *n, n->host_kv_hook, n->host_kv_key, hk, hk ? host_kv_key(*n) : OrderKey{});
-  sync(gpu_snap_order_, *n, n->gpu_snap_hook, n->gpu_snap_key, gs,
+  const bool gk = n->kv_evictable<Tier::kGpu>(), hk = n->kv_evictable<Tier::kHost>();
+  const bool gs = n->snapshot_evictable<Tier::kGpu>(), hs = n->snapshot_evictable<Tier::kHost>();
+  sync(gpu_kv_order_, *n, n->gpu.kv_hook, n->gpu.kv_key, gk, gk ? gpu_kv_key(*n) : OrderKey{});
+  sync(host_kv_order_, *n, n->host.kv_hook, n->host.kv_key, hk, hk ? host_kv_key(*n) : OrderKey{});
+  sync(gpu_snap_order_, *n, n->gpu.snap_hook, n->gpu.snap_key, gs,
        gs ? gpu_snap_key(*n) : OrderKey{});
-  sync(host_snap_order_, *n, n->host_snap_hook, n->host_snap_key, hs,
+  sync(host_snap_order_, *n, n->host.snap_hook, n->host.snap_key, hs,
        hs ? host_snap_key(*n) : OrderKey{});
-  const bool sk = n->store_kv_evictable(), ss = n->store_snapshot_evictable();
-  sync(store_kv_order_, *n, n->store_kv_hook, n->store_kv_key, sk,
+  const bool sk = n->kv_evictable<Tier::kStore>(), ss = n->snapshot_evictable<Tier::kStore>();
+  sync(store_kv_order_, *n, n->store.kv_hook, n->store.kv_key, sk,
        sk ? store_kv_key(*n) : OrderKey{});
-  sync(store_snap_order_, *n, n->store_snap_hook, n->store_snap_key, ss,
+  sync(store_snap_order_, *n, n->store.snap_hook, n->store.snap_key, ss,
        ss ? store_snap_key(*n) : OrderKey{});
   if (!sinks_.empty()) [[unlikely]]
     emit_changes(n);
@@ -370,18 +370,18 @@ void PrefixCache::refresh(Node* n) {
 
 void PrefixCache::touch(Node* n) {
   ++n->kv_uses;
-  n->kv_age_gpu = gpu_kv_age_;
-  n->kv_age_host = host_age_;
-  n->kv_age_store = store_age_;
+  n->gpu.kv_age = gpu_kv_age_;
+  n->host.kv_age = host_age_;
+  n->store.kv_age = store_age_;
   n->last_access = ++clock_;
   refresh(n);
 }
 
 void PrefixCache::touch_snapshot(Node* n) {
   ++n->snap_uses;
-  n->snap_age_gpu = gpu_snap_age_;
-  n->snap_age_host = host_age_;
-  n->snap_age_store = store_age_;
+  n->gpu.snap_age = gpu_snap_age_;
+  n->host.snap_age = host_age_;
+  n->store.snap_age = store_age_;
   n->snap_access = ++clock_;
   n->snap_gap = gap_above(*n);
   refresh(n);
@@ -418,13 +418,13 @@ std::size_t PrefixCache::gap_above(const Node& n) const {
 Node* PrefixCache::host_victim(bool& snapshot) const {
   const Node* kv = host_kv_order_.empty() ? nullptr : &*host_kv_order_.begin();
   const Node* sn = host_snap_order_.empty() ? nullptr : &*host_snap_order_.begin();
-  snapshot = sn != nullptr && (kv == nullptr || sn->host_snap_key < kv->host_kv_key);
+  snapshot = sn != nullptr && (kv == nullptr || sn->host.snap_key < kv->host.kv_key);
   return const_cast<Node*>(snapshot ? sn : kv);
 }
 
 void PrefixCache::lock_path(Node* n) {
   for (Node* p = n; p != nullptr; p = p->parent) {
-    if (p->lock_count++ == 0) locked_gpu_pages_ += p->gpu_pages.size();
+    if (p->lock_count++ == 0) locked_gpu_pages_ += p->gpu.pages.size();
     refresh(p);
   }
 }
@@ -432,7 +432,7 @@ void PrefixCache::lock_path(Node* n) {
 void PrefixCache::unlock_path(Node* n) {
   for (Node* p = n; p != nullptr; p = p->parent) {
     assert(p->lock_count > 0);
-    if (--p->lock_count == 0) locked_gpu_pages_ -= p->gpu_pages.size();
+    if (--p->lock_count == 0) locked_gpu_pages_ -= p->gpu.pages.size();
     refresh(p);
   }
 }
@@ -442,9 +442,9 @@ void PrefixCache::remove_if_empty(Node* n, std::vector<const Node*>* removed) {
          n->snapshot_lock == 0 && n->host_pin == 0 && !n->has_kv() && n->kv_xfer == Xfer::kNone &&
          n->snap_xfer == Xfer::kNone) {
     // A snapshot without KV below it can never be used: it leaves with the node.
-    if (n->gpu_snapshot.valid()) drop_gpu_snapshot(n);
-    if (n->has_host_snapshot()) drop_host_snapshot(n);
-    if (n->store_snapshot.valid()) drop_store_snapshot(n);
+    if (n->gpu.snapshot.valid()) drop_gpu_snapshot(n);
+    if (n->host.has_snapshot()) drop_host_snapshot(n);
+    if (n->store.snapshot.valid()) drop_store_snapshot(n);
     Node* parent = n->parent;
     parent->children.erase(n->first_page(config_.page_size));
     refresh(n);  // unlinks every hook: nothing is evictable any more
@@ -471,27 +471,27 @@ Node* PrefixCache::split(Node* n, std::size_t pages) {
   upper->tokens.assign(n->tokens.begin(), n->tokens.begin() + cut);
   upper->boundary = n->boundary - (n->tokens.size() - cut);
   n->tokens.erase(n->tokens.begin(), n->tokens.begin() + cut);
-  if (n->has_gpu_kv()) {
-    upper->gpu_pages.assign(n->gpu_pages.begin(), n->gpu_pages.begin() + pages);
-    n->gpu_pages.erase(n->gpu_pages.begin(), n->gpu_pages.begin() + pages);
-    upper->gpu_kv_children = 1;
+  if (n->gpu.has_kv()) {
+    upper->gpu.pages.assign(n->gpu.pages.begin(), n->gpu.pages.begin() + pages);
+    n->gpu.pages.erase(n->gpu.pages.begin(), n->gpu.pages.begin() + pages);
+    upper->gpu.kv_children = 1;
   }
-  if (n->has_host_kv()) {
-    upper->host_pages.assign(n->host_pages.begin(), n->host_pages.begin() + pages);
-    n->host_pages.erase(n->host_pages.begin(), n->host_pages.begin() + pages);
-    upper->host_kv_children = 1;
+  if (n->host.has_kv()) {
+    upper->host.pages.assign(n->host.pages.begin(), n->host.pages.begin() + pages);
+    n->host.pages.erase(n->host.pages.begin(), n->host.pages.begin() + pages);
+    upper->host.kv_children = 1;
   }
-  if (n->has_store_kv()) {
-    upper->store_pages.assign(n->store_pages.begin(), n->store_pages.begin() + pages);
-    n->store_pages.erase(n->store_pages.begin(), n->store_pages.begin() + pages);
-    upper->store_kv_children = 1;
+  if (n->store.has_kv()) {
+    upper->store.pages.assign(n->store.pages.begin(), n->store.pages.begin() + pages);
+    n->store.pages.erase(n->store.pages.begin(), n->store.pages.begin() + pages);
+    upper->store.kv_children = 1;
   }
   upper->lock_count = n->lock_count;
   upper->last_access = n->last_access;
   upper->kv_uses = n->kv_uses;
-  upper->kv_age_gpu = n->kv_age_gpu;
-  upper->kv_age_host = n->kv_age_host;
-  upper->kv_age_store = n->kv_age_store;
+  upper->gpu.kv_age = n->gpu.kv_age;
+  upper->host.kv_age = n->host.kv_age;
+  upper->store.kv_age = n->store.kv_age;
   upper->snapshots_below = n->snapshots_below;
   upper->kv_priority = n->kv_priority;
   upper->host_pin = n->host_pin;        // the pins through n run through its upper part too
@@ -564,11 +564,11 @@ std::vector<NodeInfo> PrefixCache::inspect(std::span<const Token> tokens, Namesp
     info.tokens = c->tokens.size();
     info.matched = pos + k * config_.page_size;
     // A copy's destination is not a usable copy yet: report the source side only.
-    info.kv = residency(c->has_gpu_kv() && !c->kv_to_gpu(), c->has_host_kv() && !c->kv_to_host());
-    info.snapshot = residency(c->gpu_snapshot.valid() && !c->snap_to_gpu(),
-                              c->has_host_snapshot() && !c->snap_to_host());
-    info.kv_on_store = c->has_store_kv();
-    info.snapshot_on_store = c->store_snapshot.valid();
+    info.kv = residency(c->gpu.has_kv() && !c->kv_to_gpu(), c->host.has_kv() && !c->kv_to_host());
+    info.snapshot = residency(c->gpu.snapshot.valid() && !c->snap_to_gpu(),
+                              c->host.has_snapshot() && !c->snap_to_host());
+    info.kv_on_store = c->store.has_kv();
+    info.snapshot_on_store = c->store.snapshot.valid();
     info.kv_copy = c->kv_xfer;
     info.snapshot_copy = c->snap_xfer;
     info.locks = c->lock_count;

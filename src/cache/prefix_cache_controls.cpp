@@ -59,7 +59,7 @@ Result<EvictResult> PrefixCache::evict(const EvictRequest& request) {
     const std::size_t snaps_before = store_snaps_held_;
     while (out.kv_pages < pages && !store_kv_order_.empty()) {
       Node* victim = &*store_kv_order_.begin();
-      out.kv_pages += victim->store_pages.size();
+      out.kv_pages += victim->store.pages.size();
       drop_store_kv(victim);
     }
     while (snaps_before - store_snaps_held_ < request.snapshots && !store_snap_order_.empty()) {
@@ -77,15 +77,15 @@ Result<EvictResult> PrefixCache::evict(const EvictRequest& request) {
   const std::size_t free_before = host_pages_.free_count();
   while (kv_before - host_kv_held_ < pages && !host_kv_order_.empty()) {
     Node* victim = &*host_kv_order_.begin();
-    if (victim->host_kv_key.cls == 1) host_age_ = std::max(host_age_, victim->host_kv_key.priority);
-    if (!victim->kv_live()) stats_.dead_kv_pages_dropped += victim->host_pages.size();
+    if (victim->host.kv_key.cls == 1) host_age_ = std::max(host_age_, victim->host.kv_key.priority);
+    if (!victim->kv_live()) stats_.dead_kv_pages_dropped += victim->host.pages.size();
     drop_host_kv(victim);
   }
   const std::size_t per = config_.snapshot_pages();
   while ((snap_before - host_snap_held_) / per < request.snapshots && !host_snap_order_.empty()) {
     Node* victim = &*host_snap_order_.begin();
-    if (victim->host_snap_key.cls == 1)
-      host_age_ = std::max(host_age_, victim->host_snap_key.priority);
+    if (victim->host.snap_key.cls == 1)
+      host_age_ = std::max(host_age_, victim->host.snap_key.priority);
     drop_host_snapshot(victim);
     remove_if_empty(victim);
   }
@@ -107,12 +107,12 @@ CacheSizes PrefixCache::sizes() const {
   // Host pins protect their prefix's host copies as a lock does (and their snapshot's).
   for (const auto& [id, rec] : locks_) {
     for (const Node* n = rec.node; n != nullptr && seen.insert(n).second; n = n->parent) {
-      host_kv_locked += n->host_pages.size();
+      host_kv_locked += n->host.pages.size();
     }
   }
   for (const auto& [id, pin] : pins_) {
     for (const Node* n = pin.node; n != nullptr && seen.insert(n).second; n = n->parent) {
-      host_kv_locked += n->host_pages.size();
+      host_kv_locked += n->host.pages.size();
     }
   }
   std::unordered_set<const Node*> pinned;
@@ -123,11 +123,11 @@ CacheSizes PrefixCache::sizes() const {
   for (const auto& [id, pin] : pins_) host_pinned.insert(pin.node);
   std::size_t gpu_snaps_locked = 0, host_snaps_locked = 0;
   for (const Node* n : pinned) {
-    gpu_snaps_locked += n->gpu_snapshot.valid();
-    host_snaps_locked += n->has_host_snapshot();
+    gpu_snaps_locked += n->gpu.snapshot.valid();
+    host_snaps_locked += n->host.has_snapshot();
   }
   for (const Node* n : host_pinned) {
-    if (!pinned.count(n)) host_snaps_locked += n->has_host_snapshot();
+    if (!pinned.count(n)) host_snaps_locked += n->host.has_snapshot();
   }
   const std::size_t per = config_.snapshot_pages();
   const std::size_t gpu_kv_held =
@@ -164,7 +164,7 @@ CacheSizes PrefixCache::sizes() const {
   std::unordered_set<const Node*> on_path;
   for (const auto& [id, rec] : locks_) {
     for (const Node* n = rec.node; n != nullptr && on_path.insert(n).second; n = n->parent) {
-      st.kv_pages_locked += n->store_pages.size();
+      st.kv_pages_locked += n->store.pages.size();
     }
   }
   std::size_t store_kv = 0, store_snaps = 0;
@@ -172,11 +172,11 @@ CacheSizes PrefixCache::sizes() const {
   while (!stack.empty()) {
     const Node* n = stack.back();
     stack.pop_back();
-    store_kv += n->store_pages.size();
-    store_snaps += n->store_snapshot.valid();
+    store_kv += n->store.pages.size();
+    store_snaps += n->store.snapshot.valid();
     for (const auto& [key, c] : n->children) stack.push_back(c);
   }
-  for (const Node* n : pinned) st.snapshots_locked += n->store_snapshot.valid();
+  for (const Node* n : pinned) st.snapshots_locked += n->store.snapshot.valid();
   st.kv_pages_evictable = store_kv - st.kv_pages_locked;
   st.snapshots_evictable = store_snaps - st.snapshots_locked;
   st.bytes_locked = std::uint64_t{st.kv_pages_locked} * config_.page_bytes +
@@ -239,9 +239,9 @@ void PrefixCache::cap_path_snapshots(Node* n) {
     }
     if (on_path <= cap || victim == nullptr) return;
     // Counted as a drop (CacheStats::snapshots_dropped), once for all its copies.
-    if (victim->store_snapshot.valid()) drop_store_snapshot(victim);
-    if (victim->gpu_snapshot.valid()) drop_gpu_snapshot(victim);
-    if (victim->has_host_snapshot()) drop_host_snapshot(victim);
+    if (victim->store.snapshot.valid()) drop_store_snapshot(victim);
+    if (victim->gpu.snapshot.valid()) drop_gpu_snapshot(victim);
+    if (victim->host.has_snapshot()) drop_host_snapshot(victim);
   }
 }
 

@@ -16,15 +16,15 @@ constexpr std::uint8_t kMedia[] = {kOnGpu, kOnHost, kOnStore};
 // store tier). A store record exists only once its write finished (store_pages and
 // store_snapshot are set on completion), so the store row needs no in-flight check.
 std::uint8_t usable_kv(const Node& n) {
-  return std::uint8_t((n.has_gpu_kv() && !n.kv_to_gpu() ? kOnGpu : 0) |
-                      (n.has_host_kv() && !n.kv_to_host() ? kOnHost : 0) |
-                      (n.has_store_kv() ? kOnStore : 0));
+  return std::uint8_t((n.gpu.has_kv() && !n.kv_to_gpu() ? kOnGpu : 0) |
+                      (n.host.has_kv() && !n.kv_to_host() ? kOnHost : 0) |
+                      (n.store.has_kv() ? kOnStore : 0));
 }
 
 std::uint8_t usable_snapshot(const Node& n) {
-  return std::uint8_t((n.gpu_snapshot.valid() && !n.snap_to_gpu() ? kOnGpu : 0) |
-                      (n.has_host_snapshot() && !n.snap_to_host() ? kOnHost : 0) |
-                      (n.store_snapshot.valid() ? kOnStore : 0));
+  return std::uint8_t((n.gpu.snapshot.valid() && !n.snap_to_gpu() ? kOnGpu : 0) |
+                      (n.host.has_snapshot() && !n.snap_to_host() ? kOnHost : 0) |
+                      (n.store.snapshot.valid() ? kOnStore : 0));
 }
 
 Medium medium_of(std::uint8_t bit) {

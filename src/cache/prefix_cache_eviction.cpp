@@ -58,18 +58,19 @@ Status PrefixCache::reclaim_gpu_pages(std::size_t n) {
       while (gpu_pages_.free_count() + releasing < n) {
         Node* victim = first_not_failed(gpu_kv_order_, &Node::kv_demote_failed, round);
         if (victim == nullptr) break;
-        if (victim->gpu_kv_key.cls == 1) {
-          gpu_kv_age_ = std::max(gpu_kv_age_, victim->gpu_kv_key.priority);
+        if (victim->gpu.kv_key.cls == 1) {
+          gpu_kv_age_ = std::max(gpu_kv_age_, victim->gpu.kv_key.priority);
         }
-        releasing += victim->gpu_pages.size();
+        releasing += victim->gpu.pages.size();
         evict_gpu_kv(victim, demote);
       }
       if (releasing == 0) {
         // Every victim left failed to demote in this round: the room wins, drop the first.
         Node* victim = &*gpu_kv_order_.begin();
-        stats_.kv_pages_dropped_gpu += victim->gpu_pages.size();
+        stats_.kv_pages_dropped_gpu += victim->gpu.pages.size();
         drop_gpu_kv(victim);
-        if (!victim->has_kv() && victim->gpu_snapshot_evictable()) drop_gpu_snapshot(victim);
+        if (!victim->has_kv() && victim->snapshot_evictable<Tier::kGpu>())
+          drop_gpu_snapshot(victim);
         remove_if_empty(victim);
         continue;
       }
@@ -95,7 +96,7 @@ Status PrefixCache::check_gpu_slot_room() const {
   // As for pages: when every slot is pinned or held by a request, fail before evicting.
   std::unordered_set<const Node*> pinned;
   for (const auto& [id, rec] : locks_) {
-    if (rec.snap_node != nullptr && rec.snap_node->gpu_snapshot.valid())
+    if (rec.snap_node != nullptr && rec.snap_node->gpu.snapshot.valid())
       pinned.insert(rec.snap_node);
   }
   if (gpu_slots_.count(Holder::kNode) + gpu_slots_.count(Holder::kTransfer) <= pinned.size()) {
@@ -133,8 +134,8 @@ Status PrefixCache::reclaim_gpu_slots(std::size_t n) {
       }
       PendingBatch demote;
       demote.batch.direction = Direction::kDeviceToHost;
-      if (victim->gpu_snap_key.cls == 1) {
-        gpu_snap_age_ = std::max(gpu_snap_age_, victim->gpu_snap_key.priority);
+      if (victim->gpu.snap_key.cls == 1) {
+        gpu_snap_age_ = std::max(gpu_snap_age_, victim->gpu.snap_key.priority);
       }
       evict_gpu_snapshot(victim, demote);
       std::optional<std::uint32_t> id;
@@ -160,7 +161,7 @@ std::size_t PrefixCache::gpu_pages_demoting() const {
   std::size_t n = 0;
   for (const auto& [id, t] : transfers_) {
     for (const CopyOp& op : t.ops) {
-      if (!op.snapshot && op.kind == Xfer::kDemote) n += op.node->gpu_pages.size();
+      if (!op.snapshot && op.kind == Xfer::kDemote) n += op.node->gpu.pages.size();
     }
   }
   return n;
@@ -206,8 +207,8 @@ void PrefixCache::demote_ahead() {
     while (gpu_pages_.free_count() + demoting + demote.batch.pages.size() < high &&
            !gpu_kv_order_.empty()) {
       Node* victim = &*gpu_kv_order_.begin();
-      if (victim->gpu_kv_key.cls == 1) {
-        gpu_kv_age_ = std::max(gpu_kv_age_, victim->gpu_kv_key.priority);
+      if (victim->gpu.kv_key.cls == 1) {
+        gpu_kv_age_ = std::max(gpu_kv_age_, victim->gpu.kv_key.priority);
       }
       // Off the order (copy in flight, or dropped as dead), or false: no host room now.
       if (!evict_gpu_kv(victim, demote, true)) break;
@@ -226,8 +227,8 @@ void PrefixCache::demote_ahead() {
     while (gpu_slots_.free_count() + demoting + pending_slots() < high &&
            !gpu_snap_order_.empty()) {
       Node* victim = &*gpu_snap_order_.begin();
-      if (victim->gpu_snap_key.cls == 1) {
-        gpu_snap_age_ = std::max(gpu_snap_age_, victim->gpu_snap_key.priority);
+      if (victim->gpu.snap_key.cls == 1) {
+        gpu_snap_age_ = std::max(gpu_snap_age_, victim->gpu.snap_key.priority);
       }
       if (!evict_gpu_snapshot(victim, demote, true)) break;
       ++evicted;
@@ -272,10 +273,10 @@ bool PrefixCache::make_host_page_room(std::size_t n, bool for_snapshot) {
       }
       if (victim == nullptr) break;
       victims = true;
-      const OrderKey& key = snapshot ? victim->host_snap_key : victim->host_kv_key;
+      const OrderKey& key = snapshot ? victim->host.snap_key : victim->host.kv_key;
       if (key.cls == 1) host_age_ = std::max(host_age_, key.priority);
-      const std::size_t pages = snapshot ? victim->host_snapshot.size() : victim->host_pages.size();
-      const bool clean = snapshot ? victim->store_snapshot.valid() : victim->has_store_kv();
+      const std::size_t pages = snapshot ? victim->host.snapshot.size() : victim->host.pages.size();
+      const bool clean = snapshot ? victim->store.snapshot.valid() : victim->store.has_kv();
       if (!clean && plan_store_write(victim, snapshot, true, writes) == StoreVerdict::kPlanned) {
         releasing += pages;
         continue;
@@ -323,8 +324,8 @@ std::vector<HostPageId> PrefixCache::take_host_snapshot_pages(Node* n) {
 }
 
 void PrefixCache::add_snapshot_pieces(TransferBatch& batch, const Node* n) const {
-  for (std::size_t i = 0; i < n->host_snapshot.size(); ++i) {
-    batch.pieces.push_back({n->gpu_snapshot, i * config_.page_bytes, n->host_snapshot[i]});
+  for (std::size_t i = 0; i < n->host.snapshot.size(); ++i) {
+    batch.pieces.push_back({n->gpu.snapshot, i * config_.page_bytes, n->host.snapshot[i]});
   }
 }
 
@@ -332,8 +333,8 @@ void PrefixCache::add_snapshot_pieces(TransferBatch& batch, const Node* n) const
 // evicting one node's resource
 
 bool PrefixCache::evict_gpu_kv(Node* n, PendingBatch& demote, bool ahead) {
-  assert(n->gpu_kv_evictable());
-  const std::size_t np = n->gpu_pages.size();
+  assert(n->kv_evictable<Tier::kGpu>());
+  const std::size_t np = n->gpu.pages.size();
   if (cost_aware_ && !n->kv_live()) {  // dead KV: nothing resumes from it, no copy pays
     stats_.kv_pages_dropped_gpu += np;
     stats_.dead_kv_pages_dropped += np;
@@ -341,7 +342,7 @@ bool PrefixCache::evict_gpu_kv(Node* n, PendingBatch& demote, bool ahead) {
     remove_if_empty(n);
     return true;
   }
-  if (n->has_host_kv()) {  // clean host copy: eviction is free
+  if (n->host.has_kv()) {  // clean host copy: eviction is free
     stats_.kv_pages_demoted += np;
     drop_gpu_kv(n);
   } else if (make_host_page_room(np)) {
@@ -353,21 +354,21 @@ bool PrefixCache::evict_gpu_kv(Node* n, PendingBatch& demote, bool ahead) {
   } else {
     stats_.kv_pages_dropped_gpu += np;
     drop_gpu_kv(n);
-    if (!n->has_kv() && n->gpu_snapshot_evictable()) drop_gpu_snapshot(n);
+    if (!n->has_kv() && n->snapshot_evictable<Tier::kGpu>()) drop_gpu_snapshot(n);
     remove_if_empty(n);
     return true;
   }
   // A snapshot whose KV leaves the GPU does not keep a GPU slot: it goes with the KV (ahead of
   // need without host room, it stays and leaves first when a slot is needed).
-  if (cost_aware_ && n->gpu_snapshot_evictable()) evict_gpu_snapshot(n, demote, ahead);
+  if (cost_aware_ && n->snapshot_evictable<Tier::kGpu>()) evict_gpu_snapshot(n, demote, ahead);
   return true;
 }
 
 bool PrefixCache::evict_gpu_snapshot(Node* n, PendingBatch& demote, bool ahead) {
-  assert(n->gpu_snapshot_evictable());
+  assert(n->snapshot_evictable<Tier::kGpu>());
   // Keep a host copy only when it can be used again: a clean one exists (on host or on the
   // store), or KV is there.
-  if (n->has_host_snapshot() || n->store_snapshot.valid() || !n->has_kv()) {
+  if (n->host.has_snapshot() || n->store.snapshot.valid() || !n->has_kv()) {
     drop_gpu_snapshot(n);
     return true;
   }
@@ -384,12 +385,12 @@ bool PrefixCache::evict_gpu_snapshot(Node* n, PendingBatch& demote, bool ahead) 
 }
 
 void PrefixCache::plan_kv_to_host(Node* n, Xfer kind, PendingBatch& batch) {
-  const std::size_t np = n->gpu_pages.size();
+  const std::size_t np = n->gpu.pages.size();
   std::vector<HostPageId> dst;
   dst.reserve(np);
   for (std::size_t i = 0; i < np; ++i) {
     dst.push_back(*host_pages_.take(Holder::kTransfer));
-    batch.batch.pages.push_back({n->gpu_pages[i], dst.back()});
+    batch.batch.pages.push_back({n->gpu.pages[i], dst.back()});
   }
   n->kv_xfer = kind;
   set_host_pages(n, std::move(dst));
@@ -405,26 +406,26 @@ void PrefixCache::plan_snapshot_to_host(Node* n, std::vector<HostPageId> dst, Xf
 }
 
 void PrefixCache::drop_gpu_kv(Node* n) {
-  for (GpuPageId id : n->gpu_pages) gpu_pages_.give_back(id);
+  for (GpuPageId id : n->gpu.pages) gpu_pages_.give_back(id);
   set_gpu_pages(n, {});
 }
 
 void PrefixCache::drop_host_kv(Node* n) {
-  stats_.kv_pages_dropped_host += n->host_pages.size();
-  for (HostPageId id : n->host_pages) host_pages_.give_back(id);
+  stats_.kv_pages_dropped_host += n->host.pages.size();
+  for (HostPageId id : n->host.pages) host_pages_.give_back(id);
   set_host_pages(n, {});
   remove_if_empty(n);
 }
 
 void PrefixCache::drop_gpu_snapshot(Node* n) {
-  gpu_slots_.give_back(n->gpu_snapshot);
-  if (!n->has_host_snapshot()) ++stats_.snapshots_dropped;
+  gpu_slots_.give_back(n->gpu.snapshot);
+  if (!n->host.has_snapshot()) ++stats_.snapshots_dropped;
   set_gpu_snapshot(n, GpuSlotId());
 }
 
 void PrefixCache::drop_host_snapshot(Node* n) {
-  for (HostPageId id : n->host_snapshot) host_pages_.give_back(id);
-  if (!n->gpu_snapshot.valid()) ++stats_.snapshots_dropped;
+  for (HostPageId id : n->host.snapshot) host_pages_.give_back(id);
+  if (!n->gpu.snapshot.valid()) ++stats_.snapshots_dropped;
   set_host_snapshot(n, {});
 }
 
@@ -434,7 +435,7 @@ void PrefixCache::drop_host_victim(Node* n, bool snapshot) {
     remove_if_empty(n);  // making store room may have taken its last KV
     return;
   }
-  if (!n->kv_live()) stats_.dead_kv_pages_dropped += n->host_pages.size();
+  if (!n->kv_live()) stats_.dead_kv_pages_dropped += n->host.pages.size();
   drop_host_kv(n);
 }
 
@@ -453,7 +454,7 @@ void PrefixCache::flush() {
   // Leaf-first: dropping a leaf's last copy removes it, which makes its parent a leaf.
   while (!gpu_kv_order_.empty()) {
     Node* n = &*gpu_kv_order_.begin();
-    stats_.kv_pages_dropped_gpu += n->gpu_pages.size();
+    stats_.kv_pages_dropped_gpu += n->gpu.pages.size();
     drop_gpu_kv(n);
     remove_if_empty(n);
   }
@@ -472,12 +473,12 @@ void PrefixCache::write_through(std::span<Node* const> nodes, Node* snapshot_nod
   PendingBatch copy;
   copy.batch.direction = Direction::kDeviceToHost;
   for (Node* n : nodes) {
-    if (!n->has_gpu_kv() || n->has_host_kv() || n->kv_xfer != Xfer::kNone) continue;
-    if (!make_host_page_room(n->gpu_pages.size())) continue;
+    if (!n->gpu.has_kv() || n->host.has_kv() || n->kv_xfer != Xfer::kNone) continue;
+    if (!make_host_page_room(n->gpu.pages.size())) continue;
     plan_kv_to_host(n, Xfer::kWriteThrough, copy);
   }
   Node* s = snapshot_node;
-  if (s && s->gpu_snapshot.valid() && !s->has_host_snapshot() && s->snap_xfer == Xfer::kNone) {
+  if (s && s->gpu.snapshot.valid() && !s->host.has_snapshot() && s->snap_xfer == Xfer::kNone) {
     std::vector<HostPageId> dst = take_host_snapshot_pages(s);
     if (!dst.empty()) plan_snapshot_to_host(s, std::move(dst), Xfer::kWriteThrough, copy);
   }

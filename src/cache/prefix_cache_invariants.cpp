@@ -134,8 +134,8 @@ std::string PrefixCache::check_invariants() const {
       if (it == n->parent->children.end() || it->second != n)
         return fail("not keyed in its parent");
       const std::size_t np = n->page_count(ps);
-      if (n->has_gpu_kv() && n->gpu_pages.size() != np) return fail("GPU page count != pages");
-      if (n->has_host_kv() && n->host_pages.size() != np) return fail("host page count != pages");
+      if (n->gpu.has_kv() && n->gpu.pages.size() != np) return fail("GPU page count != pages");
+      if (n->host.has_kv() && n->host.pages.size() != np) return fail("host page count != pages");
       if (n->children.empty() && n->lock_count == 0 && n->snapshot_lock == 0 && n->host_pin == 0 &&
           !n->has_kv() && n->kv_xfer == Xfer::kNone && n->snap_xfer == Xfer::kNone)
         return fail("an empty leaf was left in the tree");
@@ -145,51 +145,51 @@ std::string PrefixCache::check_invariants() const {
     const bool kv_to_gpu = n->kv_to_gpu();
     // A staged load's destinations are GPU pages only (its staging pages are the load's).
     if (n->kv_xfer == Xfer::kStage) {
-      if (!n->has_gpu_kv() || n->has_host_kv())
+      if (!n->gpu.has_kv() || n->host.has_kv())
         return fail("a staged KV load is in flight without its GPU pages, or with host pages");
-    } else if ((kv_to_host || kv_to_gpu) && !(n->has_gpu_kv() && n->has_host_kv())) {
+    } else if ((kv_to_host || kv_to_gpu) && !(n->gpu.has_kv() && n->host.has_kv())) {
       return fail("a KV copy is in flight without both ends");
     }
-    if (n->kv_xfer == Xfer::kLoad && !n->has_store_kv())
+    if (n->kv_xfer == Xfer::kLoad && !n->store.has_kv())
       return fail("a KV load is in flight without its store records");
-    if (n->kv_xfer == Xfer::kStore && !n->has_host_kv())
+    if (n->kv_xfer == Xfer::kStore && !n->host.has_kv())
       return fail("a KV store write is in flight without its host pages");
-    if (n->snap_xfer == Xfer::kLoad && !n->store_snapshot.valid())
+    if (n->snap_xfer == Xfer::kLoad && !n->store.snapshot.valid())
       return fail("a snapshot load is in flight without its store record");
-    if (n->snap_xfer == Xfer::kStore && !n->has_host_snapshot())
+    if (n->snap_xfer == Xfer::kStore && !n->host.has_snapshot())
       return fail("a snapshot store write is in flight without its host pages");
     // The store row: records of the default namespace only, one per page, each held once.
-    if (n->has_store_kv() && n->store_pages.size() != n->page_count(ps))
+    if (n->store.has_kv() && n->store.pages.size() != n->page_count(ps))
       return fail("store record count != pages");
-    if ((n->has_store_kv() || n->store_snapshot.valid()) && top_of(n) != root_)
+    if ((n->store.has_kv() || n->store.snapshot.valid()) && top_of(n) != root_)
       return fail("a node outside the default namespace holds store records");
-    for (RecordId id : n->store_pages) {
+    for (RecordId id : n->store.pages) {
       if (!store_ids.insert(id).second) return fail("a store record is held twice");
     }
-    if (n->store_snapshot.valid() && !store_ids.insert(n->store_snapshot).second)
+    if (n->store.snapshot.valid() && !store_ids.insert(n->store.snapshot).second)
       return fail("a store record is held twice");
-    for (GpuPageId id : n->gpu_pages)
+    for (GpuPageId id : n->gpu.pages)
       if (auto e = gpu.add(id, kv_to_gpu ? Holder::kTransfer : Holder::kNode); !e.empty())
         return fail(e);
-    for (HostPageId id : n->host_pages)
+    for (HostPageId id : n->host.pages)
       if (auto e = host.add(id, kv_to_host ? Holder::kTransfer : Holder::kNode); !e.empty())
         return fail(e);
     const bool snap_to_host = n->snap_to_host();
     const bool snap_to_gpu = n->snap_to_gpu();
     if (n->snap_xfer == Xfer::kStage) {
-      if (!n->gpu_snapshot.valid() || n->has_host_snapshot())
+      if (!n->gpu.snapshot.valid() || n->host.has_snapshot())
         return fail("a staged snapshot load is in flight without its GPU slot, or with host pages");
     } else if ((snap_to_host || snap_to_gpu) &&
-               !(n->gpu_snapshot.valid() && n->has_host_snapshot())) {
+               !(n->gpu.snapshot.valid() && n->host.has_snapshot())) {
       return fail("a snapshot copy is in flight without both ends");
     }
-    if (n->has_host_snapshot() && n->host_snapshot.size() != config_.snapshot_pages())
+    if (n->host.has_snapshot() && n->host.snapshot.size() != config_.snapshot_pages())
       return fail("a host snapshot does not span snapshot_pages() host pages");
-    if (n->gpu_snapshot.valid())
-      if (auto e = gslots.add(n->gpu_snapshot, snap_to_gpu ? Holder::kTransfer : Holder::kNode);
+    if (n->gpu.snapshot.valid())
+      if (auto e = gslots.add(n->gpu.snapshot, snap_to_gpu ? Holder::kTransfer : Holder::kNode);
           !e.empty())
         return fail(e);
-    for (HostPageId id : n->host_snapshot)  // the same host pool as the KV pages
+    for (HostPageId id : n->host.snapshot)  // the same host pool as the KV pages
       if (auto e = host.add(id, snap_to_host ? Holder::kTransfer : Holder::kNode); !e.empty())
         return fail(e);
     auto recorded = [&](Xfer x, std::uint32_t id) {
@@ -201,7 +201,7 @@ std::string PrefixCache::check_invariants() const {
     if (n->snap_xfer != Xfer::kNone && !recorded(n->snap_xfer, n->snap_xfer_id))
       return fail("snapshot copy in flight with no transfer record");
 
-    if (n->lock_count > 0) locked_pages += n->gpu_pages.size();
+    if (n->lock_count > 0) locked_pages += n->gpu.pages.size();
     // Rule 3.
     const auto lk = locks.find(n);
     if (n->lock_count != (lk == locks.end() ? 0u : lk->second)) return fail("lock count is off");
@@ -225,27 +225,28 @@ std::string PrefixCache::check_invariants() const {
       if (c->parent != n) return fail("a child does not point back to its parent");
       if (c->lock_count > n->lock_count) return fail("a child is locked more than its parent");
       if (c->host_pin > n->host_pin) return fail("a child is pinned more than its parent");
-      gpu_children += c->has_gpu_kv();
-      host_children += c->has_host_kv();
-      store_children += c->has_store_kv();
+      gpu_children += c->gpu.has_kv();
+      host_children += c->host.has_kv();
+      store_children += c->store.has_kv();
       stack.push_back(c);
     }
-    if (gpu_children != n->gpu_kv_children || host_children != n->host_kv_children ||
-        store_children != n->store_kv_children)
+    if (gpu_children != n->gpu.kv_children || host_children != n->host.kv_children ||
+        store_children != n->store.kv_children)
       return fail("child residency counters are off");
-    if (n->store_kv_hook.is_linked() != n->store_kv_evictable() ||
-        n->store_snap_hook.is_linked() != n->store_snapshot_evictable())
+    if (n->store.kv_hook.is_linked() != n->kv_evictable<Tier::kStore>() ||
+        n->store.snap_hook.is_linked() != n->snapshot_evictable<Tier::kStore>())
       return fail("store order membership differs from evictability");
-    if ((n->store_kv_hook.is_linked() && n->store_kv_key != store_kv_key(*n)) ||
-        (n->store_snap_hook.is_linked() && n->store_snap_key != store_snap_key(*n)))
+    if ((n->store.kv_hook.is_linked() && n->store.kv_key != store_kv_key(*n)) ||
+        (n->store.snap_hook.is_linked() && n->store.snap_key != store_snap_key(*n)))
       return fail("store order key is stale");
-    store_listed += n->store_kv_hook.is_linked() + n->store_snap_hook.is_linked();
+    store_listed += n->store.kv_hook.is_linked() + n->store.snap_hook.is_linked();
 
     // Rule 4: on a list iff evictable there now.
-    const bool on[4] = {n->gpu_kv_hook.is_linked(), n->host_kv_hook.is_linked(),
-                        n->gpu_snap_hook.is_linked(), n->host_snap_hook.is_linked()};
-    const bool want[4] = {n->gpu_kv_evictable(), n->host_kv_evictable(),
-                          n->gpu_snapshot_evictable(), n->host_snapshot_evictable()};
+    const bool on[4] = {n->gpu.kv_hook.is_linked(), n->host.kv_hook.is_linked(),
+                        n->gpu.snap_hook.is_linked(), n->host.snap_hook.is_linked()};
+    const bool want[4] = {n->kv_evictable<Tier::kGpu>(), n->kv_evictable<Tier::kHost>(),
+                          n->snapshot_evictable<Tier::kGpu>(),
+                          n->snapshot_evictable<Tier::kHost>()};
     static const char* kList[4] = {"GPU KV", "host KV", "GPU snapshot", "host snapshot"};
     for (int i = 0; i < 4; ++i) {
       if (on[i] != want[i])
@@ -253,10 +254,10 @@ std::string PrefixCache::check_invariants() const {
       listed[i] += on[i];
     }
     // Each linked key is the one the node's state gives now (a stale key misorders victims).
-    const bool keys_ok[4] = {!on[0] || n->gpu_kv_key == gpu_kv_key(*n),
-                             !on[1] || n->host_kv_key == host_kv_key(*n),
-                             !on[2] || n->gpu_snap_key == gpu_snap_key(*n),
-                             !on[3] || n->host_snap_key == host_snap_key(*n)};
+    const bool keys_ok[4] = {!on[0] || n->gpu.kv_key == gpu_kv_key(*n),
+                             !on[1] || n->host.kv_key == host_kv_key(*n),
+                             !on[2] || n->gpu.snap_key == gpu_snap_key(*n),
+                             !on[3] || n->host.snap_key == host_snap_key(*n)};
     for (int i = 0; i < 4; ++i) {
       if (!keys_ok[i]) return fail(std::string(kList[i]) + " order key is stale");
     }
@@ -300,7 +301,7 @@ std::string PrefixCache::check_invariants() const {
       listed[2] != gpu_snap_order_.size() || listed[3] != host_snap_order_.size())
     return "an eviction order holds a node that is not in the tree";
   std::size_t store_snaps = 0;
-  for (const Node* n : preorder) store_snaps += n->store_snapshot.valid();
+  for (const Node* n : preorder) store_snaps += n->store.snapshot.valid();
   if (store_snaps != store_snaps_held_) return "store snapshot count is off";
   if (store_listed != store_kv_order_.size() + store_snap_order_.size())
     return "a store order holds a node that is not in the tree";

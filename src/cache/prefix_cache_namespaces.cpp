@@ -63,22 +63,22 @@ void PrefixCache::flush(NamespaceId ns) {
   std::unordered_set<const Node*> removed;
   for (Node* n : nodes) {
     if (removed.count(n) != 0) continue;
-    if (n->gpu_snapshot_evictable()) drop_gpu_snapshot(n);
-    if (n->host_snapshot_evictable()) drop_host_snapshot(n);
-    if (n->gpu_kv_evictable()) {
-      stats_.kv_pages_dropped_gpu += n->gpu_pages.size();
+    if (n->snapshot_evictable<Tier::kGpu>()) drop_gpu_snapshot(n);
+    if (n->snapshot_evictable<Tier::kHost>()) drop_host_snapshot(n);
+    if (n->kv_evictable<Tier::kGpu>()) {
+      stats_.kv_pages_dropped_gpu += n->gpu.pages.size();
       drop_gpu_kv(n);
     }
-    if (n->host_kv_evictable()) {
-      stats_.kv_pages_dropped_host += n->host_pages.size();
-      for (HostPageId id : n->host_pages) host_pages_.give_back(id);
+    if (n->kv_evictable<Tier::kHost>()) {
+      stats_.kv_pages_dropped_host += n->host.pages.size();
+      for (HostPageId id : n->host.pages) host_pages_.give_back(id);
       set_host_pages(n, {});
     }
     // The store row (the default namespace only has one).
-    if (n->store_snapshot_evictable()) drop_store_snapshot(n);
-    if (n->store_kv_evictable()) {
-      stats_.kv_pages_dropped_store += n->store_pages.size();
-      for (RecordId id : n->store_pages) (void)store_->erase(id);
+    if (n->snapshot_evictable<Tier::kStore>()) drop_store_snapshot(n);
+    if (n->kv_evictable<Tier::kStore>()) {
+      stats_.kv_pages_dropped_store += n->store.pages.size();
+      for (RecordId id : n->store.pages) (void)store_->erase(id);
       set_store_pages(n, {});
     }
     // The root is never listed, so this cannot free a node still to be visited but an

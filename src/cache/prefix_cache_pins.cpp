@@ -62,9 +62,9 @@ Result<PinId> PrefixCache::pin(std::span<const Token> tokens, NamespaceId ns) {
                             " have no snapshot at their end: nothing could resume from them");
   }
   // Pins copy from GPU; what is on the store only comes back by an admission first.
-  bool in_memory = end->gpu_snapshot.valid() || end->has_host_snapshot();
+  bool in_memory = end->gpu.snapshot.valid() || end->host.has_snapshot();
   for (const Node* n = end; !n->is_root(); n = n->parent) {
-    in_memory = in_memory && (n->has_gpu_kv() || n->has_host_kv());
+    in_memory = in_memory && (n->gpu.has_kv() || n->host.has_kv());
   }
   if (!in_memory) {
     return Status(ErrorCode::kFailedPrecondition,
@@ -83,9 +83,9 @@ Result<PinId> PrefixCache::pin(std::span<const Token> tokens, NamespaceId ns) {
   const std::vector<Node*> path = path_of(end);
   std::size_t need_kv = 0, need_snap = 0, free_kv = 0, free_snap = 0;
   for (const Node* n : path) {
-    if (!n->has_host_kv()) need_kv += n->page_count(ps);
+    if (!n->host.has_kv()) need_kv += n->page_count(ps);
   }
-  if (!end->has_host_snapshot()) need_snap = config_.snapshot_pages();
+  if (!end->host.has_snapshot()) need_snap = config_.snapshot_pages();
   std::vector<const Node*> stack{root_};
   for (const auto& [id, r] : ns_roots_) stack.push_back(r);
   while (!stack.empty()) {
@@ -93,8 +93,8 @@ Result<PinId> PrefixCache::pin(std::span<const Token> tokens, NamespaceId ns) {
     stack.pop_back();
     for (const auto& [key, c] : n->children) stack.push_back(c);
     if (std::find(path.begin(), path.end(), n) != path.end()) continue;  // to be pinned
-    if (n->lock_count == 0 && n->host_pin == 0) free_kv += n->host_pages.size();
-    if (n->snapshot_lock == 0 && n->snap_pin == 0) free_snap += n->host_snapshot.size();
+    if (n->lock_count == 0 && n->host_pin == 0) free_kv += n->host.pages.size();
+    if (n->snapshot_lock == 0 && n->snap_pin == 0) free_snap += n->host.snapshot.size();
   }
   bool room = host_pages_.free_count() + free_kv + free_snap >= need_kv + need_snap;
   if (!shared_host_) {
@@ -115,19 +115,19 @@ Result<PinId> PrefixCache::pin(std::span<const Token> tokens, NamespaceId ns) {
   PendingBatch copy;
   copy.batch.direction = Direction::kDeviceToHost;
   for (Node* n : path) {
-    if (n->has_host_kv()) continue;
-    if (!make_host_page_room(n->gpu_pages.size())) break;  // checked above: does not happen
+    if (n->host.has_kv()) continue;
+    if (!make_host_page_room(n->gpu.pages.size())) break;  // checked above: does not happen
     plan_kv_to_host(n, Xfer::kWriteThrough, copy);
   }
-  if (!end->has_host_snapshot()) {
+  if (!end->host.has_snapshot()) {
     std::vector<HostPageId> dst = take_host_snapshot_pages(end);
     if (!dst.empty()) plan_snapshot_to_host(end, std::move(dst), Xfer::kWriteThrough, copy);
   }
   std::optional<std::uint32_t> id;
   Status submitted = submit_batch(std::move(copy), &id);
   if (id) wait_transfer(*id);
-  bool whole = end->has_host_snapshot();
-  for (const Node* n : path) whole = whole && n->has_host_kv();
+  bool whole = end->host.has_snapshot();
+  for (const Node* n : path) whole = whole && n->host.has_kv();
   if (!submitted || !whole) {
     add_pin_counts(end, -1);
     if (!submitted) return Status(submitted.code(), "pin: " + submitted.message());

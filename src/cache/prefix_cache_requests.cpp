@@ -186,12 +186,12 @@ Result<Admission> PrefixCache::try_admit_at(Node* target) {
   auto pages_needed = [&] {
     std::size_t pages = 0;
     for (Node* n : path) {
-      if (!n->has_gpu_kv()) pages += n->page_count(config_.page_size);
+      if (!n->gpu.has_kv()) pages += n->page_count(config_.page_size);
     }
     return pages;
   };
   std::size_t need_pages = pages_needed();
-  bool need_slot = !target->gpu_snapshot.valid();
+  bool need_slot = !target->gpu.snapshot.valid();
   // A hopeless admission evicts nothing: decide for the pages and the slot together first.
   if (need_pages > 0) {
     if (Status s = check_gpu_page_room(need_pages); !s) return undo(s);
@@ -214,7 +214,7 @@ Result<Admission> PrefixCache::try_admit_at(Node* target) {
       if (Status s = make_gpu_slot_room(); !s) return undo(s);
     }
     need_pages = pages_needed();
-    need_slot = !target->gpu_snapshot.valid();
+    need_slot = !target->gpu.snapshot.valid();
     if (gpu_pages_.free_count() >= need_pages && (!need_slot || gpu_slots_.free_count() > 0)) break;
     if (round > path.size()) {
       return undo(Status(ErrorCode::kFailedPrecondition,
@@ -242,12 +242,12 @@ Result<Admission> PrefixCache::try_admit_at(Node* target) {
   promote.batch.direction = Direction::kHostToDevice;
   Admission a;
   for (Node* n : path) {
-    if (n->has_gpu_kv()) {
+    if (n->gpu.has_kv()) {
       (n->kv_to_gpu() ? a.host_tokens : a.gpu_tokens) += n->tokens.size();
       continue;
     }
     std::vector<GpuPageId> dst;
-    for (HostPageId h : n->host_pages) {
+    for (HostPageId h : n->host.pages) {
       dst.push_back(*gpu_pages_.take(Holder::kTransfer));
       promote.batch.pages.push_back({dst.back(), h});
     }
@@ -258,7 +258,7 @@ Result<Admission> PrefixCache::try_admit_at(Node* target) {
   }
   if (target->snap_xfer == Xfer::kLoad || target->snap_xfer == Xfer::kStage) {
     a.snapshot_from_host = true;
-  } else if (!target->gpu_snapshot.valid()) {
+  } else if (!target->gpu.snapshot.valid()) {
     target->snap_xfer = Xfer::kPromote;
     set_gpu_snapshot(target, *gpu_slots_.take(Holder::kTransfer));
     add_snapshot_pieces(promote.batch, target);
@@ -281,10 +281,10 @@ TransferState PrefixCache::lock_state(const LockRecord& r) const {
   // that failed, under pages this request kept) must not move its lock (rule 9).
   if (r.snap_node == nullptr) return TransferState::kDone;
   bool pending = r.snap_node->snap_to_gpu();
-  bool lost = !r.snap_node->gpu_snapshot.valid();
+  bool lost = !r.snap_node->gpu.snapshot.valid();
   for (const Node* n = r.snap_node; n != nullptr && !n->is_root(); n = n->parent) {
     pending |= n->kv_to_gpu();
-    lost |= !n->has_gpu_kv();
+    lost |= !n->gpu.has_kv();
   }
   if (lost) return TransferState::kFailed;
   return pending ? TransferState::kPending : TransferState::kDone;
@@ -336,7 +336,7 @@ Status PrefixCache::resume_earlier(LockRecord& rec) {
   // promotion is pending on the path any more) and which still have a snapshot.
   std::vector<Node*> candidates;
   for (Node* n : path_of(old_snap ? old_snap : old_node)) {
-    if (!n->has_gpu_kv()) break;
+    if (!n->gpu.has_kv()) break;
     if (n != old_snap && n->has_snapshot()) candidates.push_back(n);
   }
   Node* target = nullptr;
@@ -370,11 +370,11 @@ Result<std::vector<GpuPageId>> PrefixCache::path_pages(LockId lock) const {
   if (!rec) return rec.status();
   std::vector<GpuPageId> pages;
   for (Node* n : path_of((*rec)->node)) {
-    if (!n->has_gpu_kv() || n->kv_to_gpu()) {
+    if (!n->gpu.has_kv() || n->kv_to_gpu()) {
       return Status(ErrorCode::kFailedPrecondition,
                     "path_pages: the prefix is not on GPU yet (wait() for the promotion)");
     }
-    pages.insert(pages.end(), n->gpu_pages.begin(), n->gpu_pages.end());
+    pages.insert(pages.end(), n->gpu.pages.begin(), n->gpu.pages.end());
   }
   return pages;
 }
@@ -384,11 +384,11 @@ Result<GpuSlotId> PrefixCache::path_snapshot(LockId lock) const {
   if (!rec) return rec.status();
   const Node* n = (*rec)->snap_node;
   if (n == nullptr) return not_found("path_snapshot: the admission matched nothing");
-  if (!n->gpu_snapshot.valid() || n->snap_to_gpu()) {
+  if (!n->gpu.snapshot.valid() || n->snap_to_gpu()) {
     return Status(ErrorCode::kFailedPrecondition,
                   "path_snapshot: the snapshot is not on GPU yet (wait() for the promotion)");
   }
-  return n->gpu_snapshot;
+  return n->gpu.snapshot;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -504,7 +504,7 @@ Status PrefixCache::validate_insert(LockId lock, const LockRecord& rec,
     if (c == nullptr) break;
     for (std::size_t i = 0; i < k; ++i) {
       const GpuPageId id = pages[pos / ps + i];
-      const bool tree_page = c->has_gpu_kv() && !c->kv_to_gpu() && c->gpu_pages[i] == id;
+      const bool tree_page = c->gpu.has_kv() && !c->kv_to_gpu() && c->gpu.pages[i] == id;
       if (!tree_page && page_owner_.owner(id) != lock) {
         return invalid_argument(
             "insert: " + describe(id) + " at page " + std::to_string(pos / ps + i) +
@@ -570,11 +570,11 @@ Result<InsertResult> PrefixCache::insert(LockId lock, std::span<const Token> tok
       c = split(c, k);
     }
     const auto seg = mine.first(c->page_count(ps));
-    if (c->has_gpu_kv()) {
+    if (c->gpu.has_kv()) {
       // Duplicate: the tree keeps its pages (or the ones a promotion is filling); the
       // caller keeps its own and frees them when done.
       for (std::size_t i = 0; i < seg.size(); ++i) {
-        if (seg[i] != c->gpu_pages[i]) out.not_taken.push_back(seg[i]);
+        if (seg[i] != c->gpu.pages[i]) out.not_taken.push_back(seg[i]);
       }
     } else {
       // New node, tombstone or host-only node: adopt the caller's freshly computed pages.
@@ -589,7 +589,7 @@ Result<InsertResult> PrefixCache::insert(LockId lock, std::span<const Token> tok
     n = c;
   }
   if (snapshot) {
-    if (n->gpu_snapshot.valid()) {
+    if (n->gpu.snapshot.valid()) {
       // Duplicate snapshot: the tree keeps its own.
     } else {
       slot_owner_.remove(*snapshot);

@@ -38,11 +38,11 @@ Status PrefixCache::load_from_store(Node* target, std::span<Node* const> path,
   *store_tokens = 0;
   std::size_t load_pages = 0;
   for (Node* n : path) {
-    if (n->has_gpu_kv() || n->has_host_kv()) continue;
+    if (n->gpu.has_kv() || n->host.has_kv()) continue;
     load_pages += n->page_count(config_.page_size);
     *store_tokens += n->tokens.size();
   }
-  const bool load_snapshot = !target->gpu_snapshot.valid() && !target->has_host_snapshot();
+  const bool load_snapshot = !target->gpu.snapshot.valid() && !target->host.has_snapshot();
   if (load_pages == 0 && !load_snapshot) return Status::ok();
   // Whole: host pages for all of it are taken now, as the reads' destinations and the
   // promotions' sources (the GPU pages were made room for by the caller).
@@ -50,7 +50,7 @@ Status PrefixCache::load_from_store(Node* target, std::span<Node* const> path,
   bool whole = load_pages == 0 || make_host_page_room(load_pages);
   if (whole) {
     for (Node* n : path) {
-      if (!n->has_gpu_kv() && !n->has_host_kv()) plan_kv_load(n, load);
+      if (!n->gpu.has_kv() && !n->host.has_kv()) plan_kv_load(n, load);
     }
   }
   if (whole && load_snapshot) {
@@ -82,14 +82,14 @@ Status PrefixCache::start_staged_load(Node* target, std::span<Node* const> path)
   StagedLoad load;
   std::size_t total = 0;
   for (Node* n : path) {
-    if (n->has_gpu_kv() || n->has_host_kv()) continue;
+    if (n->gpu.has_kv() || n->host.has_kv()) continue;
     load.nodes.push_back(n);
     load.first_page.push_back(total);
     total += n->page_count(config_.page_size);
   }
   load.first_page.push_back(total);
   load.cut = total;
-  const bool snapshot = !target->gpu_snapshot.valid() && !target->has_host_snapshot();
+  const bool snapshot = !target->gpu.snapshot.valid() && !target->host.has_snapshot();
   // The window: kStageChunks slices of KV (all of it when less) and the snapshot, which is one
   // record read whole; else what host can give, at least one page and the snapshot.
   const std::size_t snap = snapshot ? config_.snapshot_pages() : 0;
@@ -158,7 +158,7 @@ Status PrefixCache::pump_staged(StagedLoad& l) {
     l.snapshot_read = true;
     StagedChunk c;
     c.staging = take_idle(snap);
-    c.records = {l.target->store_snapshot};
+    c.records = {l.target->store.snapshot};
     // Refused: no KV is read either, so that an admission whose first reads the store refuses
     // starts nothing and falls back (start_staged_load).
     if (Status s = submit_staged_read(l, std::move(c)); !s) return s;
@@ -173,7 +173,7 @@ Status PrefixCache::pump_staged(StagedLoad& l) {
     c.staging = take_idle(n);
     for (std::size_t p = c.first; p < c.first + n; ++p) {
       const std::size_t k = node_of(l.first_page, p);
-      c.records.push_back(l.nodes[k]->store_pages[p - l.first_page[k]]);
+      c.records.push_back(l.nodes[k]->store.pages[p - l.first_page[k]]);
     }
     l.next += n;
     if (Status s = submit_staged_read(l, std::move(c)); !s) refused = s;
@@ -197,7 +197,7 @@ Status PrefixCache::submit_staged_read(StagedLoad& l, StagedChunk c) {
     if (c.count == 0) {
       Node* t = l.target;
       l.target = nullptr;
-      gpu_slots_.give_back(t->gpu_snapshot);
+      gpu_slots_.give_back(t->gpu.snapshot);
       t->snap_xfer = Xfer::kNone;
       set_gpu_snapshot(t, GpuSlotId());
       prune_copied({t});
@@ -229,7 +229,7 @@ bool PrefixCache::finish_staged_read(StagedLoad& l, StagedChunk& c) {
     if (arrived == 1) {
       ++stats_.snapshots_loaded;
       for (std::size_t i = 0; i < c.staging.size(); ++i) {
-        batch.pieces.push_back({t->gpu_snapshot, i * config_.page_bytes, c.staging[i]});
+        batch.pieces.push_back({t->gpu.snapshot, i * config_.page_bytes, c.staging[i]});
       }
       return submit_staged_copy(l, c, std::move(batch));
     }
@@ -239,7 +239,7 @@ bool PrefixCache::finish_staged_read(StagedLoad& l, StagedChunk& c) {
       set_store_snapshot(t, RecordId());
     }
     l.target = nullptr;
-    gpu_slots_.give_back(t->gpu_snapshot);
+    gpu_slots_.give_back(t->gpu.snapshot);
     t->snap_xfer = Xfer::kNone;
     set_gpu_snapshot(t, GpuSlotId());
     l.idle.insert(l.idle.end(), c.staging.begin(), c.staging.end());
@@ -254,9 +254,9 @@ bool PrefixCache::finish_staged_read(StagedLoad& l, StagedChunk& c) {
     if (items[i].code() != ErrorCode::kDataLoss) continue;
     lost.push_back(c.records[i]);
     Node* m = l.nodes[node_of(l.first_page, c.first + i)];
-    if (!m->has_store_kv()) continue;
-    stats_.store_records_lost += m->store_pages.size();
-    l.to_erase.insert(l.to_erase.end(), m->store_pages.begin(), m->store_pages.end());
+    if (!m->store.has_kv()) continue;
+    stats_.store_records_lost += m->store.pages.size();
+    l.to_erase.insert(l.to_erase.end(), m->store.pages.begin(), m->store.pages.end());
     set_store_pages(m, {});
   }
   std::erase_if(l.to_erase,
@@ -268,7 +268,7 @@ bool PrefixCache::finish_staged_read(StagedLoad& l, StagedChunk& c) {
   for (std::size_t i = 0; i < c.copied; ++i) {
     const std::size_t p = c.first + i;
     const std::size_t k = node_of(l.first_page, p);
-    batch.pages.push_back({l.nodes[k]->gpu_pages[p - l.first_page[k]], c.staging[i]});
+    batch.pages.push_back({l.nodes[k]->gpu.pages[p - l.first_page[k]], c.staging[i]});
   }
   if (c.copied == 0) {
     l.idle.insert(l.idle.end(), c.staging.begin(), c.staging.end());
@@ -313,11 +313,11 @@ void PrefixCache::finish_staged_copy(StagedLoad& l, StagedChunk& c, bool ok) {
     l.target = nullptr;
     t->snap_xfer = Xfer::kNone;
     if (ok) {
-      gpu_slots_.reassign(t->gpu_snapshot, Holder::kNode);
+      gpu_slots_.reassign(t->gpu.snapshot, Holder::kNode);
       ++stats_.snapshots_promoted;
       refresh(t);
     } else {  // the store copy stays, the slot is freed (rule 7)
-      gpu_slots_.give_back(t->gpu_snapshot);
+      gpu_slots_.give_back(t->gpu.snapshot);
       set_gpu_snapshot(t, GpuSlotId());
       prune_copied({t});
     }
@@ -335,7 +335,7 @@ void PrefixCache::finish_staged_copy(StagedLoad& l, StagedChunk& c, bool ok) {
     // Every page of the node is on GPU: Gpu + Store (no host copy was kept).
     Node* m = l.nodes[k];
     l.nodes[k] = nullptr;  // it may leave the tree from now on: the load forgets it
-    for (GpuPageId id : m->gpu_pages) gpu_pages_.reassign(id, Holder::kNode);
+    for (GpuPageId id : m->gpu.pages) gpu_pages_.reassign(id, Holder::kNode);
     m->kv_xfer = Xfer::kNone;
     refresh(m);
   }
@@ -393,13 +393,13 @@ void PrefixCache::end_staged_load(std::uint32_t id) {
     if (n == nullptr) continue;
     assert(n->kv_xfer == Xfer::kStage);
     n->kv_xfer = Xfer::kNone;
-    for (GpuPageId p : n->gpu_pages) gpu_pages_.give_back(p);
+    for (GpuPageId p : n->gpu.pages) gpu_pages_.give_back(p);
     set_gpu_pages(n, {});
     left.push_back(n);
   }
   if (Node* t = l.target) {  // its read never started (not expected: it goes first)
     t->snap_xfer = Xfer::kNone;
-    gpu_slots_.give_back(t->gpu_snapshot);
+    gpu_slots_.give_back(t->gpu.snapshot);
     set_gpu_snapshot(t, GpuSlotId());
     left.push_back(t);
   }

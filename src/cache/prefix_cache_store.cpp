@@ -131,10 +131,10 @@ bool PrefixCache::in_default_namespace(const Node* n) const {
 // residency of the store row
 
 void PrefixCache::set_store_pages(Node* n, std::vector<RecordId> records) {
-  const bool had = n->has_store_kv();
-  n->store_pages = std::move(records);
-  if (had != n->has_store_kv() && n->parent) {
-    n->has_store_kv() ? ++n->parent->store_kv_children : --n->parent->store_kv_children;
+  const bool had = n->store.has_kv();
+  n->store.pages = std::move(records);
+  if (had != n->store.has_kv() && n->parent) {
+    n->store.has_kv() ? ++n->parent->store.kv_children : --n->parent->store.kv_children;
     refresh(n->parent);
   }
   refresh(n);
@@ -142,42 +142,42 @@ void PrefixCache::set_store_pages(Node* n, std::vector<RecordId> records) {
 
 void PrefixCache::set_store_snapshot(Node* n, RecordId record) {
   const bool had = n->has_snapshot();
-  store_snaps_held_ += std::size_t(record.valid()) - std::size_t(n->store_snapshot.valid());
-  n->store_snapshot = record;
+  store_snaps_held_ += std::size_t(record.valid()) - std::size_t(n->store.snapshot.valid());
+  n->store.snapshot = record;
   note_snapshot_change(n, had);
   refresh(n);
 }
 
 OrderKey PrefixCache::store_kv_key(const Node& n) const {
   if (!cost_aware_) return {1, 0, n.last_access, n.kv_priority};
-  return {std::uint8_t(n.kv_live() ? 1 : 0), n.kv_age_store + n.kv_uses * kv_value_, n.last_access,
+  return {std::uint8_t(n.kv_live() ? 1 : 0), n.store.kv_age + n.kv_uses * kv_value_, n.last_access,
           n.kv_priority};
 }
 
 OrderKey PrefixCache::store_snap_key(const Node& n) const {
   if (!cost_aware_) return {1, 0, n.snap_access, n.snap_priority};
   return {std::uint8_t(n.has_kv() ? 1 : 0),
-          n.snap_age_store + double(n.snap_uses) * double(n.snap_gap) * host_snap_value_,
+          n.store.snap_age + double(n.snap_uses) * double(n.snap_gap) * host_snap_value_,
           n.snap_access, n.snap_priority};
 }
 
 Node* PrefixCache::store_victim(bool& snapshot) const {
   const Node* kv = store_kv_order_.empty() ? nullptr : &*store_kv_order_.begin();
   const Node* sn = store_snap_order_.empty() ? nullptr : &*store_snap_order_.begin();
-  snapshot = sn != nullptr && (kv == nullptr || sn->store_snap_key < kv->store_kv_key);
+  snapshot = sn != nullptr && (kv == nullptr || sn->store.snap_key < kv->store.kv_key);
   return const_cast<Node*>(snapshot ? sn : kv);
 }
 
 void PrefixCache::drop_store_kv(Node* n) {
-  stats_.kv_pages_dropped_store += n->store_pages.size();
-  for (RecordId id : n->store_pages) (void)store_->erase(id);
+  stats_.kv_pages_dropped_store += n->store.pages.size();
+  for (RecordId id : n->store.pages) (void)store_->erase(id);
   set_store_pages(n, {});
   remove_if_empty(n);
 }
 
 void PrefixCache::drop_store_snapshot(Node* n) {
-  (void)store_->erase(n->store_snapshot);
-  if (!n->gpu_snapshot.valid() && !n->has_host_snapshot()) ++stats_.snapshots_dropped;
+  (void)store_->erase(n->store.snapshot);
+  if (!n->gpu.snapshot.valid() && !n->host.has_snapshot()) ++stats_.snapshots_dropped;
   set_store_snapshot(n, RecordId());
 }
 
@@ -188,7 +188,7 @@ bool PrefixCache::make_store_room(std::uint64_t slots) {
     bool snapshot = false;
     Node* victim = store_victim(snapshot);
     if (victim == nullptr) return false;
-    const OrderKey& key = snapshot ? victim->store_snap_key : victim->store_kv_key;
+    const OrderKey& key = snapshot ? victim->store.snap_key : victim->store.kv_key;
     if (key.cls == 1) store_age_ = std::max(store_age_, key.priority);
     if (snapshot) {
       drop_store_snapshot(victim);
@@ -208,7 +208,7 @@ PrefixCache::StoreVerdict PrefixCache::plan_store_write(Node* n, bool snapshot, 
   // Dead data is not worth a write: nothing resumes from it.
   if (snapshot ? !n->has_kv() : (cost_aware_ && !n->kv_live())) return StoreVerdict::kNotStored;
   const std::uint64_t slots =
-      snapshot ? store_->geometry().snapshot_slots() : std::uint64_t{n->host_pages.size()};
+      snapshot ? store_->geometry().snapshot_slots() : std::uint64_t{n->host.pages.size()};
   // Making store room may erase n's own other records: its store snapshot (n keeps the host
   // KV being written) or, for a snapshot write, its store KV, which could leave n without KV
   // and take it out of the tree; the snapshot lock keeps n while room is made.
@@ -219,19 +219,19 @@ PrefixCache::StoreVerdict PrefixCache::plan_store_write(Node* n, bool snapshot, 
   refresh(n);
   if (!room || (snapshot && !n->has_kv())) return StoreVerdict::kNotStored;
   if (snapshot) {
-    batch.writes.push_back({RecordDesc::snapshot(end_path(n), n->boundary), n->host_snapshot});
+    batch.writes.push_back({RecordDesc::snapshot(end_path(n), n->boundary), n->host.snapshot});
     n->snap_xfer = Xfer::kStore;
   } else {
     // One record per page: page i's parent is the path hash at the end of page i - 1.
     PathHash h = end_path(n->parent);
     std::size_t boundary = n->boundary - n->tokens.size();
-    for (std::size_t i = 0; i < n->host_pages.size(); ++i) {
+    for (std::size_t i = 0; i < n->host.pages.size(); ++i) {
       const auto page =
           std::span<const Token>(n->tokens).subspan(i * config_.page_size, config_.page_size);
       boundary += config_.page_size;
       batch.writes.push_back(
           {RecordDesc::kv_page(h, boundary, std::vector<Token>(page.begin(), page.end())),
-           {n->host_pages[i]}});
+           {n->host.pages[i]}});
       batch.writes.back().desc.path = extend_path(h, page);
       h = batch.writes.back().desc.path;
     }
@@ -244,13 +244,13 @@ PrefixCache::StoreVerdict PrefixCache::plan_store_write(Node* n, bool snapshot, 
 }
 
 void PrefixCache::plan_kv_load(Node* n, StoreBatch& batch) {
-  const std::size_t np = n->store_pages.size();
+  const std::size_t np = n->store.pages.size();
   std::vector<HostPageId> host;
   std::vector<GpuPageId> gpu;
   for (std::size_t i = 0; i < np; ++i) {
     host.push_back(*host_pages_.take(Holder::kTransfer));
     gpu.push_back(*gpu_pages_.take(Holder::kTransfer));
-    batch.reads.push_back({n->store_pages[i], {host.back()}});
+    batch.reads.push_back({n->store.pages[i], {host.back()}});
   }
   n->kv_xfer = Xfer::kLoad;
   set_host_pages(n, std::move(host));
@@ -259,7 +259,7 @@ void PrefixCache::plan_kv_load(Node* n, StoreBatch& batch) {
 }
 
 void PrefixCache::plan_snapshot_load(Node* n, std::vector<HostPageId> host, StoreBatch& batch) {
-  batch.reads.push_back({n->store_snapshot, host});
+  batch.reads.push_back({n->store.snapshot, host});
   n->snap_xfer = Xfer::kLoad;
   set_host_snapshot(n, std::move(host));
   set_gpu_snapshot(n, *gpu_slots_.take(Holder::kTransfer));
@@ -310,14 +310,14 @@ void PrefixCache::cancel_store_ops(std::span<const StoreOp> ops) {
     }
     if (!op.snapshot) {
       n->kv_xfer = Xfer::kNone;
-      for (HostPageId id : n->host_pages) host_pages_.give_back(id);
-      for (GpuPageId id : n->gpu_pages) gpu_pages_.give_back(id);
+      for (HostPageId id : n->host.pages) host_pages_.give_back(id);
+      for (GpuPageId id : n->gpu.pages) gpu_pages_.give_back(id);
       set_host_pages(n, {});
       set_gpu_pages(n, {});
     } else {
       n->snap_xfer = Xfer::kNone;
-      for (HostPageId id : n->host_snapshot) host_pages_.give_back(id);
-      gpu_slots_.give_back(n->gpu_snapshot);
+      for (HostPageId id : n->host.snapshot) host_pages_.give_back(id);
+      gpu_slots_.give_back(n->gpu.snapshot);
       set_host_snapshot(n, {});
       set_gpu_snapshot(n, GpuSlotId());
     }
@@ -385,9 +385,9 @@ void PrefixCache::finish_store_write(const StoreOp& op, const RecordId* ids, std
     }
     // Written for room: the host copy goes (it is clean now; a failed write drops it as a
     // drop for room would have), unless a request locked it or a pin took it meanwhile.
-    if (op.drop_host && n->host_kv_evictable()) {
-      if (!ok) stats_.kv_pages_dropped_host += n->host_pages.size();
-      for (HostPageId id : n->host_pages) host_pages_.give_back(id);
+    if (op.drop_host && n->kv_evictable<Tier::kHost>()) {
+      if (!ok) stats_.kv_pages_dropped_host += n->host.pages.size();
+      for (HostPageId id : n->host.pages) host_pages_.give_back(id);
       set_host_pages(n, {});
     }
     refresh(n);
@@ -399,7 +399,7 @@ void PrefixCache::finish_store_write(const StoreOp& op, const RecordId* ids, std
     set_store_snapshot(n, ids[0]);
     ++stats_.snapshots_stored;
   }
-  if (op.drop_host && n->host_snapshot_evictable()) drop_host_snapshot(n);
+  if (op.drop_host && n->snapshot_evictable<Tier::kHost>()) drop_host_snapshot(n);
   refresh(n);
 }
 
@@ -416,11 +416,11 @@ bool PrefixCache::finish_store_read(const StoreOp& op, std::span<const Status> i
     assert(n->kv_xfer == Xfer::kLoad);
     n->kv_xfer = Xfer::kNone;
     if (ok) {
-      for (HostPageId id : n->host_pages) host_pages_.reassign(id, Holder::kNode);
-      stats_.kv_pages_loaded += n->host_pages.size();
+      for (HostPageId id : n->host.pages) host_pages_.reassign(id, Holder::kNode);
+      stats_.kv_pages_loaded += n->host.pages.size();
       // On to GPU: the GPU pages taken at admission are the promotion's destinations.
-      for (std::size_t i = 0; i < n->gpu_pages.size(); ++i) {
-        promote.batch.pages.push_back({n->gpu_pages[i], n->host_pages[i]});
+      for (std::size_t i = 0; i < n->gpu.pages.size(); ++i) {
+        promote.batch.pages.push_back({n->gpu.pages[i], n->host.pages[i]});
       }
       n->kv_xfer = Xfer::kPromote;
       promote.ops.push_back({n, false, Xfer::kPromote});
@@ -428,13 +428,13 @@ bool PrefixCache::finish_store_read(const StoreOp& op, std::span<const Status> i
       return true;
     }
     // Rule 7: nothing arrived; the destinations are freed.
-    for (HostPageId id : n->host_pages) host_pages_.give_back(id);
-    for (GpuPageId id : n->gpu_pages) gpu_pages_.give_back(id);
+    for (HostPageId id : n->host.pages) host_pages_.give_back(id);
+    for (GpuPageId id : n->gpu.pages) gpu_pages_.give_back(id);
     set_host_pages(n, {});
     set_gpu_pages(n, {});
     if (lost) {  // the store erased what failed its check; the rest of the node goes too
-      stats_.store_records_lost += n->store_pages.size();
-      for (RecordId id : n->store_pages) (void)store_->erase(id);
+      stats_.store_records_lost += n->store.pages.size();
+      for (RecordId id : n->store.pages) (void)store_->erase(id);
       set_store_pages(n, {});
     }
     return false;
@@ -442,7 +442,7 @@ bool PrefixCache::finish_store_read(const StoreOp& op, std::span<const Status> i
   assert(n->snap_xfer == Xfer::kLoad);
   n->snap_xfer = Xfer::kNone;
   if (ok) {
-    for (HostPageId id : n->host_snapshot) host_pages_.reassign(id, Holder::kNode);
+    for (HostPageId id : n->host.snapshot) host_pages_.reassign(id, Holder::kNode);
     ++stats_.snapshots_loaded;
     n->snap_xfer = Xfer::kPromote;
     add_snapshot_pieces(promote.batch, n);
@@ -450,13 +450,13 @@ bool PrefixCache::finish_store_read(const StoreOp& op, std::span<const Status> i
     refresh(n);
     return true;
   }
-  for (HostPageId id : n->host_snapshot) host_pages_.give_back(id);
-  gpu_slots_.give_back(n->gpu_snapshot);
+  for (HostPageId id : n->host.snapshot) host_pages_.give_back(id);
+  gpu_slots_.give_back(n->gpu.snapshot);
   set_host_snapshot(n, {});
   set_gpu_snapshot(n, GpuSlotId());
   if (lost) {
     ++stats_.store_records_lost;
-    (void)store_->erase(n->store_snapshot);
+    (void)store_->erase(n->store.snapshot);
     set_store_snapshot(n, RecordId());
   }
   return false;
@@ -493,7 +493,7 @@ std::size_t PrefixCache::host_pages_storing() const {
     if (!t.writes) continue;
     for (const StoreOp& op : t.ops) {
       if (op.drop_host)
-        n += op.snapshot ? op.node->host_snapshot.size() : op.node->host_pages.size();
+        n += op.snapshot ? op.node->host.snapshot.size() : op.node->host.pages.size();
     }
   }
   return n;
@@ -514,11 +514,11 @@ void PrefixCache::store_ahead() {
     bool snapshot = false;
     Node* victim = host_victim(snapshot);
     if (victim == nullptr) break;
-    const OrderKey& key = snapshot ? victim->host_snap_key : victim->host_kv_key;
+    const OrderKey& key = snapshot ? victim->host.snap_key : victim->host.kv_key;
     if (key.cls == 1) host_age_ = std::max(host_age_, key.priority);
-    const std::size_t pages = snapshot ? victim->host_snapshot.size() : victim->host_pages.size();
+    const std::size_t pages = snapshot ? victim->host.snapshot.size() : victim->host.pages.size();
     ++evicted;
-    const bool clean = snapshot ? victim->store_snapshot.valid() : victim->has_store_kv();
+    const bool clean = snapshot ? victim->store.snapshot.valid() : victim->store.has_kv();
     if (!clean && plan_store_write(victim, snapshot, true, batch) == StoreVerdict::kPlanned) {
       planned += pages;
       continue;
@@ -570,11 +570,11 @@ Status PrefixCache::persist() {
     PendingBatch stage;
     stage.batch.direction = Direction::kDeviceToHost;
     const bool live = !cost_aware_ || n->kv_live();
-    if (live && n->has_gpu_kv() && !n->has_host_kv() && !n->has_store_kv() &&
-        make_host_page_room(n->gpu_pages.size())) {
+    if (live && n->gpu.has_kv() && !n->host.has_kv() && !n->store.has_kv() &&
+        make_host_page_room(n->gpu.pages.size())) {
       plan_kv_to_host(n, Xfer::kWriteThrough, stage);
     }
-    if (n->gpu_snapshot.valid() && !n->has_host_snapshot() && !n->store_snapshot.valid()) {
+    if (n->gpu.snapshot.valid() && !n->host.has_snapshot() && !n->store.snapshot.valid()) {
       std::vector<HostPageId> dst = take_host_snapshot_pages(n);
       if (!dst.empty()) plan_snapshot_to_host(n, std::move(dst), Xfer::kWriteThrough, stage);
     }
@@ -583,10 +583,10 @@ Status PrefixCache::persist() {
     if (id) wait_transfer(*id);
     if (freed(n)) continue;
     StoreBatch batch;
-    if (n->has_host_kv() && !n->has_store_kv() && n->kv_xfer == Xfer::kNone) {
+    if (n->host.has_kv() && !n->store.has_kv() && n->kv_xfer == Xfer::kNone) {
       (void)plan_store_write(n, false, false, batch);
     }
-    if (n->has_host_snapshot() && !n->store_snapshot.valid() && n->snap_xfer == Xfer::kNone) {
+    if (n->host.has_snapshot() && !n->store.snapshot.valid() && n->snap_xfer == Xfer::kNone) {
       (void)plan_store_write(n, true, false, batch);
     }
     if (!n->has_kv()) {
@@ -618,8 +618,8 @@ Status PrefixCache::persist() {
     stack.pop_back();
     for (const auto& [key, c] : n->children) stack.push_back(c);
     if (n->is_root() || !n->has_kv()) continue;
-    kv_left += !n->has_store_kv() && (!cost_aware_ || n->kv_live());
-    snaps_left += n->has_snapshot() && !n->store_snapshot.valid();
+    kv_left += !n->store.has_kv() && (!cost_aware_ || n->kv_live());
+    snaps_left += n->has_snapshot() && !n->store.snapshot.valid();
   }
   if (kv_left + snaps_left > 0) {
     return out_of_memory("persist: " + std::to_string(kv_left) + " KV nodes and " +

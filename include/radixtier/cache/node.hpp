@@ -1,69 +1,68 @@
-// Node: one edge of the radix tree, carrying its own residency.
+// Node: one edge of the radix tree, carrying its own residency as one row per tier.
 //
 // A node owns `tokens` (a whole number of pages) and the KV of exactly those pages; its
 // boundary is the token count from the root to its end, where its snapshot (if any) was taken.
 //
-// KV residency (per node, all its pages together)        moved by
-//   Gpu        gpu_pages set, host_pages empty            insert (adopt), promotion done
-//   Host       gpu_pages empty, host_pages set            demotion done (GPU copy freed)
-//   Both       both set (the host copy is clean)          write-through done, promotion done,
-//                                                         demotion done while locked
-//   Gone       both empty: a tombstone                    drop
-// In flight (kv_xfer != kNone) the node is in one of the above plus a copy:
-//   kDemote / kWriteThrough   gpu_pages valid, host_pages are the copy's destinations
-//   kPromote                  host_pages valid, gpu_pages are the copy's destinations
-// Transitions: Gpu -(evict, write-back)-> Gpu+kDemote -(done)-> Host (or Both if locked)
-//              Gpu -(evict, no host room)-> Gone                         (drop)
-//              Both -(evict GPU)-> Host      Both -(evict host)-> Gpu    (free, no copy)
-//              Host -(admit)-> Host+kPromote -(done)-> Both
-//              Gpu -(insert, write-through)-> Gpu+kWriteThrough -(done)-> Both
-//              Host/Gone -(insert of the same tokens)-> Both/Gpu         (adopt fresh pages)
-//              any+copy -(copy failed)-> the state before the copy: the intact source stays
-//                  (demote, write-through: Gpu; promote: Host), the destination is freed
-//              any+copy -(batch refused by the engine)-> the state before the copy
+// Residency rows. The tiers are GPU, host and store (the disk), fastest first. A node holds
+// one Row<T> per tier: its KV there (`pages`: empty, or one id per page of `tokens`, all or
+// nothing), its snapshot there (GPU: a slot; host: snapshot_pages() pages of the one host
+// pool, host.snapshot[i] holding bytes [i * page_bytes, ...); store: one record), the keys
+// and hooks of the tier's two eviction orders, the tier's ages at the node's last uses and
+// the count of children that hold KV on the tier. A row's ids are its tier's (GpuPageId,
+// HostPageId, RecordId). "Gone" (a tombstone) is every row empty; "None" is a snapshot on no
+// row. Only the default namespace has store rows.
+//
+// One copy at a time moves a node's KV (kv_xfer) and one its snapshot (snap_xfer), each
+// between adjacent tiers (a staged load skips host: the store's records reach the GPU through
+// a few staging pages and leave no host copy). The same transitions hold for the KV and the
+// snapshot and between both pairs of adjacent tiers; "upper" and "lower" are the tiers of a
+// pair (GPU/host, host/store):
+//
+//   from                  event                              copy      to
+//   upper only            evict upper, lower has room        demote    upper+lower, then
+//                         (GPU->host, host->store)           / kStore  lower only (kept on both
+//                                                                      while locked / pinned)
+//   upper only            evict upper, no room or dead       -         dropped on upper
+//   upper                 insert under write-through         kWrite-   upper+lower
+//                         (GPU->host)                        Through
+//   upper+lower           evict upper                        -         lower only (free: clean)
+//   upper+lower           evict lower                        -         upper only
+//   lower only            admit (host->GPU)                  kPromote  upper+lower
+//   store only            admit, host has room               kLoad     host+store, then
+//                                                            (then     all three
+//                                                            kPromote)
+//   store only            admit, no host room for it all     kStage    GPU+store
+//   any, copy in flight   the copy fails                     -         as before the copy:
+//                                                                      the source stays, the
+//                                                                      destination is freed
+//   any, copy in flight   the engine refuses the batch       -         as before the copy
+//   any, store read       read fails its check (kDataLoss)   -         the records erased
+//   gone / lower only     insert of the same tokens          -         fresh GPU pages adopted
+//
+// In flight, the row being copied to holds the copy's destinations (not usable yet):
+//   kDemote / kWriteThrough   gpu -> host       kPromote   host -> gpu
+//   kStore                    host -> store     kLoad      store -> host and gpu (both held)
+//   kStage                    store -> gpu through staging pages (host row stays empty)
 // A failed copy never hands out bytes (rule 7): a request whose promotion failed finds the
 // node host-only, resumes above it and recomputes (wait()); the next admission may promote it
 // again. A failed demotion does not make its room: the victim keeps its GPU copy, is marked
 // (kv_demote_failed / snap_demote_failed = the room-making round) and skipped for the rest of
 // that round, so the room comes from the next victim; when only marked victims are left, the
 // round drops them (GPU copy freed, counted as a drop), so an engine that fails every copy
-// still ends each round, never loops.
+// still ends each round, never loops. A store write that fails leaves the host copy (dropped
+// when the write was for room); a store read that fails frees its destinations, and with
+// kDataLoss erases the records (Gone there). A staged load whose chunk fails frees the node's
+// landed pages with the rest when the load ends, and reads nothing below the node.
 // Eviction from GPU runs on demand (make_gpu_*_room, for an allocation: submits, then waits)
-// or ahead of need (PrefixCache::demote_ahead, the watermark step: submits, never waits; the
-// copy lands and is reaped later). Both take the order's head and use the transitions above.
-// The store tier (a StoreEngine below host: the disk) is a third row with the same
-// transitions one tier down; its copies are clean (records never change once written):
-//   Host -(host needs room, or the host watermark)-> Host+kStore -(done)-> Store (Host+Store
-//        if locked or pinned meanwhile)             (host pages are the write's sources)
-//   Host+Store -(evict host)-> Store                (free: the store copy is clean)
-//   Store -(admit)-> Store+kLoad -(read done)-> Host+Store+kPromote -(done)-> all three
-//        (kLoad: host_pages and gpu_pages are both destinations, held by the transfer)
-//   Store -(admit, no host room for the whole store match)-> Store+kStage -(every page on
-//        GPU)-> Gpu+Store   (kStage, a staged load: gpu_pages / gpu_snapshot are the
-//        destinations, held by the load; host_pages stay empty: the records go store -> the
-//        load's few host staging pages -> GPU a chunk at a time, and no host copy is kept)
-//   Store -(store needs room, flush)-> Gone         (the records are erased)
-//   any+kStore -(write failed)-> Host, dropped when the write was for room (degrades to
-//        recompute as a drop did before the store existed)
-//   any+kLoad -(read failed: kDataLoss)-> the records are erased, the resource is Gone there;
-//        (an I/O error: kTransferFailed)-> Store; destinations freed either way (rule 7)
-//   any+kStage -(a chunk failed)-> as kLoad (kDataLoss: Gone, else Store); the node's pages
-//        that landed are freed with the rest when the load ends (no chunk writes them any
-//        more), and nothing below the node is read. A node whose pages all landed first
-//        stays Gpu+Store; the snapshot lands or fails on its own (one chunk)
-// Only the default namespace has a store row; store_pages (one record per page) is all or
-// nothing, like the other rows.
-// The snapshot at the boundary follows the same machine (gpu_snapshot, host_snapshot,
-// store_snapshot, snap_xfer), with "None" for Gone. A host snapshot lives in snapshot_pages() pages
-// of the one host pool (host_snapshot[i] holds bytes [i * page_bytes, ...) of it), not contiguous.
+// or ahead of need (PrefixCache::demote_ahead, the watermark step: submits, never waits); the
+// host watermark writes to the store ahead of need the same way (store_ahead).
 //
-// Eviction orders (one per pool: GPU KV pages, GPU snapshot slots, host pages, store slots;
-// the host pool and the store order their KV and their snapshots in two sets whose heads are
-// compared, so each is one order):
-// a node is in a set iff the matching *_evictable() predicate holds (rule 4), sorted by its
-// OrderKey, lowest first. Keys follow GreedyDual-Size-Frequency: priority = the pool's age
-// (the priority of its last victim) at the node's last use + uses x value per byte, where a
-// KV node's value is its tokens (one per kv_bytes_per_token bytes) and a snapshot's is the
+// Eviction orders (two per tier, KV and snapshots, in the row's hooks: Order<T, Held>; the
+// host and store pools compare the heads of their two, so each is one order):
+// a node is in a set iff kv_evictable<T>() / snapshot_evictable<T>() holds (rule 4), sorted by
+// its OrderKey, lowest first. Keys follow GreedyDual-Size-Frequency: priority = the pool's
+// age (the priority of its last victim) at the node's last use + uses x value per byte, where
+// a KV node's value is its tokens (one per kv_bytes_per_token bytes) and a snapshot's is the
 // recompute back to the snapshot above it (snap_gap tokens). A key is a function of what the
 // node stores about its last use, so a node that re-enters a set (a parent exposed by
 // evicting its child, a copy that finished) takes its old place, never the most recent one.
@@ -83,9 +82,13 @@
 // A node with no children, no lock, nothing in flight and no KV leaves the tree (its
 // snapshot, unusable without KV, goes with it). A tombstone with children stays: an insert
 // that recomputes its tokens revives it and makes its subtree reachable again.
+//
+// Adding a tier: a Tier value, its TierIds, a row on Node (row<T>()), and its part in the
+// cache (pool, orders, the engine that copies to the tier below).
 #pragma once
 
 #include <algorithm>
+#include <boost/intrusive/parent_from_member.hpp>
 #include <boost/intrusive/set.hpp>
 #include <cstdint>
 #include <cstring>
@@ -93,6 +96,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "radixtier/cache/tier.hpp"
 #include "radixtier/ids.hpp"
 #include "radixtier/transfer/store_record.hpp"
 
@@ -165,17 +169,77 @@ struct OrderKey {
   friend bool operator==(const OrderKey&, const OrderKey&) = default;
 };
 
+/// What a page and a snapshot are on each tier (a row's ids are its tier's own types).
+template <Tier T>
+struct TierIds;
+template <>
+struct TierIds<Tier::kGpu> {
+  using Page = GpuPageId;
+  using Snapshot = GpuSlotId;  ///< a GPU snapshot slot
+};
+template <>
+struct TierIds<Tier::kHost> {
+  using Page = HostPageId;
+  using Snapshot = std::vector<HostPageId>;  ///< snapshot_pages() pages of the host pool
+};
+template <>
+struct TierIds<Tier::kStore> {
+  using Page = RecordId;
+  using Snapshot = RecordId;  ///< one store record
+};
+
+/// What an eviction order holds: the KV of nodes or their snapshots.
+enum class Held : std::uint8_t { kKv, kSnapshot };
+
+/// One tier's residency on a node (see "Residency rows" above).
+template <Tier T>
+struct Row {
+  using Page = typename TierIds<T>::Page;
+  using Snapshot = typename TierIds<T>::Snapshot;
+
+  std::vector<Page> pages;        ///< empty or one per page of the node's tokens
+  Snapshot snapshot{};            ///< the snapshot at the node's boundary (empty: none)
+  std::uint32_t kv_children = 0;  ///< children whose row holds KV
+  double kv_age = 0;              ///< the tier's age at the last use of the KV
+  double snap_age = 0;            ///< ... of the snapshot
+  OrderHook kv_hook, snap_hook;   ///< the tier's orders (Order<T, Held>)
+  OrderKey kv_key, snap_key;      ///< valid while linked
+
+  bool has_kv() const { return !pages.empty(); }
+  bool has_snapshot() const {
+    if constexpr (T == Tier::kHost) {
+      return !snapshot.empty();
+    } else {
+      return snapshot.valid();
+    }
+  }
+  OrderHook& hook(Held h) { return h == Held::kKv ? kv_hook : snap_hook; }
+  const OrderKey& key(Held h) const { return h == Held::kKv ? kv_key : snap_key; }
+};
+
 struct Node {
   Node* parent = nullptr;
   std::vector<Token> tokens;  ///< this node's own tokens, a whole number of pages
   std::size_t boundary = 0;   ///< tokens from the root to this node's end
 
-  std::vector<GpuPageId> gpu_pages;    ///< empty or one per page of `tokens`
-  std::vector<HostPageId> host_pages;  ///< empty or one per page of `tokens`
-  GpuSlotId gpu_snapshot;
-  std::vector<HostPageId> host_snapshot;  ///< empty, or the host pages of the snapshot
-  std::vector<RecordId> store_pages;      ///< empty or one store record per page of `tokens`
-  RecordId store_snapshot;                ///< the snapshot's store record (invalid: none)
+  Row<Tier::kGpu> gpu;
+  Row<Tier::kHost> host;
+  Row<Tier::kStore> store;
+  template <Tier T>
+  Row<T>& row() {
+    if constexpr (T == Tier::kGpu) {
+      return gpu;
+    } else if constexpr (T == Tier::kHost) {
+      return host;
+    } else {
+      return store;
+    }
+  }
+  template <Tier T>
+  const Row<T>& row() const {
+    return const_cast<Node*>(this)->row<T>();
+  }
+
   Xfer kv_xfer = Xfer::kNone;
   Xfer snap_xfer = Xfer::kNone;
   /// The in-flight transfer moving the KV / the snapshot: an id of the GPU-host transfers,
@@ -183,19 +247,13 @@ struct Node {
   std::uint32_t kv_xfer_id = 0;
   std::uint32_t snap_xfer_id = 0;
 
-  std::uint32_t lock_count = 0;         ///< running requests whose path includes this node
-  std::uint32_t snapshot_lock = 0;      ///< running requests resuming from this snapshot
-  std::uint32_t gpu_kv_children = 0;    ///< children with gpu_pages set
-  std::uint32_t host_kv_children = 0;   ///< children with host_pages set
-  std::uint32_t store_kv_children = 0;  ///< children with store_pages set
-  std::uint64_t last_access = 0;        ///< clock of the last use of the KV
-  // What the eviction keys are made of (see "Eviction orders" above).
-  std::uint64_t snap_access = 0;                ///< clock of the last use of the snapshot
-  std::uint32_t kv_uses = 0;                    ///< admissions through this node + its insert
-  std::uint32_t snap_uses = 0;                  ///< resumes from this snapshot + its insert
-  double kv_age_gpu = 0, kv_age_host = 0;       ///< pool ages at the last use of the KV
-  double snap_age_gpu = 0, snap_age_host = 0;   ///< pool ages at the last use of the snapshot
-  double kv_age_store = 0, snap_age_store = 0;  ///< the store's age at those uses
+  std::uint32_t lock_count = 0;     ///< running requests whose path includes this node
+  std::uint32_t snapshot_lock = 0;  ///< running requests resuming from this snapshot
+  std::uint64_t last_access = 0;    ///< clock of the last use of the KV
+  // What the eviction keys are made of (see "Eviction orders" above; the ages are per row).
+  std::uint64_t snap_access = 0;      ///< clock of the last use of the snapshot
+  std::uint32_t kv_uses = 0;          ///< admissions through this node + its insert
+  std::uint32_t snap_uses = 0;        ///< resumes from this snapshot + its insert
   std::size_t snap_gap = 0;           ///< tokens back to the snapshot above, at the last use
   std::uint32_t snapshots_below = 0;  ///< nodes at or below this one that have a snapshot
   /// The room-making round in which a demotion of the KV / the snapshot failed (0: none):
@@ -207,11 +265,6 @@ struct Node {
   std::uint32_t snap_pin = 0;      ///< pins that end at this node (they keep its snapshot)
 
   std::unordered_map<PageKey, Node*, PageKeyHash, PageKeyEq> children;
-
-  OrderHook gpu_kv_hook, host_kv_hook, gpu_snap_hook, host_snap_hook;
-  OrderKey gpu_kv_key, host_kv_key, gpu_snap_key, host_snap_key;  ///< valid while linked
-  OrderHook store_kv_hook, store_snap_hook;
-  OrderKey store_kv_key, store_snap_key;
 
   /// The store path hash at this node's end (store_record.hpp), computed lazily for the
   /// records it writes; a split keeps the lower part's (its end does not move).
@@ -225,23 +278,19 @@ struct Node {
   std::uint64_t tail_hash = 0;
 
   std::size_t page_count(std::uint32_t page_size) const { return tokens.size() / page_size; }
-  bool has_gpu_kv() const { return !gpu_pages.empty(); }
-  bool has_host_kv() const { return !host_pages.empty(); }
-  bool has_store_kv() const { return !store_pages.empty(); }
   /// KV "not gone": some copy exists or is being made from a valid source.
-  bool has_kv() const { return has_gpu_kv() || has_host_kv() || has_store_kv(); }
-  bool has_host_snapshot() const { return !host_snapshot.empty(); }
+  bool has_kv() const { return gpu.has_kv() || host.has_kv() || store.has_kv(); }
   bool has_snapshot() const {
-    return gpu_snapshot.valid() || has_host_snapshot() || store_snapshot.valid();
+    return gpu.has_snapshot() || host.has_snapshot() || store.has_snapshot();
   }
-  /// gpu_pages / gpu_snapshot are a copy's destinations (not usable yet).
+  /// gpu.pages / gpu.snapshot are a copy's destinations (not usable yet).
   bool kv_to_gpu() const {
     return kv_xfer == Xfer::kPromote || kv_xfer == Xfer::kLoad || kv_xfer == Xfer::kStage;
   }
   bool snap_to_gpu() const {
     return snap_xfer == Xfer::kPromote || snap_xfer == Xfer::kLoad || snap_xfer == Xfer::kStage;
   }
-  /// host_pages / host_snapshot are a copy's destinations.
+  /// host.pages / host.snapshot are a copy's destinations.
   bool kv_to_host() const {
     return kv_xfer == Xfer::kDemote || kv_xfer == Xfer::kWriteThrough || kv_xfer == Xfer::kLoad;
   }
@@ -255,39 +304,69 @@ struct Node {
   bool is_root() const { return parent == nullptr; }
   PageKey first_page(std::uint32_t page_size) const { return {tokens.data(), page_size}; }
 
-  // Rule 4: the exact conditions for membership in each eviction list.
-  bool gpu_kv_evictable() const {
-    return !is_root() && has_gpu_kv() && kv_xfer == Xfer::kNone && lock_count == 0 &&
-           gpu_kv_children == 0;
+  // Rule 4: the exact conditions for membership in each eviction order, one per tier and
+  // kind. KV leaves a tier leaf-first (no child holds KV there) and only when nothing locks
+  // it; a pin keeps the host copies (node.hpp, "Host pins").
+  template <Tier T>
+  bool kv_evictable() const {
+    return !is_root() && row<T>().has_kv() && kv_xfer == Xfer::kNone && lock_count == 0 &&
+           row<T>().kv_children == 0 && (T != Tier::kHost || host_pin == 0);
   }
-  bool host_kv_evictable() const {
-    return !is_root() && has_host_kv() && kv_xfer == Xfer::kNone && lock_count == 0 &&
-           host_kv_children == 0 && host_pin == 0;
+  template <Tier T>
+  bool snapshot_evictable() const {
+    return row<T>().has_snapshot() && snap_xfer == Xfer::kNone && snapshot_lock == 0 &&
+           (T != Tier::kHost || snap_pin == 0);
   }
-  bool gpu_snapshot_evictable() const {
-    return gpu_snapshot.valid() && snap_xfer == Xfer::kNone && snapshot_lock == 0;
-  }
-  bool host_snapshot_evictable() const {
-    return has_host_snapshot() && snap_xfer == Xfer::kNone && snapshot_lock == 0 && snap_pin == 0;
-  }
-  bool store_kv_evictable() const {
-    return !is_root() && has_store_kv() && kv_xfer == Xfer::kNone && lock_count == 0 &&
-           store_kv_children == 0;
-  }
-  bool store_snapshot_evictable() const {
-    return store_snapshot.valid() && snap_xfer == Xfer::kNone && snapshot_lock == 0;
+  template <Tier T, Held H>
+  bool evictable() const {
+    return H == Held::kKv ? kv_evictable<T>() : snapshot_evictable<T>();
   }
 };
 
-template <OrderKey Node::*Key>
+/// The hook of Order<T, H> inside a node's row (boost::intrusive function_hook traits).
+template <Tier T, Held H>
+struct RowHook {
+  using hook_type = OrderHook;
+  using hook_ptr = OrderHook*;
+  using const_hook_ptr = const OrderHook*;
+  using value_type = Node;
+  using pointer = Node*;
+  using const_pointer = const Node*;
+  static constexpr OrderHook Row<T>::*kHook =
+      H == Held::kKv ? &Row<T>::kv_hook : &Row<T>::snap_hook;
+  static constexpr Row<T> Node::*row_member() {
+    if constexpr (T == Tier::kGpu) {
+      return &Node::gpu;
+    } else if constexpr (T == Tier::kHost) {
+      return &Node::host;
+    } else {
+      return &Node::store;
+    }
+  }
+  static constexpr Row<T> Node::*kRow = row_member();
+  static hook_ptr to_hook_ptr(value_type& n) { return &((n.*kRow).*kHook); }
+  static const_hook_ptr to_hook_ptr(const value_type& n) { return &((n.*kRow).*kHook); }
+  static pointer to_value_ptr(hook_ptr h) {
+    return boost::intrusive::get_parent_from_member<Node>(
+        boost::intrusive::get_parent_from_member<Row<T>>(h, kHook), kRow);
+  }
+  static const_pointer to_value_ptr(const_hook_ptr h) {
+    return to_value_ptr(const_cast<hook_ptr>(h));
+  }
+};
+
+template <Tier T, Held H>
 struct OrderLess {
-  bool operator()(const Node& a, const Node& b) const { return a.*Key < b.*Key; }
+  bool operator()(const Node& a, const Node& b) const {
+    return a.row<T>().key(H) < b.row<T>().key(H);
+  }
 };
 
-/// One eviction order: the evictable nodes of one kind on one tier, lowest key first.
-template <OrderHook Node::*Hook, OrderKey Node::*Key>
-using Order = boost::intrusive::multiset<Node, boost::intrusive::member_hook<Node, OrderHook, Hook>,
-                                         boost::intrusive::compare<OrderLess<Key>>,
+/// One eviction order: the nodes whose KV / snapshot is evictable on tier T now, lowest key
+/// first.
+template <Tier T, Held H>
+using Order = boost::intrusive::multiset<Node, boost::intrusive::function_hook<RowHook<T, H>>,
+                                         boost::intrusive::compare<OrderLess<T, H>>,
                                          boost::intrusive::constant_time_size<true>>;
 
 }  // namespace radixtier

@@ -538,8 +538,8 @@ class PrefixCache final : public CacheBackend {
   StoreEngine* store_ = nullptr;
   std::unordered_map<std::uint32_t, StoreInFlight> store_transfers_;
   std::uint32_t next_store_transfer_ = 1;
-  Order<&Node::store_kv_hook, &Node::store_kv_key> store_kv_order_;
-  Order<&Node::store_snap_hook, &Node::store_snap_key> store_snap_order_;
+  Order<Tier::kStore, Held::kKv> store_kv_order_;
+  Order<Tier::kStore, Held::kSnapshot> store_snap_order_;
   std::map<std::uint32_t, StagedLoad> staged_;  ///< staged loads by id (ordered: oldest first)
   std::uint32_t next_staged_ = 1;
   std::size_t staging_pages_ = 0;     ///< host pages the staged loads hold (the KV share's)
@@ -569,10 +569,10 @@ class PrefixCache final : public CacheBackend {
   /// node has no locked descendant.
   std::size_t locked_gpu_pages_ = 0;
 
-  Order<&Node::gpu_kv_hook, &Node::gpu_kv_key> gpu_kv_order_;
-  Order<&Node::host_kv_hook, &Node::host_kv_key> host_kv_order_;
-  Order<&Node::gpu_snap_hook, &Node::gpu_snap_key> gpu_snap_order_;
-  Order<&Node::host_snap_hook, &Node::host_snap_key> host_snap_order_;
+  Order<Tier::kGpu, Held::kKv> gpu_kv_order_;
+  Order<Tier::kHost, Held::kKv> host_kv_order_;
+  Order<Tier::kGpu, Held::kSnapshot> gpu_snap_order_;
+  Order<Tier::kHost, Held::kSnapshot> host_snap_order_;
   /// kCostAware: GreedyDual keys, dead KV first, one shared host pool (config.hpp).
   bool cost_aware_ = true;
   bool shared_host_ = true;

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "radixtier/cache/node.hpp"
+#include "radixtier/cache/tier.hpp"
 
 namespace radixtier {
 
@@ -23,11 +24,6 @@ struct MatchResult {
   std::size_t resume_tokens = 0;
   bool load_back = false;  ///< resume_tokens needs a host-to-GPU copy
 };
-
-/// A tier of the cache, for evict() and sizes().
-enum class Tier : std::uint8_t { kGpu, kHost, kStore };
-
-const char* to_string(Tier tier);
 
 /// What evict() is asked to free on one tier.
 struct EvictRequest {
