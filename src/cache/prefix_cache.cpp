@@ -70,9 +70,12 @@ PrefixCache::PrefixCache(const CacheConfig& config, TransferEngine& engine)
   // Values per byte for the GreedyDual keys: a KV page saves page_size tokens of recompute
   // per page_bytes; a snapshot saves its gap per the bytes it holds on that tier.
   kv_value_ = config.page_bytes == 0 ? 0 : double(config.page_size) / double(config.page_bytes);
-  gpu_snap_value_ = config.snapshot_bytes == 0 ? 0 : 1.0 / double(config.snapshot_bytes);
-  const double host_snapshot_bytes = double(config.snapshot_pages() * config.page_bytes);
-  host_snap_value_ = host_snapshot_bytes == 0 ? 0 : 1.0 / host_snapshot_bytes;
+  tier<Tier::kGpu>().snap_value =
+      config.snapshot_bytes == 0 ? 0 : 1.0 / double(config.snapshot_bytes);
+  // On host and on the store a snapshot takes whole pages.
+  const double paged_snapshot_bytes = double(config.snapshot_pages() * config.page_bytes);
+  tier<Tier::kHost>().snap_value = paged_snapshot_bytes == 0 ? 0 : 1.0 / paged_snapshot_bytes;
+  tier<Tier::kStore>().snap_value = tier<Tier::kHost>().snap_value;
   cost_aware_ = config.snapshot_eviction != SnapshotEviction::kLru;
   shared_host_ = config.snapshot_eviction == SnapshotEviction::kCostAware;
   root_ = new_node(nullptr, {});
@@ -80,12 +83,7 @@ PrefixCache::PrefixCache(const CacheConfig& config, TransferEngine& engine)
 
 PrefixCache::~PrefixCache() {
   drain();
-  gpu_kv_order_.clear();
-  host_kv_order_.clear();
-  gpu_snap_order_.clear();
-  host_snap_order_.clear();
-  store_kv_order_.clear();
-  store_snap_order_.clear();
+  for_each_tier([this]<Tier T>() { tier<T>().clear(); });
   for (auto& [ns, root] : ns_roots_) destroy_subtree(root);
   destroy_subtree(root_);
 }
@@ -288,33 +286,13 @@ void PrefixCache::note_snapshot_change(Node* n, bool had) {
 // ---------------------------------------------------------------------------------------
 // eviction orders (node.hpp, "Eviction orders")
 
-namespace {
-/// Re-links n on one order: in it iff `want`, at `key`. A key changes only while unlinked.
-template <class Set>
-void sync(Set& set, Node& n, const OrderHook& hook, OrderKey& stored, bool want,
-          const OrderKey& key) {
-  if (hook.is_linked()) {
-    if (want && stored == key) return;
-    set.erase(set.iterator_to(n));
-  }
-  if (want) {
-    stored = key;
-    set.insert(n);
-  }
-}
-}  // namespace
-
 // kLru: time of last use alone (class 1, priority 0 for every node).
 // Every key carries the node's retention level (compared right after the class).
-OrderKey PrefixCache::gpu_kv_key(const Node& n) const {
+template <Tier T>
+OrderKey PrefixCache::kv_key(const Node& n) const {
   if (!cost_aware_) return {1, 0, n.last_access, n.kv_priority};
-  return {std::uint8_t(n.kv_live() ? 1 : 0), n.gpu.kv_age + n.kv_uses * kv_value_, n.last_access,
-          n.kv_priority};
-}
-
-OrderKey PrefixCache::host_kv_key(const Node& n) const {
-  if (!cost_aware_) return {1, 0, n.last_access, n.kv_priority};
-  return {std::uint8_t(n.kv_live() ? 1 : 0), n.host.kv_age + host_kv_value(n), n.last_access,
+  const double value = T == Tier::kHost ? host_kv_value(n) : n.kv_uses * kv_value_;
+  return {std::uint8_t(n.kv_live() ? 1 : 0), n.row<T>().kv_age + value, n.last_access,
           n.kv_priority};
 }
 
@@ -335,53 +313,45 @@ double PrefixCache::host_kv_value(const Node& n) const {
   return lost / (kv_bytes + snap_bytes);
 }
 
-OrderKey PrefixCache::gpu_snap_key(const Node& n) const {
+template <Tier T>
+OrderKey PrefixCache::snap_key(const Node& n) const {
   if (!cost_aware_) return {1, 0, n.snap_access, n.snap_priority};
-  // A snapshot whose KV left the GPU cannot be resumed from the GPU: it leaves first.
-  return {std::uint8_t(n.gpu.has_kv() ? 1 : 0),
-          n.gpu.snap_age + double(n.snap_uses) * double(n.snap_gap) * gpu_snap_value_,
+  // A snapshot that cannot be resumed from this tier leaves first: on GPU when its KV left
+  // the GPU, below when its KV left the cache.
+  const bool resumable = T == Tier::kGpu ? n.gpu.has_kv() : n.has_kv();
+  return {std::uint8_t(resumable ? 1 : 0),
+          n.row<T>().snap_age + double(n.snap_uses) * double(n.snap_gap) * tier<T>().snap_value,
           n.snap_access, n.snap_priority};
 }
 
-OrderKey PrefixCache::host_snap_key(const Node& n) const {
-  if (!cost_aware_) return {1, 0, n.snap_access, n.snap_priority};
-  return {std::uint8_t(n.has_kv() ? 1 : 0),
-          n.host.snap_age + double(n.snap_uses) * double(n.snap_gap) * host_snap_value_,
-          n.snap_access, n.snap_priority};
-}
+// check_invariants() (prefix_cache_invariants.cpp) recomputes the keys of every row.
+template OrderKey PrefixCache::kv_key<Tier::kGpu>(const Node&) const;
+template OrderKey PrefixCache::kv_key<Tier::kHost>(const Node&) const;
+template OrderKey PrefixCache::kv_key<Tier::kStore>(const Node&) const;
+template OrderKey PrefixCache::snap_key<Tier::kGpu>(const Node&) const;
+template OrderKey PrefixCache::snap_key<Tier::kHost>(const Node&) const;
+template OrderKey PrefixCache::snap_key<Tier::kStore>(const Node&) const;
 
 void PrefixCache::refresh(Node* n) {
-  const bool gk = n->kv_evictable<Tier::kGpu>(), hk = n->kv_evictable<Tier::kHost>();
-  const bool gs = n->snapshot_evictable<Tier::kGpu>(), hs = n->snapshot_evictable<Tier::kHost>();
-  sync(gpu_kv_order_, *n, n->gpu.kv_hook, n->gpu.kv_key, gk, gk ? gpu_kv_key(*n) : OrderKey{});
-  sync(host_kv_order_, *n, n->host.kv_hook, n->host.kv_key, hk, hk ? host_kv_key(*n) : OrderKey{});
-  sync(gpu_snap_order_, *n, n->gpu.snap_hook, n->gpu.snap_key, gs,
-       gs ? gpu_snap_key(*n) : OrderKey{});
-  sync(host_snap_order_, *n, n->host.snap_hook, n->host.snap_key, hs,
-       hs ? host_snap_key(*n) : OrderKey{});
-  const bool sk = n->kv_evictable<Tier::kStore>(), ss = n->snapshot_evictable<Tier::kStore>();
-  sync(store_kv_order_, *n, n->store.kv_hook, n->store.kv_key, sk,
-       sk ? store_kv_key(*n) : OrderKey{});
-  sync(store_snap_order_, *n, n->store.snap_hook, n->store.snap_key, ss,
-       ss ? store_snap_key(*n) : OrderKey{});
+  for_each_tier([this, n]<Tier T>() {
+    const bool kv = n->kv_evictable<T>(), snap = n->snapshot_evictable<T>();
+    tier<T>().template sync<Held::kKv>(*n, kv, kv ? kv_key<T>(*n) : OrderKey{});
+    tier<T>().template sync<Held::kSnapshot>(*n, snap, snap ? snap_key<T>(*n) : OrderKey{});
+  });
   if (!sinks_.empty()) [[unlikely]]
     emit_changes(n);
 }
 
 void PrefixCache::touch(Node* n) {
   ++n->kv_uses;
-  n->gpu.kv_age = gpu_kv_age_;
-  n->host.kv_age = host_age_;
-  n->store.kv_age = store_age_;
+  for_each_tier([this, n]<Tier T>() { n->row<T>().kv_age = tier<T>().age(Held::kKv); });
   n->last_access = ++clock_;
   refresh(n);
 }
 
 void PrefixCache::touch_snapshot(Node* n) {
   ++n->snap_uses;
-  n->gpu.snap_age = gpu_snap_age_;
-  n->host.snap_age = host_age_;
-  n->store.snap_age = store_age_;
+  for_each_tier([this, n]<Tier T>() { n->row<T>().snap_age = tier<T>().age(Held::kSnapshot); });
   n->snap_access = ++clock_;
   n->snap_gap = gap_above(*n);
   refresh(n);
@@ -413,13 +383,6 @@ std::size_t PrefixCache::gap_above(const Node& n) const {
   const Node* p = n.parent;
   while (p != nullptr && !p->is_root() && !p->has_snapshot()) p = p->parent;
   return n.boundary - (p ? p->boundary : 0);
-}
-
-Node* PrefixCache::host_victim(bool& snapshot) const {
-  const Node* kv = host_kv_order_.empty() ? nullptr : &*host_kv_order_.begin();
-  const Node* sn = host_snap_order_.empty() ? nullptr : &*host_snap_order_.begin();
-  snapshot = sn != nullptr && (kv == nullptr || sn->host.snap_key < kv->host.kv_key);
-  return const_cast<Node*>(snapshot ? sn : kv);
 }
 
 void PrefixCache::lock_path(Node* n) {

@@ -57,13 +57,14 @@ Result<EvictResult> PrefixCache::evict(const EvictRequest& request) {
   if (request.tier == Tier::kStore) {  // erases, lowest key first, each kind from its order
     // A snapshot that left with its node's KV counts as freed too.
     const std::size_t snaps_before = store_snaps_held_;
-    while (out.kv_pages < pages && !store_kv_order_.empty()) {
-      Node* victim = &*store_kv_order_.begin();
+    while (out.kv_pages < pages && !tier<Tier::kStore>().order<Held::kKv>().empty()) {
+      Node* victim = tier<Tier::kStore>().head<Held::kKv>();
       out.kv_pages += victim->store.pages.size();
       drop_store_kv(victim);
     }
-    while (snaps_before - store_snaps_held_ < request.snapshots && !store_snap_order_.empty()) {
-      Node* victim = &*store_snap_order_.begin();
+    while (snaps_before - store_snaps_held_ < request.snapshots &&
+           !tier<Tier::kStore>().order<Held::kSnapshot>().empty()) {
+      Node* victim = tier<Tier::kStore>().head<Held::kSnapshot>();
       drop_store_snapshot(victim);
       remove_if_empty(victim);
     }
@@ -75,17 +76,17 @@ Result<EvictResult> PrefixCache::evict(const EvictRequest& request) {
   // Host: drops, lowest key first, each kind from its own order.
   const std::size_t kv_before = host_kv_held_, snap_before = host_snap_held_;
   const std::size_t free_before = host_pages_.free_count();
-  while (kv_before - host_kv_held_ < pages && !host_kv_order_.empty()) {
-    Node* victim = &*host_kv_order_.begin();
-    if (victim->host.kv_key.cls == 1) host_age_ = std::max(host_age_, victim->host.kv_key.priority);
+  while (kv_before - host_kv_held_ < pages && !tier<Tier::kHost>().order<Held::kKv>().empty()) {
+    Node* victim = tier<Tier::kHost>().head<Held::kKv>();
+    tier<Tier::kHost>().aged_by(Held::kKv, victim->host.kv_key);
     if (!victim->kv_live()) stats_.dead_kv_pages_dropped += victim->host.pages.size();
     drop_host_kv(victim);
   }
   const std::size_t per = config_.snapshot_pages();
-  while ((snap_before - host_snap_held_) / per < request.snapshots && !host_snap_order_.empty()) {
-    Node* victim = &*host_snap_order_.begin();
-    if (victim->host.snap_key.cls == 1)
-      host_age_ = std::max(host_age_, victim->host.snap_key.priority);
+  while ((snap_before - host_snap_held_) / per < request.snapshots &&
+         !tier<Tier::kHost>().order<Held::kSnapshot>().empty()) {
+    Node* victim = tier<Tier::kHost>().head<Held::kSnapshot>();
+    tier<Tier::kHost>().aged_by(Held::kSnapshot, victim->host.snap_key);
     drop_host_snapshot(victim);
     remove_if_empty(victim);
   }

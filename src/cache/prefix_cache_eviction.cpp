@@ -50,23 +50,22 @@ Status PrefixCache::reclaim_gpu_pages(std::size_t n) {
   // (finitely many) or reaps a transfer (no new ones start but the demotions waited here).
   const std::uint64_t round = ++room_round_;
   while (gpu_pages_.free_count() < n) {
-    if (!gpu_kv_order_.empty()) {
+    if (!tier<Tier::kGpu>().order<Held::kKv>().empty()) {
       // One pass takes the current leaves; their parents become leaves once they leave.
       PendingBatch demote;
       demote.batch.direction = Direction::kDeviceToHost;
       std::size_t releasing = 0;
       while (gpu_pages_.free_count() + releasing < n) {
-        Node* victim = first_not_failed(gpu_kv_order_, &Node::kv_demote_failed, round);
+        Node* victim =
+            first_not_failed(tier<Tier::kGpu>().order<Held::kKv>(), &Node::kv_demote_failed, round);
         if (victim == nullptr) break;
-        if (victim->gpu.kv_key.cls == 1) {
-          gpu_kv_age_ = std::max(gpu_kv_age_, victim->gpu.kv_key.priority);
-        }
+        tier<Tier::kGpu>().aged_by(Held::kKv, victim->gpu.kv_key);
         releasing += victim->gpu.pages.size();
         evict_gpu_kv(victim, demote);
       }
       if (releasing == 0) {
         // Every victim left failed to demote in this round: the room wins, drop the first.
-        Node* victim = &*gpu_kv_order_.begin();
+        Node* victim = tier<Tier::kGpu>().head<Held::kKv>();
         stats_.kv_pages_dropped_gpu += victim->gpu.pages.size();
         drop_gpu_kv(victim);
         if (!victim->has_kv() && victim->snapshot_evictable<Tier::kGpu>())
@@ -124,19 +123,18 @@ Status PrefixCache::reclaim_gpu_slots(std::size_t n) {
   // the rest of the round; when only such ones are left, the first is dropped.
   const std::uint64_t round = ++room_round_;
   while (gpu_slots_.free_count() < n) {
-    if (!gpu_snap_order_.empty()) {
-      Node* victim = first_not_failed(gpu_snap_order_, &Node::snap_demote_failed, round);
+    if (!tier<Tier::kGpu>().order<Held::kSnapshot>().empty()) {
+      Node* victim = first_not_failed(tier<Tier::kGpu>().order<Held::kSnapshot>(),
+                                      &Node::snap_demote_failed, round);
       if (victim == nullptr) {
-        victim = &*gpu_snap_order_.begin();
+        victim = tier<Tier::kGpu>().head<Held::kSnapshot>();
         drop_gpu_snapshot(victim);
         remove_if_empty(victim);
         continue;
       }
       PendingBatch demote;
       demote.batch.direction = Direction::kDeviceToHost;
-      if (victim->gpu.snap_key.cls == 1) {
-        gpu_snap_age_ = std::max(gpu_snap_age_, victim->gpu.snap_key.priority);
-      }
+      tier<Tier::kGpu>().aged_by(Held::kSnapshot, victim->gpu.snap_key);
       evict_gpu_snapshot(victim, demote);
       std::optional<std::uint32_t> id;
       if (Status s = submit_batch(std::move(demote), &id); !s) {
@@ -193,8 +191,10 @@ void PrefixCache::demote_ahead() {
   if (gpu_pages_.free_count() >= page_low && gpu_slots_.free_count() >= slot_low) return;
   const std::size_t pages_coming = gpu_pages_.free_count() + gpu_pages_demoting();
   const std::size_t slots_coming = gpu_slots_.free_count() + gpu_slots_demoting();
-  const bool pages_short = pages_coming < page_low && !gpu_kv_order_.empty();
-  const bool slots_short = slots_coming < slot_low && !gpu_snap_order_.empty();
+  const bool pages_short =
+      pages_coming < page_low && !tier<Tier::kGpu>().order<Held::kKv>().empty();
+  const bool slots_short =
+      slots_coming < slot_low && !tier<Tier::kGpu>().order<Held::kSnapshot>().empty();
   if (!pages_short && !slots_short) return;
   ++room_round_;  // a victim whose copy fails is marked with this round (node.hpp)
   PendingBatch demote;
@@ -205,11 +205,9 @@ void PrefixCache::demote_ahead() {
         std::min(config_.high_watermark(gpu_pages_.capacity()), std::max(page_low, 2 * page_need));
     const std::size_t demoting = pages_coming - gpu_pages_.free_count();
     while (gpu_pages_.free_count() + demoting + demote.batch.pages.size() < high &&
-           !gpu_kv_order_.empty()) {
-      Node* victim = &*gpu_kv_order_.begin();
-      if (victim->gpu.kv_key.cls == 1) {
-        gpu_kv_age_ = std::max(gpu_kv_age_, victim->gpu.kv_key.priority);
-      }
+           !tier<Tier::kGpu>().order<Held::kKv>().empty()) {
+      Node* victim = tier<Tier::kGpu>().head<Held::kKv>();
+      tier<Tier::kGpu>().aged_by(Held::kKv, victim->gpu.kv_key);
       // Off the order (copy in flight, or dropped as dead), or false: no host room now.
       if (!evict_gpu_kv(victim, demote, true)) break;
       ++evicted;
@@ -225,11 +223,9 @@ void PrefixCache::demote_ahead() {
       return n;
     };
     while (gpu_slots_.free_count() + demoting + pending_slots() < high &&
-           !gpu_snap_order_.empty()) {
-      Node* victim = &*gpu_snap_order_.begin();
-      if (victim->gpu.snap_key.cls == 1) {
-        gpu_snap_age_ = std::max(gpu_snap_age_, victim->gpu.snap_key.priority);
-      }
+           !tier<Tier::kGpu>().order<Held::kSnapshot>().empty()) {
+      Node* victim = tier<Tier::kGpu>().head<Held::kSnapshot>();
+      tier<Tier::kGpu>().aged_by(Held::kSnapshot, victim->gpu.snap_key);
       if (!evict_gpu_snapshot(victim, demote, true)) break;
       ++evicted;
     }
@@ -264,17 +260,21 @@ bool PrefixCache::make_host_page_room(std::size_t n, bool for_snapshot) {
       bool snapshot = false;
       Node* victim = nullptr;
       if (shared_host_) {
-        victim = host_victim(snapshot);
+        victim = tier<Tier::kHost>().victim(snapshot);
       } else if (for_snapshot) {
         snapshot = true;
-        victim = host_snap_order_.empty() ? nullptr : &*host_snap_order_.begin();
+        victim = tier<Tier::kHost>().order<Held::kSnapshot>().empty()
+                     ? nullptr
+                     : tier<Tier::kHost>().head<Held::kSnapshot>();
       } else {
-        victim = host_kv_order_.empty() ? nullptr : &*host_kv_order_.begin();
+        victim = tier<Tier::kHost>().order<Held::kKv>().empty()
+                     ? nullptr
+                     : tier<Tier::kHost>().head<Held::kKv>();
       }
       if (victim == nullptr) break;
       victims = true;
       const OrderKey& key = snapshot ? victim->host.snap_key : victim->host.kv_key;
-      if (key.cls == 1) host_age_ = std::max(host_age_, key.priority);
+      tier<Tier::kHost>().aged_by(snapshot ? Held::kSnapshot : Held::kKv, key);
       const std::size_t pages = snapshot ? victim->host.snapshot.size() : victim->host.pages.size();
       const bool clean = snapshot ? victim->store.snapshot.valid() : victim->store.has_kv();
       if (!clean && plan_store_write(victim, snapshot, true, writes) == StoreVerdict::kPlanned) {
@@ -441,8 +441,10 @@ void PrefixCache::drop_host_victim(Node* n, bool snapshot) {
 
 void PrefixCache::drop_host() {
   poll();
-  while (!host_kv_order_.empty()) drop_host_kv(&*host_kv_order_.begin());
-  while (!host_snap_order_.empty()) drop_host_snapshot(&*host_snap_order_.begin());
+  while (!tier<Tier::kHost>().order<Held::kKv>().empty())
+    drop_host_kv(tier<Tier::kHost>().head<Held::kKv>());
+  while (!tier<Tier::kHost>().order<Held::kSnapshot>().empty())
+    drop_host_snapshot(tier<Tier::kHost>().head<Held::kSnapshot>());
   if (events_quiet_) emit_contents();
 }
 
@@ -452,17 +454,22 @@ void PrefixCache::flush() {
   // One AllBlocksCleared (and what survives) instead of an event per node dropped.
   events_quiet_ = !sinks_.empty();
   // Leaf-first: dropping a leaf's last copy removes it, which makes its parent a leaf.
-  while (!gpu_kv_order_.empty()) {
-    Node* n = &*gpu_kv_order_.begin();
+  while (!tier<Tier::kGpu>().order<Held::kKv>().empty()) {
+    Node* n = tier<Tier::kGpu>().head<Held::kKv>();
     stats_.kv_pages_dropped_gpu += n->gpu.pages.size();
     drop_gpu_kv(n);
     remove_if_empty(n);
   }
-  while (!host_kv_order_.empty()) drop_host_kv(&*host_kv_order_.begin());
-  while (!store_kv_order_.empty()) drop_store_kv(&*store_kv_order_.begin());
-  while (!gpu_snap_order_.empty()) drop_gpu_snapshot(&*gpu_snap_order_.begin());
-  while (!host_snap_order_.empty()) drop_host_snapshot(&*host_snap_order_.begin());
-  while (!store_snap_order_.empty()) drop_store_snapshot(&*store_snap_order_.begin());
+  while (!tier<Tier::kHost>().order<Held::kKv>().empty())
+    drop_host_kv(tier<Tier::kHost>().head<Held::kKv>());
+  while (!tier<Tier::kStore>().order<Held::kKv>().empty())
+    drop_store_kv(tier<Tier::kStore>().head<Held::kKv>());
+  while (!tier<Tier::kGpu>().order<Held::kSnapshot>().empty())
+    drop_gpu_snapshot(tier<Tier::kGpu>().head<Held::kSnapshot>());
+  while (!tier<Tier::kHost>().order<Held::kSnapshot>().empty())
+    drop_host_snapshot(tier<Tier::kHost>().head<Held::kSnapshot>());
+  while (!tier<Tier::kStore>().order<Held::kSnapshot>().empty())
+    drop_store_snapshot(tier<Tier::kStore>().head<Held::kSnapshot>());
   if (store_ != nullptr) (void)store_->sync();  // the erases are durable: a restart finds none
   if (events_quiet_) emit_contents();
 }

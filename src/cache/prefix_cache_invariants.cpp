@@ -99,8 +99,7 @@ std::string PrefixCache::check_invariants() const {
     ++snap_pins[rec.node];
   }
   std::size_t nodes = 0, locked_pages = 0, pinned_pages = 0;
-  std::size_t listed[4] = {0, 0, 0, 0};
-  std::size_t store_listed = 0;
+  std::size_t listed[kTierCount][2] = {};  // nodes linked on each tier's KV / snapshot order
   std::unordered_set<RecordId> store_ids;  // every record a node holds
   std::vector<const Node*> stack{root_};
   for (const auto& [ns, r] : ns_roots_) {
@@ -220,47 +219,36 @@ std::string PrefixCache::check_invariants() const {
     if (n->kv_priority > kMaxPriority || n->snap_priority > kMaxPriority)
       return fail("a retention priority is above the maximum");
 
-    std::uint32_t gpu_children = 0, host_children = 0, store_children = 0;
+    std::uint32_t children[kTierCount] = {};  // per tier, children that hold KV there
     for (const auto& [key, c] : n->children) {
       if (c->parent != n) return fail("a child does not point back to its parent");
       if (c->lock_count > n->lock_count) return fail("a child is locked more than its parent");
       if (c->host_pin > n->host_pin) return fail("a child is pinned more than its parent");
-      gpu_children += c->gpu.has_kv();
-      host_children += c->host.has_kv();
-      store_children += c->store.has_kv();
+      for_each_tier([&]<Tier T>() { children[std::size_t(T)] += c->row<T>().has_kv(); });
       stack.push_back(c);
     }
-    if (gpu_children != n->gpu.kv_children || host_children != n->host.kv_children ||
-        store_children != n->store.kv_children)
-      return fail("child residency counters are off");
-    if (n->store.kv_hook.is_linked() != n->kv_evictable<Tier::kStore>() ||
-        n->store.snap_hook.is_linked() != n->snapshot_evictable<Tier::kStore>())
-      return fail("store order membership differs from evictability");
-    if ((n->store.kv_hook.is_linked() && n->store.kv_key != store_kv_key(*n)) ||
-        (n->store.snap_hook.is_linked() && n->store.snap_key != store_snap_key(*n)))
-      return fail("store order key is stale");
-    store_listed += n->store.kv_hook.is_linked() + n->store.snap_hook.is_linked();
-
-    // Rule 4: on a list iff evictable there now.
-    const bool on[4] = {n->gpu.kv_hook.is_linked(), n->host.kv_hook.is_linked(),
-                        n->gpu.snap_hook.is_linked(), n->host.snap_hook.is_linked()};
-    const bool want[4] = {n->kv_evictable<Tier::kGpu>(), n->kv_evictable<Tier::kHost>(),
-                          n->snapshot_evictable<Tier::kGpu>(),
-                          n->snapshot_evictable<Tier::kHost>()};
-    static const char* kList[4] = {"GPU KV", "host KV", "GPU snapshot", "host snapshot"};
-    for (int i = 0; i < 4; ++i) {
-      if (on[i] != want[i])
-        return fail(std::string(kList[i]) + " order membership differs from evictability");
-      listed[i] += on[i];
-    }
-    // Each linked key is the one the node's state gives now (a stale key misorders victims).
-    const bool keys_ok[4] = {!on[0] || n->gpu.kv_key == gpu_kv_key(*n),
-                             !on[1] || n->host.kv_key == host_kv_key(*n),
-                             !on[2] || n->gpu.snap_key == gpu_snap_key(*n),
-                             !on[3] || n->host.snap_key == host_snap_key(*n)};
-    for (int i = 0; i < 4; ++i) {
-      if (!keys_ok[i]) return fail(std::string(kList[i]) + " order key is stale");
-    }
+    // Per row: the child counter, and rule 4 (on an order iff evictable there now, at the
+    // key the node's state gives now: a stale key misorders victims).
+    std::string row_error;
+    for_each_tier([&]<Tier T>() {
+      const Row<T>& row = n->row<T>();
+      const std::string tier_name = to_string(T);
+      if (!row_error.empty()) return;
+      if (children[std::size_t(T)] != row.kv_children) {
+        row_error = tier_name + " child residency counter is off";
+        return;
+      }
+      const bool kv_on = row.kv_hook.is_linked(), snap_on = row.snap_hook.is_linked();
+      if (kv_on != n->kv_evictable<T>() || snap_on != n->snapshot_evictable<T>()) {
+        row_error = tier_name + " order membership differs from evictability";
+      } else if ((kv_on && row.kv_key != kv_key<T>(*n)) ||
+                 (snap_on && row.snap_key != snap_key<T>(*n))) {
+        row_error = tier_name + " order key is stale";
+      }
+      listed[std::size_t(T)][0] += kv_on;
+      listed[std::size_t(T)][1] += snap_on;
+    });
+    if (!row_error.empty()) return fail(row_error);
   }
   // Snapshot counts, rebuilt bottom-up: each node's count = its own snapshot + its children's.
   std::unordered_map<const Node*, std::uint32_t> below;
@@ -297,14 +285,17 @@ std::string PrefixCache::check_invariants() const {
   if (locked_pages != locked_gpu_pages_) return "locked GPU page count is off";
   if (pinned_pages != pinned_host_pages_) return "pinned host page count is off";
   if (pinned_host_pages_ > pin_budget_pages()) return "pins hold more than host_pin_share";
-  if (listed[0] != gpu_kv_order_.size() || listed[1] != host_kv_order_.size() ||
-      listed[2] != gpu_snap_order_.size() || listed[3] != host_snap_order_.size())
-    return "an eviction order holds a node that is not in the tree";
+  bool orders_match = true;
+  for_each_tier([&]<Tier T>() {
+    orders_match = orders_match &&
+                   listed[std::size_t(T)][0] == tier<T>().template order<Held::kKv>().size() &&
+                   listed[std::size_t(T)][1] == tier<T>().template order<Held::kSnapshot>().size();
+  });
+  if (!orders_match) return "an eviction order holds a node that is not in the tree";
   std::size_t store_snaps = 0;
   for (const Node* n : preorder) store_snaps += n->store.snapshot.valid();
   if (store_snaps != store_snaps_held_) return "store snapshot count is off";
-  if (store_listed != store_kv_order_.size() + store_snap_order_.size())
-    return "a store order holds a node that is not in the tree";
+
   // Staged loads: their staging pages (held by them, as a transfer's), their nodes, and the
   // records of nodes whose read failed its check, erased when the load ends.
   std::size_t staging = 0;

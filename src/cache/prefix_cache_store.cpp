@@ -148,26 +148,6 @@ void PrefixCache::set_store_snapshot(Node* n, RecordId record) {
   refresh(n);
 }
 
-OrderKey PrefixCache::store_kv_key(const Node& n) const {
-  if (!cost_aware_) return {1, 0, n.last_access, n.kv_priority};
-  return {std::uint8_t(n.kv_live() ? 1 : 0), n.store.kv_age + n.kv_uses * kv_value_, n.last_access,
-          n.kv_priority};
-}
-
-OrderKey PrefixCache::store_snap_key(const Node& n) const {
-  if (!cost_aware_) return {1, 0, n.snap_access, n.snap_priority};
-  return {std::uint8_t(n.has_kv() ? 1 : 0),
-          n.store.snap_age + double(n.snap_uses) * double(n.snap_gap) * host_snap_value_,
-          n.snap_access, n.snap_priority};
-}
-
-Node* PrefixCache::store_victim(bool& snapshot) const {
-  const Node* kv = store_kv_order_.empty() ? nullptr : &*store_kv_order_.begin();
-  const Node* sn = store_snap_order_.empty() ? nullptr : &*store_snap_order_.begin();
-  snapshot = sn != nullptr && (kv == nullptr || sn->store.snap_key < kv->store.kv_key);
-  return const_cast<Node*>(snapshot ? sn : kv);
-}
-
 void PrefixCache::drop_store_kv(Node* n) {
   stats_.kv_pages_dropped_store += n->store.pages.size();
   for (RecordId id : n->store.pages) (void)store_->erase(id);
@@ -186,10 +166,10 @@ bool PrefixCache::make_store_room(std::uint64_t slots) {
   if (slots > g.capacity_slots) return false;
   while (store_->free_slots() < slots) {
     bool snapshot = false;
-    Node* victim = store_victim(snapshot);
+    Node* victim = tier<Tier::kStore>().victim(snapshot);
     if (victim == nullptr) return false;
     const OrderKey& key = snapshot ? victim->store.snap_key : victim->store.kv_key;
-    if (key.cls == 1) store_age_ = std::max(store_age_, key.priority);
+    tier<Tier::kStore>().aged_by(snapshot ? Held::kSnapshot : Held::kKv, key);
     if (snapshot) {
       drop_store_snapshot(victim);
     } else {
@@ -512,10 +492,10 @@ void PrefixCache::store_ahead() {
   std::uint64_t evicted = 0;
   while (coming + planned < high) {
     bool snapshot = false;
-    Node* victim = host_victim(snapshot);
+    Node* victim = tier<Tier::kHost>().victim(snapshot);
     if (victim == nullptr) break;
     const OrderKey& key = snapshot ? victim->host.snap_key : victim->host.kv_key;
-    if (key.cls == 1) host_age_ = std::max(host_age_, key.priority);
+    tier<Tier::kHost>().aged_by(snapshot ? Held::kSnapshot : Held::kKv, key);
     const std::size_t pages = snapshot ? victim->host.snapshot.size() : victim->host.pages.size();
     ++evicted;
     const bool clean = snapshot ? victim->store.snapshot.valid() : victim->store.has_kv();

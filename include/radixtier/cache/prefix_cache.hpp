@@ -73,6 +73,7 @@
 #include "radixtier/cache/prefix_cache_types.hpp"
 #include "radixtier/cache/request_options.hpp"
 #include "radixtier/cache/request_ownership.hpp"
+#include "radixtier/cache/tier_orders.hpp"
 #include "radixtier/cache/timing_hooks.hpp"
 #include "radixtier/config.hpp"
 #include "radixtier/transfer/store_engine.hpp"
@@ -267,7 +268,6 @@ class PrefixCache final : public CacheBackend {
   StoreVerdict plan_store_write(Node* n, bool snapshot, bool drop_host, StoreBatch& batch);
   /// Erases store victims (lowest key, leaf-first) until `slots` are free; false: no victim.
   bool make_store_room(std::uint64_t slots);
-  Node* store_victim(bool& snapshot) const;
   void drop_store_kv(Node* n);
   void drop_store_snapshot(Node* n);
   void set_store_pages(Node* n, std::vector<RecordId> records);
@@ -399,21 +399,17 @@ class PrefixCache final : public CacheBackend {
   void touch(Node* n);
   /// A use of n's snapshot (resumed from, inserted).
   void touch_snapshot(Node* n);
-  // the keys the orders sort by (node.hpp, "Eviction orders")
-  OrderKey gpu_kv_key(const Node& n) const;
-  OrderKey host_kv_key(const Node& n) const;
+  // the keys the orders sort by (node.hpp, "Eviction orders"), one rule for every tier
+  template <Tier T>
+  OrderKey kv_key(const Node& n) const;
+  template <Tier T>
+  OrderKey snap_key(const Node& n) const;
   /// uses x value per byte of n's host KV; with the snapshot its drop would lose (see .cpp).
   double host_kv_value(const Node& n) const;
-  OrderKey gpu_snap_key(const Node& n) const;
-  OrderKey host_snap_key(const Node& n) const;
-  OrderKey store_kv_key(const Node& n) const;
-  OrderKey store_snap_key(const Node& n) const;
   /// Tokens back to the nearest snapshot above n (or the root).
   std::size_t gap_above(const Node& n) const;
   /// n gained or lost its snapshot: the gaps of the nearest snapshots below it (re-keyed).
   void refresh_gaps_below(Node* n);
-  /// The host pool's next victim (KV or snapshot, whichever key is lower); nullptr if none.
-  Node* host_victim(bool& snapshot) const;
   void lock_path(Node* n);
   void unlock_path(Node* n);
 
@@ -538,12 +534,9 @@ class PrefixCache final : public CacheBackend {
   StoreEngine* store_ = nullptr;
   std::unordered_map<std::uint32_t, StoreInFlight> store_transfers_;
   std::uint32_t next_store_transfer_ = 1;
-  Order<Tier::kStore, Held::kKv> store_kv_order_;
-  Order<Tier::kStore, Held::kSnapshot> store_snap_order_;
   std::map<std::uint32_t, StagedLoad> staged_;  ///< staged loads by id (ordered: oldest first)
   std::uint32_t next_staged_ = 1;
   std::size_t staging_pages_ = 0;     ///< host pages the staged loads hold (the KV share's)
-  double store_age_ = 0;              ///< GreedyDual age of the store
   std::size_t store_snaps_held_ = 0;  ///< nodes with a store snapshot
   boost::pool<> node_pool_;
   Node* root_;
@@ -569,20 +562,32 @@ class PrefixCache final : public CacheBackend {
   /// node has no locked descendant.
   std::size_t locked_gpu_pages_ = 0;
 
-  Order<Tier::kGpu, Held::kKv> gpu_kv_order_;
-  Order<Tier::kHost, Held::kKv> host_kv_order_;
-  Order<Tier::kGpu, Held::kSnapshot> gpu_snap_order_;
-  Order<Tier::kHost, Held::kSnapshot> host_snap_order_;
+  /// Each tier's eviction orders and ages (tier_orders.hpp).
+  TierOrders<Tier::kGpu> gpu_tier_;
+  TierOrders<Tier::kHost> host_tier_;
+  TierOrders<Tier::kStore> store_tier_;
+  template <Tier T>
+  TierOrders<T>& tier() {
+    if constexpr (T == Tier::kGpu) {
+      return gpu_tier_;
+    } else if constexpr (T == Tier::kHost) {
+      return host_tier_;
+    } else {
+      return store_tier_;
+    }
+  }
+  template <Tier T>
+  const TierOrders<T>& tier() const {
+    return const_cast<PrefixCache*>(this)->tier<T>();
+  }
   /// kCostAware: GreedyDual keys, dead KV first, one shared host pool (config.hpp).
   bool cost_aware_ = true;
   bool shared_host_ = true;
   /// Host pages held by KV and by snapshots (nodes and their in-flight copies): the shares
   /// when the host pool is split.
   std::size_t host_kv_held_ = 0, host_snap_held_ = 0;
-  /// GreedyDual ages, one per pool: the priority of the pool's last live victim.
-  double gpu_kv_age_ = 0, gpu_snap_age_ = 0, host_age_ = 0;
-  /// Values per byte (tokens of recompute a byte saves): KV, GPU snapshot, host snapshot.
-  double kv_value_ = 0, gpu_snap_value_ = 0, host_snap_value_ = 0;
+  /// Tokens of recompute a byte of KV saves (a snapshot's: TierOrders::snap_value).
+  double kv_value_ = 0;
 
   /// The next id after `counter` that is not a key of `in_use` (nor the invalid value), so
   /// ids stay unique when a long-running server wraps the 32-bit counter.

@@ -12,4 +12,13 @@ inline constexpr std::size_t kTierCount = 3;
 
 const char* to_string(Tier tier);
 
+/// Calls f.template operator()<T>() for each tier, fastest first (the one loop over the
+/// tiers that code written once for every row uses).
+template <class F>
+constexpr void for_each_tier(F&& f) {
+  f.template operator()<Tier::kGpu>();
+  f.template operator()<Tier::kHost>();
+  f.template operator()<Tier::kStore>();
+}
+
 }  // namespace radixtier
