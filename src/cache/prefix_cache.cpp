@@ -229,47 +229,6 @@ std::vector<Node*> PrefixCache::path_of(Node* n) const {
 // ---------------------------------------------------------------------------------------
 // residency bookkeeping
 
-void PrefixCache::set_gpu_pages(Node* n, std::vector<GpuPageId> pages) {
-  const bool had = n->gpu.has_kv();
-  if (n->lock_count > 0) locked_gpu_pages_ += pages.size() - n->gpu.pages.size();
-  n->gpu.pages = std::move(pages);
-  if (had != n->gpu.has_kv() && n->parent) {
-    n->gpu.has_kv() ? ++n->parent->gpu.kv_children : --n->parent->gpu.kv_children;
-    refresh(n->parent);
-  }
-  refresh(n);
-}
-
-void PrefixCache::set_host_pages(Node* n, std::vector<HostPageId> pages) {
-  const bool had = n->host.has_kv();
-  host_kv_held_ += pages.size();
-  host_kv_held_ -= n->host.pages.size();
-  n->host.pages = std::move(pages);
-  if (had != n->host.has_kv() && n->parent) {
-    n->host.has_kv() ? ++n->parent->host.kv_children : --n->parent->host.kv_children;
-    refresh(n->parent);
-  }
-  refresh(n);
-  note_host_usage();
-}
-
-void PrefixCache::set_gpu_snapshot(Node* n, GpuSlotId slot) {
-  const bool had = n->has_snapshot();
-  n->gpu.snapshot = slot;
-  note_snapshot_change(n, had);
-  refresh(n);
-}
-
-void PrefixCache::set_host_snapshot(Node* n, std::vector<HostPageId> pages) {
-  const bool had = n->has_snapshot();
-  host_snap_held_ += pages.size();
-  host_snap_held_ -= n->host.snapshot.size();
-  n->host.snapshot = std::move(pages);
-  note_snapshot_change(n, had);
-  refresh(n);
-  note_host_usage();
-}
-
 void PrefixCache::note_snapshot_change(Node* n, bool had) {
   if (had == n->has_snapshot()) return;
   refresh_gaps_below(n);
@@ -405,9 +364,9 @@ void PrefixCache::remove_if_empty(Node* n, std::vector<const Node*>* removed) {
          n->snapshot_lock == 0 && n->host_pin == 0 && !n->has_kv() && n->kv_xfer == Xfer::kNone &&
          n->snap_xfer == Xfer::kNone) {
     // A snapshot without KV below it can never be used: it leaves with the node.
-    if (n->gpu.snapshot.valid()) drop_gpu_snapshot(n);
-    if (n->host.has_snapshot()) drop_host_snapshot(n);
-    if (n->store.snapshot.valid()) drop_store_snapshot(n);
+    if (n->gpu.snapshot.valid()) drop_snapshot<Tier::kGpu>(n);
+    if (n->host.has_snapshot()) drop_snapshot<Tier::kHost>(n);
+    if (n->store.snapshot.valid()) drop_snapshot<Tier::kStore>(n);
     Node* parent = n->parent;
     parent->children.erase(n->first_page(config_.page_size));
     refresh(n);  // unlinks every hook: nothing is evictable any more

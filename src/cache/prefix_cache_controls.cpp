@@ -60,12 +60,12 @@ Result<EvictResult> PrefixCache::evict(const EvictRequest& request) {
     while (out.kv_pages < pages && !tier<Tier::kStore>().order<Held::kKv>().empty()) {
       Node* victim = tier<Tier::kStore>().head<Held::kKv>();
       out.kv_pages += victim->store.pages.size();
-      drop_store_kv(victim);
+      drop_kv<Tier::kStore>(victim);
     }
     while (snaps_before - store_snaps_held_ < request.snapshots &&
            !tier<Tier::kStore>().order<Held::kSnapshot>().empty()) {
       Node* victim = tier<Tier::kStore>().head<Held::kSnapshot>();
-      drop_store_snapshot(victim);
+      drop_snapshot<Tier::kStore>(victim);
       remove_if_empty(victim);
     }
     out.snapshots = static_cast<std::uint32_t>(snaps_before - store_snaps_held_);
@@ -80,14 +80,14 @@ Result<EvictResult> PrefixCache::evict(const EvictRequest& request) {
     Node* victim = tier<Tier::kHost>().head<Held::kKv>();
     tier<Tier::kHost>().aged_by(Held::kKv, victim->host.kv_key);
     if (!victim->kv_live()) stats_.dead_kv_pages_dropped += victim->host.pages.size();
-    drop_host_kv(victim);
+    drop_kv<Tier::kHost>(victim);
   }
   const std::size_t per = config_.snapshot_pages();
   while ((snap_before - host_snap_held_) / per < request.snapshots &&
          !tier<Tier::kHost>().order<Held::kSnapshot>().empty()) {
     Node* victim = tier<Tier::kHost>().head<Held::kSnapshot>();
     tier<Tier::kHost>().aged_by(Held::kSnapshot, victim->host.snap_key);
-    drop_host_snapshot(victim);
+    drop_snapshot<Tier::kHost>(victim);
     remove_if_empty(victim);
   }
   out.kv_pages = kv_before - host_kv_held_;
@@ -240,9 +240,9 @@ void PrefixCache::cap_path_snapshots(Node* n) {
     }
     if (on_path <= cap || victim == nullptr) return;
     // Counted as a drop (CacheStats::snapshots_dropped), once for all its copies.
-    if (victim->store.snapshot.valid()) drop_store_snapshot(victim);
-    if (victim->gpu.snapshot.valid()) drop_gpu_snapshot(victim);
-    if (victim->host.has_snapshot()) drop_host_snapshot(victim);
+    if (victim->store.snapshot.valid()) drop_snapshot<Tier::kStore>(victim);
+    if (victim->gpu.snapshot.valid()) drop_snapshot<Tier::kGpu>(victim);
+    if (victim->host.has_snapshot()) drop_snapshot<Tier::kHost>(victim);
   }
 }
 

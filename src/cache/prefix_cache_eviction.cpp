@@ -67,9 +67,9 @@ Status PrefixCache::reclaim_gpu_pages(std::size_t n) {
         // Every victim left failed to demote in this round: the room wins, drop the first.
         Node* victim = tier<Tier::kGpu>().head<Held::kKv>();
         stats_.kv_pages_dropped_gpu += victim->gpu.pages.size();
-        drop_gpu_kv(victim);
+        free_kv<Tier::kGpu>(victim);
         if (!victim->has_kv() && victim->snapshot_evictable<Tier::kGpu>())
-          drop_gpu_snapshot(victim);
+          drop_snapshot<Tier::kGpu>(victim);
         remove_if_empty(victim);
         continue;
       }
@@ -128,7 +128,7 @@ Status PrefixCache::reclaim_gpu_slots(std::size_t n) {
                                       &Node::snap_demote_failed, round);
       if (victim == nullptr) {
         victim = tier<Tier::kGpu>().head<Held::kSnapshot>();
-        drop_gpu_snapshot(victim);
+        drop_snapshot<Tier::kGpu>(victim);
         remove_if_empty(victim);
         continue;
       }
@@ -294,10 +294,10 @@ bool PrefixCache::make_host_page_room(std::size_t n, bool for_snapshot) {
       // without a store. Snapshots first: dropping a node's KV may take the node out of the
       // tree, and its snapshot with it.
       for (const StoreOp& op : ops) {
-        if (op.snapshot) drop_host_snapshot(op.node);
+        if (op.snapshot) drop_snapshot<Tier::kHost>(op.node);
       }
       for (const StoreOp& op : ops) {
-        if (!op.snapshot) drop_host_kv(op.node);
+        if (!op.snapshot) drop_kv<Tier::kHost>(op.node);
       }
       continue;
     }
@@ -338,13 +338,13 @@ bool PrefixCache::evict_gpu_kv(Node* n, PendingBatch& demote, bool ahead) {
   if (cost_aware_ && !n->kv_live()) {  // dead KV: nothing resumes from it, no copy pays
     stats_.kv_pages_dropped_gpu += np;
     stats_.dead_kv_pages_dropped += np;
-    drop_gpu_kv(n);
+    free_kv<Tier::kGpu>(n);
     remove_if_empty(n);
     return true;
   }
   if (n->host.has_kv()) {  // clean host copy: eviction is free
     stats_.kv_pages_demoted += np;
-    drop_gpu_kv(n);
+    free_kv<Tier::kGpu>(n);
   } else if (make_host_page_room(np)) {
     plan_kv_to_host(n, Xfer::kDemote, demote);
   } else if (ahead) {
@@ -353,8 +353,8 @@ bool PrefixCache::evict_gpu_kv(Node* n, PendingBatch& demote, bool ahead) {
     return false;
   } else {
     stats_.kv_pages_dropped_gpu += np;
-    drop_gpu_kv(n);
-    if (!n->has_kv() && n->snapshot_evictable<Tier::kGpu>()) drop_gpu_snapshot(n);
+    free_kv<Tier::kGpu>(n);
+    if (!n->has_kv() && n->snapshot_evictable<Tier::kGpu>()) drop_snapshot<Tier::kGpu>(n);
     remove_if_empty(n);
     return true;
   }
@@ -369,14 +369,14 @@ bool PrefixCache::evict_gpu_snapshot(Node* n, PendingBatch& demote, bool ahead) 
   // Keep a host copy only when it can be used again: a clean one exists (on host or on the
   // store), or KV is there.
   if (n->host.has_snapshot() || n->store.snapshot.valid() || !n->has_kv()) {
-    drop_gpu_snapshot(n);
+    drop_snapshot<Tier::kGpu>(n);
     return true;
   }
   std::vector<HostPageId> dst = take_host_snapshot_pages(n);
   if (dst.empty() && ahead && n->has_kv()) return false;  // as for KV: no drop ahead of need
   if (dst.empty() || !n->has_kv()) {                      // no room, or making room took n's own KV
     for (HostPageId id : dst) host_pages_.give_back(id);
-    drop_gpu_snapshot(n);
+    drop_snapshot<Tier::kGpu>(n);
     remove_if_empty(n);
     return true;
   }
@@ -393,58 +393,34 @@ void PrefixCache::plan_kv_to_host(Node* n, Xfer kind, PendingBatch& batch) {
     batch.batch.pages.push_back({n->gpu.pages[i], dst.back()});
   }
   n->kv_xfer = kind;
-  set_host_pages(n, std::move(dst));
+  set_pages<Tier::kHost>(n, std::move(dst));
   batch.ops.push_back({n, false, kind});
 }
 
 void PrefixCache::plan_snapshot_to_host(Node* n, std::vector<HostPageId> dst, Xfer kind,
                                         PendingBatch& batch) {
   n->snap_xfer = kind;
-  set_host_snapshot(n, std::move(dst));
+  set_snapshot<Tier::kHost>(n, std::move(dst));
   add_snapshot_pieces(batch.batch, n);
   batch.ops.push_back({n, true, kind});
 }
 
-void PrefixCache::drop_gpu_kv(Node* n) {
-  for (GpuPageId id : n->gpu.pages) gpu_pages_.give_back(id);
-  set_gpu_pages(n, {});
-}
-
-void PrefixCache::drop_host_kv(Node* n) {
-  stats_.kv_pages_dropped_host += n->host.pages.size();
-  for (HostPageId id : n->host.pages) host_pages_.give_back(id);
-  set_host_pages(n, {});
-  remove_if_empty(n);
-}
-
-void PrefixCache::drop_gpu_snapshot(Node* n) {
-  gpu_slots_.give_back(n->gpu.snapshot);
-  if (!n->host.has_snapshot()) ++stats_.snapshots_dropped;
-  set_gpu_snapshot(n, GpuSlotId());
-}
-
-void PrefixCache::drop_host_snapshot(Node* n) {
-  for (HostPageId id : n->host.snapshot) host_pages_.give_back(id);
-  if (!n->gpu.snapshot.valid()) ++stats_.snapshots_dropped;
-  set_host_snapshot(n, {});
-}
-
 void PrefixCache::drop_host_victim(Node* n, bool snapshot) {
   if (snapshot) {
-    drop_host_snapshot(n);
+    drop_snapshot<Tier::kHost>(n);
     remove_if_empty(n);  // making store room may have taken its last KV
     return;
   }
   if (!n->kv_live()) stats_.dead_kv_pages_dropped += n->host.pages.size();
-  drop_host_kv(n);
+  drop_kv<Tier::kHost>(n);
 }
 
 void PrefixCache::drop_host() {
   poll();
   while (!tier<Tier::kHost>().order<Held::kKv>().empty())
-    drop_host_kv(tier<Tier::kHost>().head<Held::kKv>());
+    drop_kv<Tier::kHost>(tier<Tier::kHost>().head<Held::kKv>());
   while (!tier<Tier::kHost>().order<Held::kSnapshot>().empty())
-    drop_host_snapshot(tier<Tier::kHost>().head<Held::kSnapshot>());
+    drop_snapshot<Tier::kHost>(tier<Tier::kHost>().head<Held::kSnapshot>());
   if (events_quiet_) emit_contents();
 }
 
@@ -454,22 +430,12 @@ void PrefixCache::flush() {
   // One AllBlocksCleared (and what survives) instead of an event per node dropped.
   events_quiet_ = !sinks_.empty();
   // Leaf-first: dropping a leaf's last copy removes it, which makes its parent a leaf.
-  while (!tier<Tier::kGpu>().order<Held::kKv>().empty()) {
-    Node* n = tier<Tier::kGpu>().head<Held::kKv>();
-    stats_.kv_pages_dropped_gpu += n->gpu.pages.size();
-    drop_gpu_kv(n);
-    remove_if_empty(n);
-  }
-  while (!tier<Tier::kHost>().order<Held::kKv>().empty())
-    drop_host_kv(tier<Tier::kHost>().head<Held::kKv>());
-  while (!tier<Tier::kStore>().order<Held::kKv>().empty())
-    drop_store_kv(tier<Tier::kStore>().head<Held::kKv>());
-  while (!tier<Tier::kGpu>().order<Held::kSnapshot>().empty())
-    drop_gpu_snapshot(tier<Tier::kGpu>().head<Held::kSnapshot>());
-  while (!tier<Tier::kHost>().order<Held::kSnapshot>().empty())
-    drop_host_snapshot(tier<Tier::kHost>().head<Held::kSnapshot>());
-  while (!tier<Tier::kStore>().order<Held::kSnapshot>().empty())
-    drop_store_snapshot(tier<Tier::kStore>().head<Held::kSnapshot>());
+  for_each_tier([this]<Tier T>() {
+    while (Node* n = tier<T>().template head<Held::kKv>()) drop_kv<T>(n);
+  });
+  for_each_tier([this]<Tier T>() {
+    while (Node* n = tier<T>().template head<Held::kSnapshot>()) drop_snapshot<T>(n);
+  });
   if (store_ != nullptr) (void)store_->sync();  // the erases are durable: a restart finds none
   if (events_quiet_) emit_contents();
 }

@@ -63,24 +63,14 @@ void PrefixCache::flush(NamespaceId ns) {
   std::unordered_set<const Node*> removed;
   for (Node* n : nodes) {
     if (removed.count(n) != 0) continue;
-    if (n->snapshot_evictable<Tier::kGpu>()) drop_gpu_snapshot(n);
-    if (n->snapshot_evictable<Tier::kHost>()) drop_host_snapshot(n);
-    if (n->kv_evictable<Tier::kGpu>()) {
-      stats_.kv_pages_dropped_gpu += n->gpu.pages.size();
-      drop_gpu_kv(n);
-    }
-    if (n->kv_evictable<Tier::kHost>()) {
-      stats_.kv_pages_dropped_host += n->host.pages.size();
-      for (HostPageId id : n->host.pages) host_pages_.give_back(id);
-      set_host_pages(n, {});
-    }
-    // The store row (the default namespace only has one).
-    if (n->snapshot_evictable<Tier::kStore>()) drop_store_snapshot(n);
-    if (n->kv_evictable<Tier::kStore>()) {
-      stats_.kv_pages_dropped_store += n->store.pages.size();
-      for (RecordId id : n->store.pages) (void)store_->erase(id);
-      set_store_pages(n, {});
-    }
+    // Every row (only the default namespace has store rows); what a lock or a pin holds stays.
+    for_each_tier([this, n]<Tier T>() {
+      if (n->snapshot_evictable<T>()) drop_snapshot<T>(n);
+      if (n->kv_evictable<T>()) {
+        dropped_pages<T>() += n->row<T>().pages.size();
+        free_kv<T>(n);  // removed below, with what it empties
+      }
+    });
     // The root is never listed, so this cannot free a node still to be visited but an
     // ancestor already emptied: those are recorded and skipped.
     removed_list.clear();

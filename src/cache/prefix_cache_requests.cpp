@@ -252,7 +252,7 @@ Result<Admission> PrefixCache::try_admit_at(Node* target) {
       promote.batch.pages.push_back({dst.back(), h});
     }
     n->kv_xfer = Xfer::kPromote;
-    set_gpu_pages(n, std::move(dst));
+    set_pages<Tier::kGpu>(n, std::move(dst));
     promote.ops.push_back({n, false, Xfer::kPromote});
     a.host_tokens += n->tokens.size();
   }
@@ -260,7 +260,7 @@ Result<Admission> PrefixCache::try_admit_at(Node* target) {
     a.snapshot_from_host = true;
   } else if (!target->gpu.snapshot.valid()) {
     target->snap_xfer = Xfer::kPromote;
-    set_gpu_snapshot(target, *gpu_slots_.take(Holder::kTransfer));
+    set_snapshot<Tier::kGpu>(target, *gpu_slots_.take(Holder::kTransfer));
     add_snapshot_pieces(promote.batch, target);
     promote.ops.push_back({target, true, Xfer::kPromote});
     a.snapshot_from_host = true;
@@ -582,7 +582,7 @@ Result<InsertResult> PrefixCache::insert(LockId lock, std::span<const Token> tok
         page_owner_.remove(id);
         gpu_pages_.reassign(id, Holder::kNode);
       }
-      set_gpu_pages(c, std::vector<GpuPageId>(seg.begin(), seg.end()));
+      set_pages<Tier::kGpu>(c, std::vector<GpuPageId>(seg.begin(), seg.end()));
       adopted.push_back(c);
     }
     pos += c->tokens.size();
@@ -594,7 +594,7 @@ Result<InsertResult> PrefixCache::insert(LockId lock, std::span<const Token> tok
     } else {
       slot_owner_.remove(*snapshot);
       gpu_slots_.reassign(*snapshot, Holder::kNode);
-      set_gpu_snapshot(n, *snapshot);
+      set_snapshot<Tier::kGpu>(n, *snapshot);
       out.snapshot_taken = true;
       ++stats_.snapshots_inserted;
     }

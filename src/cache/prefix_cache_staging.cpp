@@ -122,13 +122,13 @@ Status PrefixCache::start_staged_load(Node* target, std::span<Node* const> path)
       gpu.push_back(*gpu_pages_.take(Holder::kTransfer));
     n->kv_xfer = Xfer::kStage;
     n->kv_xfer_id = id;
-    set_gpu_pages(n, std::move(gpu));
+    set_pages<Tier::kGpu>(n, std::move(gpu));
   }
   if (snapshot) {
     load.target = target;
     target->snap_xfer = Xfer::kStage;
     target->snap_xfer_id = id;
-    set_gpu_snapshot(target, *gpu_slots_.take(Holder::kTransfer));
+    set_snapshot<Tier::kGpu>(target, *gpu_slots_.take(Holder::kTransfer));
   }
   StagedLoad& l = staged_.emplace(id, std::move(load)).first->second;
   const Status refused = pump_staged(l);
@@ -199,7 +199,7 @@ Status PrefixCache::submit_staged_read(StagedLoad& l, StagedChunk c) {
       l.target = nullptr;
       gpu_slots_.give_back(t->gpu.snapshot);
       t->snap_xfer = Xfer::kNone;
-      set_gpu_snapshot(t, GpuSlotId());
+      set_snapshot<Tier::kGpu>(t, GpuSlotId());
       prune_copied({t});
     } else {
       l.cut = std::min(l.cut, l.first_page[node_of(l.first_page, c.first)]);
@@ -236,12 +236,12 @@ bool PrefixCache::finish_staged_read(StagedLoad& l, StagedChunk& c) {
     // Rule 7: nothing arrived; the slot is freed. kDataLoss: the store erased the record.
     if (!items.empty() && items[0].code() == ErrorCode::kDataLoss) {
       ++stats_.store_records_lost;
-      set_store_snapshot(t, RecordId());
+      set_snapshot<Tier::kStore>(t, RecordId());
     }
     l.target = nullptr;
     gpu_slots_.give_back(t->gpu.snapshot);
     t->snap_xfer = Xfer::kNone;
-    set_gpu_snapshot(t, GpuSlotId());
+    set_snapshot<Tier::kGpu>(t, GpuSlotId());
     l.idle.insert(l.idle.end(), c.staging.begin(), c.staging.end());
     c.staging.clear();
     prune_copied({t});
@@ -257,7 +257,7 @@ bool PrefixCache::finish_staged_read(StagedLoad& l, StagedChunk& c) {
     if (!m->store.has_kv()) continue;
     stats_.store_records_lost += m->store.pages.size();
     l.to_erase.insert(l.to_erase.end(), m->store.pages.begin(), m->store.pages.end());
-    set_store_pages(m, {});
+    set_pages<Tier::kStore>(m, {});
   }
   std::erase_if(l.to_erase,
                 [&](RecordId r) { return std::find(lost.begin(), lost.end(), r) != lost.end(); });
@@ -318,7 +318,7 @@ void PrefixCache::finish_staged_copy(StagedLoad& l, StagedChunk& c, bool ok) {
       refresh(t);
     } else {  // the store copy stays, the slot is freed (rule 7)
       gpu_slots_.give_back(t->gpu.snapshot);
-      set_gpu_snapshot(t, GpuSlotId());
+      set_snapshot<Tier::kGpu>(t, GpuSlotId());
       prune_copied({t});
     }
     return;
@@ -394,13 +394,13 @@ void PrefixCache::end_staged_load(std::uint32_t id) {
     assert(n->kv_xfer == Xfer::kStage);
     n->kv_xfer = Xfer::kNone;
     for (GpuPageId p : n->gpu.pages) gpu_pages_.give_back(p);
-    set_gpu_pages(n, {});
+    set_pages<Tier::kGpu>(n, {});
     left.push_back(n);
   }
   if (Node* t = l.target) {  // its read never started (not expected: it goes first)
     t->snap_xfer = Xfer::kNone;
     gpu_slots_.give_back(t->gpu.snapshot);
-    set_gpu_snapshot(t, GpuSlotId());
+    set_snapshot<Tier::kGpu>(t, GpuSlotId());
     left.push_back(t);
   }
   for (HostPageId p : l.idle) host_pages_.give_back(p);

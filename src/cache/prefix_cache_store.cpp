@@ -92,9 +92,9 @@ Status PrefixCache::restore_from_store() {
     n->end_path = g.end;
     n->end_path_known = true;
     stats_.restored_kv_pages += g.records.size();
-    set_store_pages(n, std::move(g.records));
+    set_pages<Tier::kStore>(n, std::move(g.records));
     if (g.snapshot.valid()) {
-      set_store_snapshot(n, g.snapshot);
+      set_snapshot<Tier::kStore>(n, g.snapshot);
       ++stats_.restored_snapshots;
     }
     nodes[i] = n;
@@ -127,40 +127,6 @@ bool PrefixCache::in_default_namespace(const Node* n) const {
   return n == root_;
 }
 
-// ---------------------------------------------------------------------------------------
-// residency of the store row
-
-void PrefixCache::set_store_pages(Node* n, std::vector<RecordId> records) {
-  const bool had = n->store.has_kv();
-  n->store.pages = std::move(records);
-  if (had != n->store.has_kv() && n->parent) {
-    n->store.has_kv() ? ++n->parent->store.kv_children : --n->parent->store.kv_children;
-    refresh(n->parent);
-  }
-  refresh(n);
-}
-
-void PrefixCache::set_store_snapshot(Node* n, RecordId record) {
-  const bool had = n->has_snapshot();
-  store_snaps_held_ += std::size_t(record.valid()) - std::size_t(n->store.snapshot.valid());
-  n->store.snapshot = record;
-  note_snapshot_change(n, had);
-  refresh(n);
-}
-
-void PrefixCache::drop_store_kv(Node* n) {
-  stats_.kv_pages_dropped_store += n->store.pages.size();
-  for (RecordId id : n->store.pages) (void)store_->erase(id);
-  set_store_pages(n, {});
-  remove_if_empty(n);
-}
-
-void PrefixCache::drop_store_snapshot(Node* n) {
-  (void)store_->erase(n->store.snapshot);
-  if (!n->gpu.snapshot.valid() && !n->host.has_snapshot()) ++stats_.snapshots_dropped;
-  set_store_snapshot(n, RecordId());
-}
-
 bool PrefixCache::make_store_room(std::uint64_t slots) {
   const StoreGeometry g = store_->geometry();
   if (slots > g.capacity_slots) return false;
@@ -171,9 +137,9 @@ bool PrefixCache::make_store_room(std::uint64_t slots) {
     const OrderKey& key = snapshot ? victim->store.snap_key : victim->store.kv_key;
     tier<Tier::kStore>().aged_by(snapshot ? Held::kSnapshot : Held::kKv, key);
     if (snapshot) {
-      drop_store_snapshot(victim);
+      drop_snapshot<Tier::kStore>(victim);
     } else {
-      drop_store_kv(victim);
+      drop_kv<Tier::kStore>(victim);
     }
   }
   return true;
@@ -233,16 +199,16 @@ void PrefixCache::plan_kv_load(Node* n, StoreBatch& batch) {
     batch.reads.push_back({n->store.pages[i], {host.back()}});
   }
   n->kv_xfer = Xfer::kLoad;
-  set_host_pages(n, std::move(host));
-  set_gpu_pages(n, std::move(gpu));
+  set_pages<Tier::kHost>(n, std::move(host));
+  set_pages<Tier::kGpu>(n, std::move(gpu));
   batch.ops.push_back({n, false, Xfer::kLoad});
 }
 
 void PrefixCache::plan_snapshot_load(Node* n, std::vector<HostPageId> host, StoreBatch& batch) {
   batch.reads.push_back({n->store.snapshot, host});
   n->snap_xfer = Xfer::kLoad;
-  set_host_snapshot(n, std::move(host));
-  set_gpu_snapshot(n, *gpu_slots_.take(Holder::kTransfer));
+  set_snapshot<Tier::kHost>(n, std::move(host));
+  set_snapshot<Tier::kGpu>(n, *gpu_slots_.take(Holder::kTransfer));
   batch.ops.push_back({n, true, Xfer::kLoad});
 }
 
@@ -292,14 +258,14 @@ void PrefixCache::cancel_store_ops(std::span<const StoreOp> ops) {
       n->kv_xfer = Xfer::kNone;
       for (HostPageId id : n->host.pages) host_pages_.give_back(id);
       for (GpuPageId id : n->gpu.pages) gpu_pages_.give_back(id);
-      set_host_pages(n, {});
-      set_gpu_pages(n, {});
+      set_pages<Tier::kHost>(n, {});
+      set_pages<Tier::kGpu>(n, {});
     } else {
       n->snap_xfer = Xfer::kNone;
       for (HostPageId id : n->host.snapshot) host_pages_.give_back(id);
       gpu_slots_.give_back(n->gpu.snapshot);
-      set_host_snapshot(n, {});
-      set_gpu_snapshot(n, GpuSlotId());
+      set_snapshot<Tier::kHost>(n, {});
+      set_snapshot<Tier::kGpu>(n, GpuSlotId());
     }
   }
 }
@@ -360,7 +326,7 @@ void PrefixCache::finish_store_write(const StoreOp& op, const RecordId* ids, std
     assert(n->kv_xfer == Xfer::kStore);
     n->kv_xfer = Xfer::kNone;
     if (ok) {
-      set_store_pages(n, std::vector<RecordId>(ids, ids + count));
+      set_pages<Tier::kStore>(n, std::vector<RecordId>(ids, ids + count));
       stats_.kv_pages_stored += count;
     }
     // Written for room: the host copy goes (it is clean now; a failed write drops it as a
@@ -368,7 +334,7 @@ void PrefixCache::finish_store_write(const StoreOp& op, const RecordId* ids, std
     if (op.drop_host && n->kv_evictable<Tier::kHost>()) {
       if (!ok) stats_.kv_pages_dropped_host += n->host.pages.size();
       for (HostPageId id : n->host.pages) host_pages_.give_back(id);
-      set_host_pages(n, {});
+      set_pages<Tier::kHost>(n, {});
     }
     refresh(n);
     return;
@@ -376,10 +342,10 @@ void PrefixCache::finish_store_write(const StoreOp& op, const RecordId* ids, std
   assert(n->snap_xfer == Xfer::kStore);
   n->snap_xfer = Xfer::kNone;
   if (ok) {
-    set_store_snapshot(n, ids[0]);
+    set_snapshot<Tier::kStore>(n, ids[0]);
     ++stats_.snapshots_stored;
   }
-  if (op.drop_host && n->snapshot_evictable<Tier::kHost>()) drop_host_snapshot(n);
+  if (op.drop_host && n->snapshot_evictable<Tier::kHost>()) drop_snapshot<Tier::kHost>(n);
   refresh(n);
 }
 
@@ -410,12 +376,12 @@ bool PrefixCache::finish_store_read(const StoreOp& op, std::span<const Status> i
     // Rule 7: nothing arrived; the destinations are freed.
     for (HostPageId id : n->host.pages) host_pages_.give_back(id);
     for (GpuPageId id : n->gpu.pages) gpu_pages_.give_back(id);
-    set_host_pages(n, {});
-    set_gpu_pages(n, {});
+    set_pages<Tier::kHost>(n, {});
+    set_pages<Tier::kGpu>(n, {});
     if (lost) {  // the store erased what failed its check; the rest of the node goes too
       stats_.store_records_lost += n->store.pages.size();
       for (RecordId id : n->store.pages) (void)store_->erase(id);
-      set_store_pages(n, {});
+      set_pages<Tier::kStore>(n, {});
     }
     return false;
   }
@@ -432,12 +398,12 @@ bool PrefixCache::finish_store_read(const StoreOp& op, std::span<const Status> i
   }
   for (HostPageId id : n->host.snapshot) host_pages_.give_back(id);
   gpu_slots_.give_back(n->gpu.snapshot);
-  set_host_snapshot(n, {});
-  set_gpu_snapshot(n, GpuSlotId());
+  set_snapshot<Tier::kHost>(n, {});
+  set_snapshot<Tier::kGpu>(n, GpuSlotId());
   if (lost) {
     ++stats_.store_records_lost;
     (void)store_->erase(n->store.snapshot);
-    set_store_snapshot(n, RecordId());
+    set_snapshot<Tier::kStore>(n, RecordId());
   }
   return false;
 }

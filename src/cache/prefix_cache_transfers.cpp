@@ -64,10 +64,10 @@ void PrefixCache::cancel_ops(std::span<const CopyOp> ops) {
       n->kv_xfer = Xfer::kNone;
       if (op.kind == Xfer::kPromote) {
         for (GpuPageId id : n->gpu.pages) gpu_pages_.give_back(id);
-        set_gpu_pages(n, {});
+        set_pages<Tier::kGpu>(n, {});
       } else {
         for (HostPageId id : n->host.pages) host_pages_.give_back(id);
-        set_host_pages(n, {});
+        set_pages<Tier::kHost>(n, {});
       }
       continue;
     }
@@ -75,10 +75,10 @@ void PrefixCache::cancel_ops(std::span<const CopyOp> ops) {
     // Keys are made of the last use, so re-linking puts n back where it was.
     if (op.kind == Xfer::kPromote) {
       gpu_slots_.give_back(n->gpu.snapshot);
-      set_gpu_snapshot(n, GpuSlotId());
+      set_snapshot<Tier::kGpu>(n, GpuSlotId());
     } else {
       for (HostPageId id : n->host.snapshot) host_pages_.give_back(id);
-      set_host_snapshot(n, {});
+      set_snapshot<Tier::kHost>(n, {});
     }
   }
 }
@@ -196,7 +196,7 @@ void PrefixCache::finish_op(const CopyOp& op, bool ok) {
         // Rule 7: the destination is freed, nothing arrived; the intact host copy stays
         // (Host), so the request recomputes and the next admission can promote it again.
         for (GpuPageId id : n->gpu.pages) gpu_pages_.give_back(id);
-        set_gpu_pages(n, {});
+        set_pages<Tier::kGpu>(n, {});
       }
       return;
     }
@@ -204,14 +204,14 @@ void PrefixCache::finish_op(const CopyOp& op, bool ok) {
       for (HostPageId id : n->host.pages) host_pages_.reassign(id, Holder::kNode);
     } else {
       for (HostPageId id : n->host.pages) host_pages_.give_back(id);
-      set_host_pages(n, {});
+      set_pages<Tier::kHost>(n, {});
       // The GPU copy is intact and stays; the round that evicts skips it (node.hpp).
       if (op.kind == Xfer::kDemote) n->kv_demote_failed = room_round_;
     }
     if (ok && op.kind == Xfer::kDemote && n->lock_count == 0) {
       // Done: the GPU copy is freed. A node locked meanwhile keeps its GPU copy.
       stats_.kv_pages_demoted += np;
-      drop_gpu_kv(n);
+      free_kv<Tier::kGpu>(n);
     }
     refresh(n);
     return;
@@ -225,7 +225,7 @@ void PrefixCache::finish_op(const CopyOp& op, bool ok) {
       refresh(n);
     } else {  // as for KV: the host copy stays, the GPU slot is freed
       gpu_slots_.give_back(n->gpu.snapshot);
-      set_gpu_snapshot(n, GpuSlotId());
+      set_snapshot<Tier::kGpu>(n, GpuSlotId());
     }
     return;
   }
@@ -234,10 +234,10 @@ void PrefixCache::finish_op(const CopyOp& op, bool ok) {
     if (op.kind == Xfer::kDemote) ++stats_.snapshots_demoted;
   } else {
     for (HostPageId id : n->host.snapshot) host_pages_.give_back(id);
-    set_host_snapshot(n, {});
+    set_snapshot<Tier::kHost>(n, {});
     if (op.kind == Xfer::kDemote) n->snap_demote_failed = room_round_;
   }
-  if (ok && op.kind == Xfer::kDemote && n->snapshot_lock == 0) drop_gpu_snapshot(n);
+  if (ok && op.kind == Xfer::kDemote && n->snapshot_lock == 0) drop_snapshot<Tier::kGpu>(n);
   refresh(n);
 }
 

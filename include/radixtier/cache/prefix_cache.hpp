@@ -268,10 +268,6 @@ class PrefixCache final : public CacheBackend {
   StoreVerdict plan_store_write(Node* n, bool snapshot, bool drop_host, StoreBatch& batch);
   /// Erases store victims (lowest key, leaf-first) until `slots` are free; false: no victim.
   bool make_store_room(std::uint64_t slots);
-  void drop_store_kv(Node* n);
-  void drop_store_snapshot(Node* n);
-  void set_store_pages(Node* n, std::vector<RecordId> records);
-  void set_store_snapshot(Node* n, RecordId record);
   /// Plans the store -> host read of n's KV / snapshot into host pages taken now (room made
   /// by the caller) with `gpu` as the final destinations; kLoad.
   void plan_kv_load(Node* n, StoreBatch& batch);
@@ -388,10 +384,28 @@ class PrefixCache final : public CacheBackend {
 
   // residency setters keep the parent's child counters, the snapshot counts of the
   // ancestors and the eviction orders exact
-  void set_gpu_pages(Node* n, std::vector<GpuPageId> pages);
-  void set_host_pages(Node* n, std::vector<HostPageId> pages);
-  void set_gpu_snapshot(Node* n, GpuSlotId slot);
-  void set_host_snapshot(Node* n, std::vector<HostPageId> pages);
+  // (prefix_cache_rows.cpp, written once for every tier)
+  template <Tier T>
+  void set_pages(Node* n, std::vector<typename Row<T>::Page> pages);
+  template <Tier T>
+  void set_snapshot(Node* n, typename Row<T>::Snapshot snapshot);
+  /// Gives n's KV / snapshot on tier T back to the tier (its pool, or the store's records)
+  /// and empties the row: the copy is freed (a drop, or a demotion whose copy landed).
+  template <Tier T>
+  void free_kv(Node* n);
+  /// The data leaves tier T for good: counted as dropped there (KV), or as a lost snapshot
+  /// when no memory tier keeps a copy; drop_kv also removes n once it is empty.
+  template <Tier T>
+  void drop_kv(Node* n);
+  template <Tier T>
+  void drop_snapshot(Node* n);
+  template <Tier T>
+  std::uint64_t& dropped_pages();  ///< CacheStats::kv_pages_dropped_<tier>
+  void release(GpuPageId id);
+  void release(HostPageId id);
+  void release(RecordId id);
+  void release(GpuSlotId id);
+  void release(const std::vector<HostPageId>& ids);
   /// After n gained or lost its last snapshot: the counts of its ancestors (O(depth)).
   void note_snapshot_change(Node* n, bool had);
   void refresh(Node* n);
@@ -450,10 +464,6 @@ class PrefixCache final : public CacheBackend {
   /// return false instead of dropping it; true when n left the order.
   bool evict_gpu_kv(Node* n, PendingBatch& demote, bool ahead = false);
   bool evict_gpu_snapshot(Node* n, PendingBatch& demote, bool ahead = false);
-  void drop_host_kv(Node* n);
-  void drop_host_snapshot(Node* n);
-  void drop_gpu_kv(Node* n);
-  void drop_gpu_snapshot(Node* n);
   /// Drops a host victim's KV or snapshot for room (no store copy made), pruning what empties.
   void drop_host_victim(Node* n, bool snapshot);
   void write_through(std::span<Node* const> nodes, Node* snapshot_node);

@@ -1,0 +1,108 @@
+// The residency rows of PrefixCache's nodes (node.hpp, "Residency rows"), written once for
+// every tier: setting a row's KV or snapshot (which keeps the parent's child counter, the
+// snapshot counts of the ancestors, the tier's held-page counts and the eviction orders
+// exact), freeing a row's ids back to its tier, and dropping what a tier holds.
+#include <cassert>
+
+#include "radixtier/cache/prefix_cache.hpp"
+
+namespace radixtier {
+
+void PrefixCache::release(GpuPageId id) {
+  gpu_pages_.give_back(id);
+}
+void PrefixCache::release(HostPageId id) {
+  host_pages_.give_back(id);
+}
+void PrefixCache::release(RecordId id) {
+  (void)store_->erase(id);
+}
+void PrefixCache::release(GpuSlotId id) {
+  gpu_slots_.give_back(id);
+}
+void PrefixCache::release(const std::vector<HostPageId>& ids) {
+  for (HostPageId id : ids) host_pages_.give_back(id);
+}
+
+template <Tier T>
+void PrefixCache::set_pages(Node* n, std::vector<typename Row<T>::Page> pages) {
+  Row<T>& row = n->row<T>();
+  const bool had = row.has_kv();
+  if constexpr (T == Tier::kGpu) {
+    if (n->lock_count > 0) locked_gpu_pages_ += pages.size() - row.pages.size();
+  } else if constexpr (T == Tier::kHost) {
+    host_kv_held_ += pages.size();
+    host_kv_held_ -= row.pages.size();
+  }
+  row.pages = std::move(pages);
+  if (had != row.has_kv() && n->parent) {
+    row.has_kv() ? ++n->parent->row<T>().kv_children : --n->parent->row<T>().kv_children;
+    refresh(n->parent);
+  }
+  refresh(n);
+  if constexpr (T == Tier::kHost) note_host_usage();
+}
+
+template <Tier T>
+void PrefixCache::set_snapshot(Node* n, typename Row<T>::Snapshot snapshot) {
+  Row<T>& row = n->row<T>();
+  const bool had = n->has_snapshot();
+  if constexpr (T == Tier::kHost) {
+    host_snap_held_ += snapshot.size();
+    host_snap_held_ -= row.snapshot.size();
+  } else if constexpr (T == Tier::kStore) {
+    store_snaps_held_ += std::size_t(snapshot.valid()) - std::size_t(row.snapshot.valid());
+  }
+  row.snapshot = std::move(snapshot);
+  note_snapshot_change(n, had);
+  refresh(n);
+  if constexpr (T == Tier::kHost) note_host_usage();
+}
+
+template <Tier T>
+void PrefixCache::free_kv(Node* n) {
+  for (auto id : n->row<T>().pages) release(id);
+  set_pages<T>(n, {});
+}
+
+template <Tier T>
+void PrefixCache::drop_kv(Node* n) {
+  dropped_pages<T>() += n->row<T>().pages.size();
+  free_kv<T>(n);
+  remove_if_empty(n);
+}
+
+template <Tier T>
+void PrefixCache::drop_snapshot(Node* n) {
+  release(n->row<T>().snapshot);
+  // Counted as lost when no memory tier (GPU, host) keeps a copy of it.
+  const bool kept =
+      (T != Tier::kGpu && n->gpu.has_snapshot()) || (T != Tier::kHost && n->host.has_snapshot());
+  if (!kept) ++stats_.snapshots_dropped;
+  set_snapshot<T>(n, {});
+}
+
+template <Tier T>
+std::uint64_t& PrefixCache::dropped_pages() {
+  if constexpr (T == Tier::kGpu) {
+    return stats_.kv_pages_dropped_gpu;
+  } else if constexpr (T == Tier::kHost) {
+    return stats_.kv_pages_dropped_host;
+  } else {
+    return stats_.kv_pages_dropped_store;
+  }
+}
+
+#define RADIXTIER_ROW_TRANSITIONS(T)                                         \
+  template void PrefixCache::set_pages<T>(Node*, std::vector<Row<T>::Page>); \
+  template void PrefixCache::set_snapshot<T>(Node*, Row<T>::Snapshot);       \
+  template void PrefixCache::free_kv<T>(Node*);                              \
+  template void PrefixCache::drop_kv<T>(Node*);                              \
+  template void PrefixCache::drop_snapshot<T>(Node*);                        \
+  template std::uint64_t& PrefixCache::dropped_pages<T>();
+RADIXTIER_ROW_TRANSITIONS(Tier::kGpu)
+RADIXTIER_ROW_TRANSITIONS(Tier::kHost)
+RADIXTIER_ROW_TRANSITIONS(Tier::kStore)
+#undef RADIXTIER_ROW_TRANSITIONS
+
+}  // namespace radixtier
