@@ -61,7 +61,7 @@ Result<std::unique_ptr<PrefixCache>> PrefixCache::create(const CacheConfig& conf
 PrefixCache::PrefixCache(const CacheConfig& config, TransferEngine& engine)
     : config_(config),
       engine_(engine),
-      node_pool_(sizeof(Node)),
+      tree_(config.page_size),
       gpu_pages_(config.gpu_pages),
       host_pages_(static_cast<std::uint32_t>(config.host_pool_pages())),
       gpu_slots_(config.gpu_snapshot_slots),
@@ -78,95 +78,15 @@ PrefixCache::PrefixCache(const CacheConfig& config, TransferEngine& engine)
   tier<Tier::kStore>().snap_value = tier<Tier::kHost>().snap_value;
   cost_aware_ = config.snapshot_eviction != SnapshotEviction::kLru;
   shared_host_ = config.snapshot_eviction == SnapshotEviction::kCostAware;
-  root_ = new_node(nullptr, {});
 }
 
 PrefixCache::~PrefixCache() {
   drain();
   for_each_tier([this]<Tier T>() { tier<T>().clear(); });
-  for (auto& [ns, root] : ns_roots_) destroy_subtree(root);
-  destroy_subtree(root_);
-}
-
-Node* PrefixCache::new_node(Node* parent, std::span<const Token> tokens) {
-  void* mem = node_pool_.malloc();
-  if (mem == nullptr) throw std::bad_alloc();
-  Node* n = new (mem) Node;
-  n->parent = parent;
-  n->tokens.assign(tokens.begin(), tokens.end());
-  n->boundary = (parent ? parent->boundary : 0) + tokens.size();
-  if (parent) parent->children.emplace(n->first_page(config_.page_size), n);
-  ++node_count_;
-  return n;
-}
-
-void PrefixCache::destroy_subtree(Node* top) {
-  std::vector<Node*> stack{top};
-  while (!stack.empty()) {
-    Node* n = stack.back();
-    stack.pop_back();
-    for (auto& [key, child] : n->children) stack.push_back(child);
-    n->~Node();
-    node_pool_.free(n);
-    --node_count_;
-  }
 }
 
 // ---------------------------------------------------------------------------------------
 // tree walking
-
-namespace {
-/// How many leading tokens of `theirs` equal `mine` (int32 tree tokens), of `len`.
-std::size_t common_prefix(const Token* mine, const Token* theirs, std::size_t len) {
-  // The common case is a full match: one vectorised memcmp, then find the token only if not.
-  if (std::memcmp(mine, theirs, len * sizeof(Token)) == 0) return len;
-  return static_cast<std::size_t>(std::mismatch(mine, mine + len, theirs).first - mine);
-}
-// The int64 walk's one pass over the prompt: AVX2 / AVX-512 clones (vector_clones.hpp), as
-// glibc's memcmp has for the int32 walk (baseline x86-64 has no sign-extending vector load).
-RADIXTIER_VECTOR_CLONES std::size_t common_prefix(const Token* mine, const std::int64_t* theirs,
-                                                  std::size_t len) {
-  // int64 against int32: blocks compared branch-free (vectorised, as memcmp), then the block
-  // that differs token by token. A value outside int32 differs from every tree token.
-  constexpr std::size_t kBlock = 64;
-  std::size_t i = 0;
-  for (; i + kBlock <= len; i += kBlock) {
-    std::uint64_t diff = 0;
-    for (std::size_t j = 0; j < kBlock; ++j)
-      diff |= static_cast<std::uint64_t>(std::int64_t{mine[i + j]} ^ theirs[i + j]);
-    if (diff != 0) break;
-  }
-  while (i < len && std::int64_t{mine[i]} == theirs[i]) ++i;
-  return i;
-}
-}  // namespace
-
-Node* PrefixCache::find_child(const Node* n, std::span<const Token> tokens, std::size_t pos) const {
-  if (pos + config_.page_size > tokens.size()) return nullptr;
-  auto it = n->children.find(PageKey{tokens.data() + pos, config_.page_size});
-  return it == n->children.end() ? nullptr : it->second;
-}
-
-Node* PrefixCache::find_child(const Node* n, std::span<const std::int64_t> tokens,
-                              std::size_t pos) const {
-  if (pos + config_.page_size > tokens.size()) return nullptr;
-  auto it = n->children.find(WidePageKey{tokens.data() + pos, config_.page_size});
-  return it == n->children.end() ? nullptr : it->second;
-}
-
-std::size_t PrefixCache::common_pages(const Node* n, std::span<const Token> tokens,
-                                      std::size_t pos) const {
-  const std::size_t avail = (tokens.size() - pos) / config_.page_size * config_.page_size;
-  const std::size_t len = std::min(n->tokens.size(), avail);
-  return common_prefix(n->tokens.data(), tokens.data() + pos, len) / config_.page_size;
-}
-
-std::size_t PrefixCache::common_pages(const Node* n, std::span<const std::int64_t> tokens,
-                                      std::size_t pos) const {
-  const std::size_t avail = (tokens.size() - pos) / config_.page_size * config_.page_size;
-  const std::size_t len = std::min(n->tokens.size(), avail);
-  return common_prefix(n->tokens.data(), tokens.data() + pos, len) / config_.page_size;
-}
 
 template <class T>
 std::vector<PrefixCache::Candidate> PrefixCache::candidates_along(const Node* from,
@@ -174,7 +94,7 @@ std::vector<PrefixCache::Candidate> PrefixCache::candidates_along(const Node* fr
                                                                   std::size_t* kv_tokens) const {
   std::vector<Candidate> out;
   std::size_t host_along = 0;
-  walk_kv_path(from, tokens, [&](const Node* c, std::size_t end) {
+  tree_.walk_kv_path(from, tokens, [&](const Node* c, std::size_t end) {
     if (kv_tokens) *kv_tokens = end;
     if (end != c->boundary) return;  // partial: no boundary inside a node
     if (!c->gpu.has_kv() || c->kv_to_gpu()) host_along += c->tokens.size();
@@ -217,13 +137,6 @@ MatchResult PrefixCache::match(std::span<const Token> tokens, NamespaceId ns) co
 Result<MatchResult> PrefixCache::peek(std::span<const Token> prompt, NamespaceId ns) const {
   if (prompt.empty()) return invalid_argument("peek: the prompt is empty");
   return match(prompt.first(prompt.size() - 1), ns);  // as admit(): the last token is computed
-}
-
-std::vector<Node*> PrefixCache::path_of(Node* n) const {
-  std::vector<Node*> path;
-  for (; n != nullptr && !n->is_root(); n = n->parent) path.push_back(n);
-  std::reverse(path.begin(), path.end());
-  return path;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -364,63 +277,41 @@ void PrefixCache::remove_if_empty(Node* n, std::vector<const Node*>* removed) {
          n->snapshot_lock == 0 && n->host_pin == 0 && !n->has_kv() && n->kv_xfer == Xfer::kNone &&
          n->snap_xfer == Xfer::kNone) {
     // A snapshot without KV below it can never be used: it leaves with the node.
-    if (n->gpu.snapshot.valid()) drop_snapshot<Tier::kGpu>(n);
-    if (n->host.has_snapshot()) drop_snapshot<Tier::kHost>(n);
-    if (n->store.snapshot.valid()) drop_snapshot<Tier::kStore>(n);
+    for_each_tier([this, n]<Tier T>() {
+      if (n->row<T>().has_snapshot()) drop_snapshot<T>(n);
+    });
     Node* parent = n->parent;
     parent->children.erase(n->first_page(config_.page_size));
     refresh(n);  // unlinks every hook: nothing is evictable any more
     if (removed) removed->push_back(n);
     if (removal_log_) removal_log_->push_back(n);
-    n->~Node();
-    node_pool_.free(n);
-    --node_count_;
+    tree_.free_leaf(n);
     n = parent;
   }
   if (n != nullptr && n->is_root()) remove_root_if_empty(n);
 }
 
 Node* PrefixCache::split(Node* n, std::size_t pages) {
-  assert(n->kv_xfer == Xfer::kNone && pages > 0 && pages < n->page_count(config_.page_size));
-  const std::size_t cut = pages * config_.page_size;
-  Node* parent = n->parent;
-  parent->children.erase(n->first_page(config_.page_size));
-  void* mem = node_pool_.malloc();
-  if (mem == nullptr) throw std::bad_alloc();
-  Node* upper = new (mem) Node;
-  ++node_count_;
-  upper->parent = parent;
-  upper->tokens.assign(n->tokens.begin(), n->tokens.begin() + cut);
-  upper->boundary = n->boundary - (n->tokens.size() - cut);
-  n->tokens.erase(n->tokens.begin(), n->tokens.begin() + cut);
-  if (n->gpu.has_kv()) {
-    upper->gpu.pages.assign(n->gpu.pages.begin(), n->gpu.pages.begin() + pages);
-    n->gpu.pages.erase(n->gpu.pages.begin(), n->gpu.pages.begin() + pages);
-    upper->gpu.kv_children = 1;
-  }
-  if (n->host.has_kv()) {
-    upper->host.pages.assign(n->host.pages.begin(), n->host.pages.begin() + pages);
-    n->host.pages.erase(n->host.pages.begin(), n->host.pages.begin() + pages);
-    upper->host.kv_children = 1;
-  }
-  if (n->store.has_kv()) {
-    upper->store.pages.assign(n->store.pages.begin(), n->store.pages.begin() + pages);
-    n->store.pages.erase(n->store.pages.begin(), n->store.pages.begin() + pages);
-    upper->store.kv_children = 1;
-  }
+  assert(n->kv_xfer == Xfer::kNone);
+  Node* upper = tree_.split_tokens(n, pages);
+  // The upper part takes the first pages of every row's KV (the snapshot stays at n's end)
+  // and what describes the KV's uses; it has one child, n, holding KV wherever it does.
+  for_each_tier([n, upper, pages]<Tier T>() {
+    Row<T>& low = n->row<T>();
+    Row<T>& up = upper->row<T>();
+    up.kv_age = low.kv_age;
+    if (!low.has_kv()) return;
+    up.pages.assign(low.pages.begin(), low.pages.begin() + std::ptrdiff_t(pages));
+    low.pages.erase(low.pages.begin(), low.pages.begin() + std::ptrdiff_t(pages));
+    up.kv_children = 1;
+  });
   upper->lock_count = n->lock_count;
   upper->last_access = n->last_access;
   upper->kv_uses = n->kv_uses;
-  upper->gpu.kv_age = n->gpu.kv_age;
-  upper->host.kv_age = n->host.kv_age;
-  upper->store.kv_age = n->store.kv_age;
   upper->snapshots_below = n->snapshots_below;
   upper->kv_priority = n->kv_priority;
   upper->host_pin = n->host_pin;        // the pins through n run through its upper part too
   upper->reported_kv = n->reported_kv;  // the same pages, already reported: no event
-  n->parent = upper;
-  upper->children.emplace(n->first_page(config_.page_size), n);
-  parent->children.emplace(upper->first_page(config_.page_size), upper);
   refresh(upper);
   refresh(n);
   return upper;
@@ -478,9 +369,9 @@ std::vector<NodeInfo> PrefixCache::inspect(std::span<const Token> tokens, Namesp
   std::vector<NodeInfo> out;
   const Node* n = root_of(ns);
   for (std::size_t pos = 0; n != nullptr;) {
-    const Node* c = find_child(n, tokens, pos);
+    const Node* c = tree_.find_child(n, tokens, pos);
     if (c == nullptr) break;
-    const std::size_t k = common_pages(c, tokens, pos);
+    const std::size_t k = tree_.common_pages(c, tokens, pos);
     NodeInfo info;
     info.boundary = c->boundary;
     info.tokens = c->tokens.size();
@@ -513,7 +404,8 @@ std::uint64_t PrefixCache::host_bytes_free() const {
 Occupancy PrefixCache::occupancy() const {
   const std::size_t per = config_.snapshot_pages();
   return {gpu_pages_.free_count(), host_pages_.free_count(), gpu_slots_.free_count(),
-          static_cast<std::uint32_t>(per == 0 ? 0 : host_pages_.free_count() / per), node_count_};
+          static_cast<std::uint32_t>(per == 0 ? 0 : host_pages_.free_count() / per),
+          tree_.node_count()};
 }
 
 }  // namespace radixtier

@@ -169,7 +169,7 @@ CacheSizes PrefixCache::sizes() const {
     }
   }
   std::size_t store_kv = 0, store_snaps = 0;
-  std::vector<const Node*> stack{root_};
+  std::vector<const Node*> stack{tree_.root()};
   while (!stack.empty()) {
     const Node* n = stack.back();
     stack.pop_back();

@@ -53,8 +53,8 @@ void PrefixCache::emit(const CacheEvent& event) {
 
 std::uint32_t PrefixCache::namespace_of(const Node* n) const {
   while (!n->is_root()) n = n->parent;
-  if (n == root_) return kDefaultNamespace.value();
-  for (const auto& [ns, root] : ns_roots_)
+  if (n == tree_.root()) return kDefaultNamespace.value();
+  for (const auto& [ns, root] : tree_.namespace_roots())
     if (root == n) return ns;
   return kDefaultNamespace.value();
 }
@@ -132,8 +132,8 @@ void PrefixCache::emit_changes(Node* n) {
 void PrefixCache::emit_contents() {
   events_quiet_ = false;
   emit(AllBlocksCleared{});
-  std::vector<Node*> stack{root_};  // parents before children, every namespace
-  for (const auto& [ns, root] : ns_roots_) stack.push_back(root);
+  std::vector<Node*> stack{tree_.root()};  // parents before children, every namespace
+  for (const auto& [ns, root] : tree_.namespace_roots()) stack.push_back(root);
   while (!stack.empty()) {
     Node* n = stack.back();
     stack.pop_back();

@@ -101,9 +101,9 @@ std::string PrefixCache::check_invariants() const {
   std::size_t nodes = 0, locked_pages = 0, pinned_pages = 0;
   std::size_t listed[kTierCount][2] = {};  // nodes linked on each tier's KV / snapshot order
   std::unordered_set<RecordId> store_ids;  // every record a node holds
-  std::vector<const Node*> stack{root_};
-  for (const auto& [ns, r] : ns_roots_) {
-    if (r == root_ || !r->is_root() || ns == kDefaultNamespace.value())
+  std::vector<const Node*> stack{tree_.root()};
+  for (const auto& [ns, r] : tree_.namespace_roots()) {
+    if (r == tree_.root() || !r->is_root() || ns == kDefaultNamespace.value())
       return "a namespace root is not a root of its own";
     if (r->children.empty() && r->lock_count == 0 && r->host_pin == 0)
       return "an empty namespace root was left";
@@ -160,7 +160,7 @@ std::string PrefixCache::check_invariants() const {
     // The store row: records of the default namespace only, one per page, each held once.
     if (n->store.has_kv() && n->store.pages.size() != n->page_count(ps))
       return fail("store record count != pages");
-    if ((n->store.has_kv() || n->store.snapshot.valid()) && top_of(n) != root_)
+    if ((n->store.has_kv() || n->store.snapshot.valid()) && top_of(n) != tree_.root())
       return fail("a node outside the default namespace holds store records");
     for (RecordId id : n->store.pages) {
       if (!store_ids.insert(id).second) return fail("a store record is held twice");
@@ -281,7 +281,7 @@ std::string PrefixCache::check_invariants() const {
       }
     }
   }
-  if (nodes != node_count_) return "node count is off";
+  if (nodes != tree_.node_count()) return "node count is off";
   if (locked_pages != locked_gpu_pages_) return "locked GPU page count is off";
   if (pinned_pages != pinned_host_pages_) return "pinned host page count is off";
   if (pinned_host_pages_ > pin_budget_pages()) return "pins hold more than host_pin_share";

@@ -1,11 +1,11 @@
 // Key namespaces and retention priorities of PrefixCache.
 //
-// Each namespace other than the default one (root_) has its own root in ns_roots_, made by
-// its first admission or pin (ensure_root) and removed once its tree is empty, with no lock
-// and no pin on the root (remove_root_if_empty, called where remove_if_empty stops at a
-// root). A root is a node without a parent, so everything that walks to "the root" (locks,
-// pins, snapshot counts, path_of) stays inside the namespace; the pools and the four eviction
-// orders are the cache's, so eviction is global across namespaces.
+// Each namespace other than the default one has its own root in the tree (radix_tree.hpp),
+// made by its first admission or pin (RadixTree::ensure_root) and removed once its tree is empty,
+// with no lock and no pin on the root (remove_root_if_empty, called where remove_if_empty stops at
+// a root). A root is a node without a parent, so everything that walks to "the root" (locks, pins,
+// snapshot counts, path_of) stays inside the namespace; the pools and the four eviction orders are
+// the cache's, so eviction is global across namespaces.
 #include <algorithm>
 #include <unordered_set>
 
@@ -13,28 +13,10 @@
 
 namespace radixtier {
 
-Node* PrefixCache::root_of(NamespaceId ns) const {
-  if (ns == kDefaultNamespace) return root_;
-  auto it = ns_roots_.find(ns.value());
-  return it == ns_roots_.end() ? nullptr : it->second;
-}
-
-Node* PrefixCache::ensure_root(NamespaceId ns) {
-  if (Node* r = root_of(ns)) return r;
-  Node* r = new_node(nullptr, {});
-  ns_roots_.emplace(ns.value(), r);
-  return r;
-}
-
 void PrefixCache::remove_root_if_empty(Node* root) {
-  if (root == root_ || !root->children.empty() || root->lock_count > 0 || root->host_pin > 0)
+  if (root == tree_.root() || !root->children.empty() || root->lock_count > 0 || root->host_pin > 0)
     return;
-  for (auto it = ns_roots_.begin(); it != ns_roots_.end(); ++it) {
-    if (it->second != root) continue;
-    ns_roots_.erase(it);
-    destroy_subtree(root);
-    return;
-  }
+  tree_.remove_root(root);
 }
 
 void PrefixCache::raise_priority(Node* n, RetentionPriority p, bool kv, bool snapshot) {

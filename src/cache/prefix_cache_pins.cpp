@@ -48,7 +48,7 @@ Result<PinId> PrefixCache::pin(std::span<const Token> tokens, NamespaceId ns) {
   // A pinned node then has no copy in flight: its host copies are whole or absent.
   drain();
   Node* end = nullptr;
-  walk_kv_path(root_of(ns), tokens, [&](const Node* c, std::size_t reached) {
+  tree_.walk_kv_path(root_of(ns), tokens, [&](const Node* c, std::size_t reached) {
     if (reached == tokens.size() && reached == c->boundary) end = const_cast<Node*>(c);
   });
   const std::string what =
@@ -80,14 +80,14 @@ Result<PinId> PrefixCache::pin(std::span<const Token> tokens, NamespaceId ns) {
   }
   // Decide host room before anything changes: what the copies need against the free pages
   // and the host copies no lock and no pin holds (all reclaimable, leaf-first).
-  const std::vector<Node*> path = path_of(end);
+  const std::vector<Node*> path = RadixTree::path_of(end);
   std::size_t need_kv = 0, need_snap = 0, free_kv = 0, free_snap = 0;
   for (const Node* n : path) {
     if (!n->host.has_kv()) need_kv += n->page_count(ps);
   }
   if (!end->host.has_snapshot()) need_snap = config_.snapshot_pages();
-  std::vector<const Node*> stack{root_};
-  for (const auto& [id, r] : ns_roots_) stack.push_back(r);
+  std::vector<const Node*> stack{tree_.root()};
+  for (const auto& [id, r] : tree_.namespace_roots()) stack.push_back(r);
   while (!stack.empty()) {
     const Node* n = stack.back();
     stack.pop_back();

@@ -126,7 +126,7 @@ Result<Admission> PrefixCache::admit_tokens(std::span<const T> prompt,
   const LockId id(next_free_id(next_lock_, locks_));
   if (target == nullptr) {
     // Made (if new) only now: pruning above may have removed an empty namespace root.
-    Node* root = ensure_root(options.ns);
+    Node* root = tree_.ensure_root(options.ns);
     locks_.emplace(id.value(), LockRecord{root, nullptr, root, options.priority});
     lock_path(root);
     Admission a;
@@ -139,7 +139,7 @@ Result<Admission> PrefixCache::admit_tokens(std::span<const T> prompt,
       locks_.emplace(id.value(), LockRecord{target, target, root, options.priority}).first->second;
   // Retention: what the request uses is kept at least at its priority (as the recency
   // refresh of try_admit_at: the KV of the whole path, the snapshot resumed from).
-  for (Node* n : path_of(target)) raise_priority(n, options.priority, true, false);
+  for (Node* n : RadixTree::path_of(target)) raise_priority(n, options.priority, true, false);
   raise_priority(target, options.priority, false, true);
   Admission& a = *got;
   a.lock = id;
@@ -158,8 +158,9 @@ void PrefixCache::prune_path(Node* root, std::span<const T> tokens) {
   if (root == nullptr) return;
   Node* n = root;
   for (std::size_t pos = 0;;) {
-    Node* c = find_child(n, tokens, pos);
-    if (c == nullptr || common_pages(c, tokens, pos) < c->page_count(config_.page_size)) break;
+    Node* c = tree_.find_child(n, tokens, pos);
+    if (c == nullptr || tree_.common_pages(c, tokens, pos) < c->page_count(config_.page_size))
+      break;
     pos += c->tokens.size();
     n = c;
   }
@@ -176,7 +177,7 @@ Result<Admission> PrefixCache::try_admit_at(Node* target) {
     unlock_path(target);
     return why;
   };
-  const std::vector<Node*> path = path_of(target);
+  const std::vector<Node*> path = RadixTree::path_of(target);
   // A node has one copy in flight at a time: a store write reading the path's host pages
   // lands first (locked now, the node keeps its host copy when it does).
   for (Node* n : path) {
@@ -335,7 +336,7 @@ Status PrefixCache::resume_earlier(LockRecord& rec) {
   // Rule 1 on the locked path: the boundaries above the failure whose KV all arrived (no
   // promotion is pending on the path any more) and which still have a snapshot.
   std::vector<Node*> candidates;
-  for (Node* n : path_of(old_snap ? old_snap : old_node)) {
+  for (Node* n : RadixTree::path_of(old_snap ? old_snap : old_node)) {
     if (!n->gpu.has_kv()) break;
     if (n != old_snap && n->has_snapshot()) candidates.push_back(n);
   }
@@ -369,7 +370,7 @@ Result<std::vector<GpuPageId>> PrefixCache::path_pages(LockId lock) const {
   auto rec = find_lock(lock);
   if (!rec) return rec.status();
   std::vector<GpuPageId> pages;
-  for (Node* n : path_of((*rec)->node)) {
+  for (Node* n : RadixTree::path_of((*rec)->node)) {
     if (!n->gpu.has_kv() || n->kv_to_gpu()) {
       return Status(ErrorCode::kFailedPrecondition,
                     "path_pages: the prefix is not on GPU yet (wait() for the promotion)");
@@ -496,8 +497,8 @@ Status PrefixCache::validate_insert(LockId lock, const LockRecord& rec,
     } else if (on_lock_path && n->boundary >= rec.node->boundary) {
       return invalid_argument("insert: the tokens do not extend the request's locked prefix");
     }
-    const Node* c = find_child(n, tokens, pos);
-    const std::size_t k = c ? common_pages(c, tokens, pos) : 0;
+    const Node* c = tree_.find_child(n, tokens, pos);
+    const std::size_t k = c ? tree_.common_pages(c, tokens, pos) : 0;
     if (on_lock_path && (c == nullptr || k < c->page_count(ps))) {
       return invalid_argument("insert: the tokens do not extend the request's locked prefix");
     }
@@ -542,8 +543,8 @@ Result<InsertResult> PrefixCache::insert(LockId lock, std::span<const Token> tok
   for (;;) {
     Node* busy = nullptr;
     Node* n = rec.root;
-    for (std::size_t pos = 0; Node* c = find_child(n, tokens, pos); n = c) {
-      const std::size_t k = common_pages(c, tokens, pos);
+    for (std::size_t pos = 0; Node* c = tree_.find_child(n, tokens, pos); n = c) {
+      const std::size_t k = tree_.common_pages(c, tokens, pos);
       if (k < c->page_count(ps)) {
         if (c->kv_xfer != Xfer::kNone) busy = c;
         break;
@@ -563,10 +564,10 @@ Result<InsertResult> PrefixCache::insert(LockId lock, std::span<const Token> tok
   std::size_t pos = 0;
   while (pos < tokens.size()) {
     const auto mine = pages.subspan(pos / ps);
-    Node* c = find_child(n, tokens, pos);
+    Node* c = tree_.find_child(n, tokens, pos);
     if (c == nullptr) {
-      c = new_node(n, tokens.subspan(pos));
-    } else if (std::size_t k = common_pages(c, tokens, pos); k < c->page_count(ps)) {
+      c = tree_.new_node(n, tokens.subspan(pos));
+    } else if (std::size_t k = tree_.common_pages(c, tokens, pos); k < c->page_count(ps)) {
       c = split(c, k);
     }
     const auto seg = mine.first(c->page_count(ps));

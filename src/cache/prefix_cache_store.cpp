@@ -87,8 +87,9 @@ Status PrefixCache::restore_from_store() {
   std::vector<Node*> nodes(groups.size(), nullptr);
   for (std::size_t i = 0; i < groups.size(); ++i) {
     Group& g = groups[i];
-    Node* parent = g.parent_group < 0 ? root_ : nodes[static_cast<std::size_t>(g.parent_group)];
-    Node* n = new_node(parent, g.tokens);
+    Node* parent =
+        g.parent_group < 0 ? tree_.root() : nodes[static_cast<std::size_t>(g.parent_group)];
+    Node* n = tree_.new_node(parent, g.tokens);
     n->end_path = g.end;
     n->end_path_known = true;
     stats_.restored_kv_pages += g.records.size();
@@ -124,7 +125,7 @@ PathHash PrefixCache::end_path(Node* n) {
 
 bool PrefixCache::in_default_namespace(const Node* n) const {
   while (n->parent != nullptr) n = n->parent;
-  return n == root_;
+  return n == tree_.root();
 }
 
 bool PrefixCache::make_store_room(std::uint64_t slots) {
@@ -487,7 +488,7 @@ Status PrefixCache::persist() {
   // Parents first, so a child's record always finds its parent's on the store after a
   // restart (when the store has room for both).
   std::vector<Node*> order;
-  for (std::vector<Node*> stack{root_}; !stack.empty();) {
+  for (std::vector<Node*> stack{tree_.root()}; !stack.empty();) {
     Node* n = stack.back();
     stack.pop_back();
     if (!n->is_root()) order.push_back(n);
@@ -559,7 +560,7 @@ Status PrefixCache::persist() {
   // What is left without a store copy: a copy that failed (the stats count it), or no room to
   // stage it on host (a split host pool without a snapshot share) or to keep it on the store.
   std::size_t kv_left = 0, snaps_left = 0;
-  for (std::vector<const Node*> stack{root_}; !stack.empty();) {
+  for (std::vector<const Node*> stack{tree_.root()}; !stack.empty();) {
     const Node* n = stack.back();
     stack.pop_back();
     for (const auto& [key, c] : n->children) stack.push_back(c);

@@ -44,7 +44,7 @@
 //     adopts it or the request frees it (RequestOwnership); release() frees what it still
 //     owns. Every id is bounds-checked in every build.
 //
-// Key namespaces: each namespace has its own root (root_ is the default namespace's; the
+// Key namespaces: each namespace has its own root (tree_.root() is the default namespace's; the
 // others are made by their first admission or pin and leave when their tree is empty), so no
 // node is reachable from two namespaces; the pools and the eviction orders are shared, so
 // eviction stays global. A lock and a pin record their root.
@@ -55,7 +55,6 @@
 // engine's own threads or streams; the cache reaps them in poll() and at every entry point.
 #pragma once
 
-#include <boost/pool/pool.hpp>
 #include <chrono>
 #include <list>
 #include <map>
@@ -71,6 +70,7 @@
 #include "radixtier/cache/id_pool.hpp"
 #include "radixtier/cache/node.hpp"
 #include "radixtier/cache/prefix_cache_types.hpp"
+#include "radixtier/cache/radix_tree.hpp"
 #include "radixtier/cache/request_options.hpp"
 #include "radixtier/cache/request_ownership.hpp"
 #include "radixtier/cache/tier_orders.hpp"
@@ -182,7 +182,7 @@ class PrefixCache final : public CacheBackend {
   /// The most pages pins may hold: host_pin_share of the host pool.
   std::size_t pin_budget_pages() const;
   /// Namespaces with a tree now (the default one always).
-  std::size_t namespace_count() const { return 1 + ns_roots_.size(); }
+  std::size_t namespace_count() const { return 1 + tree_.namespace_roots().size(); }
   Occupancy occupancy() const;
   const CacheConfig& config() const { return config_; }
   /// GPU-host transfers, store transfers and chunks of staged loads in flight.
@@ -350,34 +350,18 @@ class PrefixCache final : public CacheBackend {
   std::size_t staging_room() const;
 
   // tree
-  Node* new_node(Node* parent, std::span<const Token> tokens);
-  void destroy_subtree(Node* n);
-  Node* find_child(const Node* n, std::span<const Token> tokens, std::size_t pos) const;
-  Node* find_child(const Node* n, std::span<const std::int64_t> tokens, std::size_t pos) const;
-  std::size_t common_pages(const Node* n, std::span<const Token> tokens, std::size_t pos) const;
-  std::size_t common_pages(const Node* n, std::span<const std::int64_t> tokens,
-                           std::size_t pos) const;
   Node* split(Node* n, std::size_t pages);
   /// Removes n and then its ancestors while they are empty leaves; appends what it removed.
   void remove_if_empty(Node* n, std::vector<const Node*>* removed = nullptr);
   /// remove_if_empty() on the deepest node under `root` that `tokens` match whole.
   template <class T>
   void prune_path(Node* root, std::span<const T> tokens);
-  std::vector<Node*> path_of(Node* n) const;
-  /// The root of namespace ns (root_ for the default one); nullptr if it has no tree.
-  Node* root_of(NamespaceId ns) const;
-  /// root_of(ns), made if it has none yet.
-  Node* ensure_root(NamespaceId ns);
+  Node* root_of(NamespaceId ns) const { return tree_.root_of(ns); }
   /// Removes the root of a namespace other than the default one once nothing is left of its
   /// tree (no child, no lock, no pin).
   void remove_root_if_empty(Node* root);
   /// Keeps n's KV and/or snapshot at least at priority p (its retention level).
   void raise_priority(Node* n, RetentionPriority p, bool kv, bool snapshot);
-  /// Calls on_node(node, end) for each node along `tokens` whose KV is present, where `end`
-  /// is the token count matched from the root through that node (== node->boundary when the
-  /// node matched whole); stops after a partially matched node or before one whose KV is gone.
-  template <class T, class F>
-  void walk_kv_path(const Node* from, std::span<const T> tokens, F&& on_node) const;
   /// admit() of Token or int64 prompts (prefix_cache_requests.cpp).
   template <class T>
   Result<Admission> admit_tokens(std::span<const T> prompt, const RequestOptions& options);
@@ -548,9 +532,8 @@ class PrefixCache final : public CacheBackend {
   std::uint32_t next_staged_ = 1;
   std::size_t staging_pages_ = 0;     ///< host pages the staged loads hold (the KV share's)
   std::size_t store_snaps_held_ = 0;  ///< nodes with a store snapshot
-  boost::pool<> node_pool_;
-  Node* root_;
-  std::size_t node_count_ = 0;
+  /// The nodes and the namespace roots (radix_tree.hpp).
+  RadixTree tree_;
   std::uint64_t clock_ = 0;
   /// Counts reclaim_gpu_*() calls: the round a failed demotion is marked with (node.hpp).
   std::uint64_t room_round_ = 0;
@@ -609,8 +592,6 @@ class PrefixCache final : public CacheBackend {
 
   std::unordered_map<std::uint32_t, LockRecord> locks_;
   std::size_t alloc_burst_ = 0;  ///< the largest alloc_pages() so far (the watermarks' unit)
-  /// Roots of the namespaces other than the default one (root_), by namespace id.
-  std::unordered_map<std::uint32_t, Node*> ns_roots_;
   std::unordered_map<std::uint32_t, PinRecord> pins_;
   std::uint32_t next_pin_ = 0;
   std::size_t pinned_host_pages_ = 0;
@@ -627,22 +608,5 @@ class PrefixCache final : public CacheBackend {
   mutable std::vector<std::uint32_t> page_stamp_;
   mutable std::uint32_t page_epoch_ = 0;
 };
-
-template <class T, class F>
-inline void PrefixCache::walk_kv_path(const Node* from, std::span<const T> tokens,
-                                      F&& on_node) const {
-  const Node* n = from;
-  if (n == nullptr) return;  // a namespace without a tree
-  std::size_t pos = 0;
-  for (;;) {
-    Node* c = find_child(n, tokens, pos);
-    if (c == nullptr || !c->has_kv()) return;
-    const std::size_t k = common_pages(c, tokens, pos);
-    on_node(c, pos + k * config_.page_size);
-    if (k < c->page_count(config_.page_size)) return;
-    pos += c->tokens.size();
-    n = c;
-  }
-}
 
 }  // namespace radixtier
