@@ -1,231 +1,26 @@
-// The simulator (see simulator.hpp).
+// The simulator (see simulator.hpp): simulate(), one run: the presets, budgets and cache
+// config, the instances' processes and their restart, the request loop that routes and steps
+// them in time order, and the result gathered from them. Its parts: cache_kind.cpp,
+// cluster_metrics.cpp, request_accounting.cpp, result_totals.cpp, ideal_run.cpp,
+// result_json.cpp (the helpers they share: simulator_internal.hpp).
 #include "sim/simulator.hpp"
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <limits>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <unordered_map>
 
 #include "baseline/index_tier_cache.hpp"
 #include "radixtier/cache/prefix_cache.hpp"
 #include "sim/attention_only_cache.hpp"
-#include "sim/block_lru_ideal.hpp"
 #include "sim/cost_executor.hpp"
 #include "sim/counting_store_engine.hpp"
 #include "sim/counting_transfer_engine.hpp"
+#include "sim/simulator_internal.hpp"
 #include "sim/vllm_like_cache.hpp"
 
 namespace radixtier::sim {
-
-const char* to_string(CacheKind kind) {
-  switch (kind) {
-    case CacheKind::kNode:
-      return "node";
-    case CacheKind::kIndex:
-      return "index";
-    case CacheKind::kGpuOnly:
-      return "gpu-only";
-    case CacheKind::kIdeal:
-      return "ideal";
-    case CacheKind::kAttentionOnly:
-      return "attention-only";
-    case CacheKind::kSglangLike:
-      return "sglang-like";
-    case CacheKind::kVllmLike:
-      return "vllm-like";
-  }
-  return "?";
-}
-
-Result<CacheKind> parse_cache_kind(std::string_view text) {
-  for (CacheKind k :
-       {CacheKind::kNode, CacheKind::kAttentionOnly, CacheKind::kSglangLike, CacheKind::kVllmLike,
-        CacheKind::kIndex, CacheKind::kGpuOnly, CacheKind::kIdeal}) {
-    if (text == to_string(k)) return k;
-  }
-  return invalid_argument(
-      "unknown cache '" + std::string(text) +
-      "' (known: node, attention-only, sglang-like, vllm-like, index, gpu-only, ideal)");
-}
-
-CacheConfig config_for(CacheKind kind, const CacheConfig& base) {
-  CacheConfig c = base;
-  switch (kind) {
-    case CacheKind::kGpuOnly:
-      c.host_pages = 0;
-      c.host_snapshot_slots = 0;
-      c.write_policy = WritePolicy::kWriteBack;
-      break;
-    case CacheKind::kAttentionOnly:
-      c = AttentionOnlyCache::twin_config(base);
-      break;
-    case CacheKind::kSglangLike: {
-      // HiCache's two host pools (hi_mamba_radix_cache.py, HiMambaRadixCache.__init__: the
-      // same hicache_ratio for MHATokenToKVPoolHost and MambaPoolHost) are each that ratio x
-      // their device pool, so the host bytes split as the device pools' bytes do. No host
-      // bytes: HiCache off (enable_hierarchical_cache defaults to False).
-      const std::uint64_t host = std::uint64_t{base.host_pages} * base.page_bytes +
-                                 std::uint64_t{base.host_snapshot_slots} * base.snapshot_bytes;
-      const double gpu_states =
-          static_cast<double>(base.gpu_snapshot_slots) * static_cast<double>(base.snapshot_bytes);
-      const double gpu_all =
-          gpu_states + static_cast<double>(base.gpu_pages) * static_cast<double>(base.page_bytes);
-      const auto state_bytes = static_cast<std::uint64_t>(
-          gpu_all > 0 ? static_cast<double>(host) * gpu_states / gpu_all : 0);
-      c.host_snapshot_slots = static_cast<std::uint32_t>(state_bytes / base.snapshot_bytes);
-      c.host_pages = static_cast<std::uint32_t>(
-          (host - std::uint64_t{c.host_snapshot_slots} * base.snapshot_bytes) / base.page_bytes);
-      // hicache_write_policy = write_through (HiCache on: there is a host tier)
-      c.write_policy = c.host_pages > 0 ? WritePolicy::kWriteThrough : WritePolicy::kWriteBack;
-      c.snapshot_eviction = SnapshotEviction::kLru;  // mamba_lru_list / full_lru_list
-      break;
-    }
-    case CacheKind::kVllmLike:  // GPU only (the offloading connector is not modelled)
-      c.host_pages = 0;
-      c.host_snapshot_slots = 0;
-      break;
-    case CacheKind::kNode:
-    case CacheKind::kIndex:
-    case CacheKind::kIdeal:
-      break;
-  }
-  return c;
-}
-
-std::size_t sglang_chunk_tokens(double hbm_bytes) {
-  const double gib = hbm_bytes / static_cast<double>(kGiB);
-  if (gib < 35) return 2048;
-  if (gib < 60) return 4096;
-  if (gib < 160) return 8192;
-  return 16384;
-}
-
-namespace {
-
-double arrival_s(const Scenario& s, std::size_t i) {
-  return s.is_trace() ? static_cast<double>(s.trace[i].timestamp_ms) / 1000.0
-                      : s.requests[i].request.arrival_s;
-}
-
-}  // namespace
-
-double offered_busy_seconds(const Scenario& s, const HardwarePreset& hw, double decode_step_s) {
-  const double per_token =
-      decode_step_s / static_cast<double>(std::max<std::size_t>(1, s.max_running));
-  double busy = 0;
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    const double prompt = s.is_trace() ? static_cast<double>(s.trace[i].input_length)
-                                       : static_cast<double>(s.requests[i].request.prompt.size());
-    const std::size_t out =
-        s.is_trace() ? s.trace[i].output_length : s.requests[i].request.max_new_tokens;
-    busy += prefill_seconds(hw, 0, prompt) + static_cast<double>(out > 0 ? out - 1 : 0) * per_token;
-  }
-  return busy;
-}
-
-double trace_span_seconds(const Scenario& s) {
-  return s.size() < 2 ? 0.0 : arrival_s(s, s.size() - 1) - arrival_s(s, 0);
-}
-
-std::size_t default_instances(const Scenario& s, const HardwarePreset& hw, double decode_step_s,
-                              double target) {
-  const double span = trace_span_seconds(s);
-  if (span <= 0 || target <= 0) return 1;
-  const double busy = offered_busy_seconds(s, hw, decode_step_s);
-  auto n = static_cast<std::size_t>(std::max(1.0, std::ceil(busy / (target * span))));
-  while (busy / (static_cast<double>(n) * span) > target) ++n;
-  return n;
-}
-
-namespace {
-
-/// floor_seconds() with every reusable byte read from the preset's disk instead of moved over
-/// PCIe: the floor of a request whose prefix survives only on the store (after a restart).
-double disk_floor_seconds(const HardwarePreset& hw, const ModelGeometry& m, std::size_t reusable,
-                          std::size_t prompt) {
-  const std::uint64_t bytes =
-      reusable == 0 ? 0 : reusable * m.kv_bytes_per_token() + m.snapshot_bytes();
-  return ttft_seconds(
-      hw, disk_read_seconds(hw, 0, bytes),
-      prefill_seconds(hw, static_cast<double>(reusable), static_cast<double>(prompt)));
-}
-
-double floor_seconds(const HardwarePreset& hw, const ModelGeometry& m, std::size_t reusable,
-                     std::size_t prompt) {
-  const std::uint64_t bytes =
-      reusable == 0 ? 0 : reusable * m.kv_bytes_per_token() + m.snapshot_bytes();
-  return ttft_seconds(
-      hw, reload_seconds(hw, 0, bytes),
-      prefill_seconds(hw, static_cast<double>(reusable), static_cast<double>(prompt)));
-}
-
-void finish_totals(SimResult& out) {
-  for (const RequestRow& row : out.rows) {
-    out.input_tokens += row.prompt_tokens;
-    if (!row.ok) {
-      ++out.failed;
-      continue;
-    }
-    out.cached_tokens += row.cached_tokens;
-    out.recomputed_tokens += row.recomputed_tokens;
-    out.ttft_s_total += row.ttft_s;
-  }
-  out.requests = out.rows.size();
-  out.hit_ratio = out.input_tokens == 0 ? 0.0
-                                        : static_cast<double>(out.cached_tokens) /
-                                              static_cast<double>(out.input_tokens);
-  if (!out.rows.empty()) {
-    const RequestRow& last = out.rows.back();
-    out.ttft_s_last = last.ttft_s;
-    out.floor_s_last = last.floor_s;
-    out.cached_tokens_last = last.cached_tokens;
-    out.recomputed_tokens_last = last.recomputed_tokens;
-  }
-}
-
-std::uint64_t total_bytes(const CacheConfig& c) {
-  return (std::uint64_t{c.gpu_pages} + c.host_pages) * c.page_bytes +
-         (std::uint64_t{c.gpu_snapshot_slots} + c.host_snapshot_slots) * c.snapshot_bytes;
-}
-
-Result<SimResult> simulate_ideal(const Scenario& s, const ModelGeometry& m,
-                                 const HardwarePreset& hw, SimResult out) {
-  if (!s.is_trace()) {
-    return invalid_argument("cache 'ideal' is the trace's reference column: scenario '" + s.name +
-                            "' is not a trace");
-  }
-  BlockLruIdeal ideal(out.instances * total_bytes(out.config) /
-                          (std::uint64_t{kTraceBlockTokens} * m.kv_bytes_per_token()),
-                      s.page_size);
-  out.rows.reserve(s.trace.size());
-  for (std::size_t i = 0; i < s.trace.size(); ++i) {
-    const TraceRequest& t = s.trace[i];
-    RequestRow row;
-    row.id = i + 1;
-    row.label = "request " + std::to_string(i + 1);
-    row.prompt_tokens = t.input_length;
-    row.output_tokens = t.output_length;
-    row.cached_tokens = ideal.access(t);
-    row.recomputed_tokens = row.prompt_tokens - row.cached_tokens;
-    row.bytes_h2d = row.cached_tokens * m.kv_bytes_per_token();
-    row.reload_s = reload_seconds(hw, 0, row.bytes_h2d);
-    row.prefill_s = prefill_seconds(hw, static_cast<double>(row.cached_tokens),
-                                    static_cast<double>(row.prompt_tokens));
-    row.ttft_s = ttft_seconds(hw, row.reload_s, row.prefill_s);  // no queueing modeled
-    out.rows.push_back(std::move(row));
-  }
-  out.policy = std::string(1, '-');
-  out.eviction = std::string("lru-blocks");
-  finish_totals(out);
-  return out;
-}
-
-}  // namespace
 
 namespace {
 
@@ -243,95 +38,6 @@ struct Instance {
   double kept_clock_s = 0;
   std::vector<sched::RequestId> submitted;
 };
-
-void add_stats(CacheStats& a, const CacheStats& b) {
-  a.admissions += b.admissions;
-  a.requested_tokens += b.requested_tokens;
-  a.hit_tokens_gpu += b.hit_tokens_gpu;
-  a.hit_tokens_host += b.hit_tokens_host;
-  a.bytes_d2h += b.bytes_d2h;
-  a.bytes_h2d += b.bytes_h2d;
-  a.copies_d2h += b.copies_d2h;
-  a.copies_h2d += b.copies_h2d;
-  a.kv_pages_demoted += b.kv_pages_demoted;
-  a.kv_pages_promoted += b.kv_pages_promoted;
-  a.kv_pages_dropped_gpu += b.kv_pages_dropped_gpu;
-  a.kv_pages_dropped_host += b.kv_pages_dropped_host;
-  a.snapshots_demoted += b.snapshots_demoted;
-  a.snapshots_promoted += b.snapshots_promoted;
-  a.snapshots_dropped += b.snapshots_dropped;
-  a.snapshots_inserted += b.snapshots_inserted;
-  a.transfers_failed += b.transfers_failed;
-  a.alloc_copy_waits += b.alloc_copy_waits;
-  a.alloc_wait_bytes += b.alloc_wait_bytes;
-  a.alloc_wait_copies += b.alloc_wait_copies;
-  a.background_evictions += b.background_evictions;
-  a.bytes_to_store += b.bytes_to_store;
-  a.bytes_from_store += b.bytes_from_store;
-  a.store_writes += b.store_writes;
-  a.store_reads += b.store_reads;
-  a.kv_pages_stored += b.kv_pages_stored;
-  a.kv_pages_loaded += b.kv_pages_loaded;
-  a.snapshots_stored += b.snapshots_stored;
-  a.snapshots_loaded += b.snapshots_loaded;
-  a.kv_pages_dropped_store += b.kv_pages_dropped_store;
-  a.store_records_lost += b.store_records_lost;
-  a.store_failures += b.store_failures;
-  a.store_copy_waits += b.store_copy_waits;
-  a.store_wait_bytes += b.store_wait_bytes;
-  a.restored_kv_pages += b.restored_kv_pages;
-  a.restored_snapshots += b.restored_snapshots;
-  a.hit_tokens_store += b.hit_tokens_store;
-  a.staged_loads += b.staged_loads;
-  a.store_load_misses += b.store_load_misses;
-  a.host_bytes_peak = std::max(a.host_bytes_peak, b.host_bytes_peak);  // per instance
-}
-
-void add_sched_stats(sched::SchedulerStats& a, const sched::SchedulerStats& b) {
-  a.steps += b.steps;
-  a.admissions += b.admissions;
-  a.transfer_failures += b.transfer_failures;
-  a.preemptions += b.preemptions;
-  a.stalls += b.stalls;
-  a.finished += b.finished;
-  a.failed += b.failed;
-  a.forwarded_tokens += b.forwarded_tokens;
-  a.snapshots_offered += b.snapshots_offered;
-  a.snapshots_kept += b.snapshots_kept;
-  a.snapshot_slot_misses += b.snapshot_slot_misses;
-  a.copy_wait_s += b.copy_wait_s;
-  a.store_wait_s += b.store_wait_s;
-}
-
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const auto rank = static_cast<std::size_t>(std::ceil(p * static_cast<double>(v.size())));
-  return v[std::min(v.size(), std::max<std::size_t>(1, rank)) - 1];
-}
-
-void finish_cluster(SimResult& out, const Scenario& s, const HardwarePreset& hw, double decode_s,
-                    double executor_s) {
-  std::vector<double> ttft;
-  for (const RequestRow& row : out.rows) {
-    if (row.ok) ttft.push_back(row.ttft_s);
-  }
-  out.ttft_s_p50 = percentile(ttft, 0.50);
-  out.ttft_s_p90 = percentile(ttft, 0.90);
-  out.ttft_s_p99 = percentile(ttft, 0.99);
-  const double span = trace_span_seconds(s);
-  if (span > 0) {
-    const double cap = static_cast<double>(out.instances) * span;
-    out.utilization = offered_busy_seconds(s, hw, decode_s) / cap;
-    out.busy_utilization = executor_s / cap;
-    // The replay's clock against the trace's: a cluster too small for the trace finishes
-    // late, and its hit ratios and TTFTs describe a queue, not the trace.
-    if (out.sim_clock_s > 0) {  // the ideal runs without a clock
-      out.clock_span_ratio = (out.sim_clock_s - arrival_s(s, 0)) / span;
-      out.overrun = out.clock_span_ratio > kMaxClockOverrun;
-    }
-  }
-}
 
 }  // namespace
 
@@ -393,12 +99,12 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
   out.config.max_snapshots_per_path = o.max_snapshots_per_path;
   out.config.gpu_free_low_watermark = o.gpu_free_low_watermark;
   out.config.gpu_free_high_watermark = o.gpu_free_high_watermark;
-  out.total_budget_bytes = total_bytes(out.config);
+  out.total_budget_bytes = detail::total_bytes(out.config);
   if (s.is_trace()) out.ceiling_ratio = infinite_cache_ceiling(s.trace).ratio();
   if (o.cache == CacheKind::kIdeal) {
-    auto r = simulate_ideal(s, *model, *hw, std::move(out));
+    auto r = detail::simulate_ideal(s, *model, *hw, std::move(out));
     if (r) {
-      finish_cluster(*r, s, *hw, o.decode_step_s, 0);
+      detail::finish_cluster(*r, s, *hw, o.decode_step_s, 0);
       r->wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     }
     return r;
@@ -556,8 +262,8 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
       for (sched::RequestId id : in.submitted) {
         if (const sched::RequestResult* r = in.sched->result(id)) in.kept[id] = *r;
       }
-      add_stats(in.kept_stats, in.cache->stats());
-      add_sched_stats(in.kept_sched, in.sched->stats());
+      detail::add_stats(in.kept_stats, in.cache->stats());
+      detail::add_sched_stats(in.kept_sched, in.sched->stats());
       in.kept_clock_s += in.sched->now();
       in.sched.reset();  // it refers to the cache
       in.cache.reset();
@@ -617,7 +323,7 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
       if (!run_status) break;
       out.restart.ran = true;
     }
-    run_status = advance_until(arrival_s(s, i));
+    run_status = advance_until(detail::arrival_s(s, i));
     if (!run_status) break;
     if (n_inst > 1) {
       for (std::size_t k = 0; k < n_inst; ++k) {
@@ -651,33 +357,13 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
       row.ok = false;
       row.error = "not finished";
     } else {
-      row.ok = res->status.is_ok();
-      if (!row.ok) row.error = res->status.to_string();
-      row.output_tokens = res->output.size();
-      row.cached_tokens = res->cached_tokens;
-      row.gpu_cached_tokens = res->gpu_cached_tokens;
-      row.host_cached_tokens = res->host_cached_tokens;
-      row.recomputed_tokens = res->recomputed_tokens;
-      row.bytes_h2d = res->admit_bytes_h2d;
-      row.copies_h2d = res->admit_copies_h2d;
-      row.reload_s = reload_seconds(*hw, row.copies_h2d, row.bytes_h2d);
-      row.store_cached_tokens = res->store_cached_tokens;
-      row.store_reads = res->admit_store_reads;
-      row.bytes_from_store = res->admit_bytes_from_store;
-      // Without a store there are no store reads: disk_s is 0 and TTFT is as it always was.
-      row.disk_s = disk_read_seconds(*hw, row.store_reads, row.bytes_from_store);
-      row.prefill_s = res->prefill_s;
-      row.queue_s = res->queue_s();
-      row.ttft_s =
-          ttft_seconds(*hw, row.disk_s + row.reload_s,
-                       s.include_queue ? res->first_token_s - res->arrival_s : res->prefill_s);
-      row.snapshots_kept = res->snapshots_kept;
-      row.preemptions = res->preemptions;
+      detail::account_request(row, *res, *hw, s.include_queue);
       out.snapshots_kept += res->snapshots_kept;
     }
     if (!s.is_trace()) {
-      row.floor_s = floor_seconds(*hw, *model, row.reusable_tokens, row.prompt_tokens);
-      row.disk_floor_s = disk_floor_seconds(*hw, *model, row.reusable_tokens, row.prompt_tokens);
+      row.floor_s = detail::floor_seconds(*hw, *model, row.reusable_tokens, row.prompt_tokens);
+      row.disk_floor_s =
+          detail::disk_floor_seconds(*hw, *model, row.reusable_tokens, row.prompt_tokens);
     }
     out.rows.push_back(std::move(row));
   }
@@ -705,10 +391,10 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
   }
   double executor_s = 0;
   for (const auto& in : inst) {
-    add_stats(out.stats, in->kept_stats);  // the processes before a restart (zero without)
-    add_stats(out.stats, in->cache->stats());
-    add_sched_stats(out.sched, in->kept_sched);
-    add_sched_stats(out.sched, in->sched->stats());
+    detail::add_stats(out.stats, in->kept_stats);  // the processes before a restart (zero without)
+    detail::add_stats(out.stats, in->cache->stats());
+    detail::add_sched_stats(out.sched, in->kept_sched);
+    detail::add_sched_stats(out.sched, in->sched->stats());
     out.placement_alignment = std::max(out.placement_alignment, in->sched->learner().alignment());
     out.keep_finish = in->sched->learner().keep_finish();
     out.sim_clock_s = std::max(out.sim_clock_s, in->kept_clock_s + in->sched->now());
@@ -722,8 +408,8 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
   out.bytes_h2d = out.stats.bytes_h2d;
   out.bytes_d2h = out.stats.bytes_d2h;
   out.host_bytes_peak = out.stats.host_bytes_peak;
-  finish_totals(out);
-  finish_cluster(out, s, *hw, o.decode_step_s, executor_s);
+  detail::finish_totals(out);
+  detail::finish_cluster(out, s, *hw, o.decode_step_s, executor_s);
   if (out.restart.ran) {
     // The goal's comparison: the same scenario straight through, in the same process.
     SimOptions straight = o;
@@ -752,147 +438,6 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
   }
   out.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return out;
-}
-
-namespace {
-
-/// The value printed with 6 significant digits, as the JSON always carried it.
-double num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.6g", v);
-  return std::strtod(buf, nullptr);
-}
-
-}  // namespace
-
-std::string to_json(const SimResult& r, bool rows) {
-  nlohmann::ordered_json o;
-  o["scenario"] = r.scenario;
-  o["cache"] = r.cache;
-  o["model"] = r.model;
-  o["hardware"] = r.hardware;
-  o["policy"] = r.policy;
-  o["eviction"] = r.eviction;
-  o["requests"] = r.requests;
-  o["failed"] = r.failed;
-  o["input_tokens"] = r.input_tokens;
-  o["cached_tokens"] = r.cached_tokens;
-  o["hit_ratio"] = num(r.hit_ratio);
-  o["recomputed_tokens"] = r.recomputed_tokens;
-  o["ttft_s_total"] = num(r.ttft_s_total);
-  o["ttft_s_last"] = num(r.ttft_s_last);
-  o["floor_s_last"] = num(r.floor_s_last);
-  o["cached_tokens_last"] = r.cached_tokens_last;
-  o["recomputed_tokens_last"] = r.recomputed_tokens_last;
-  o["bytes_h2d"] = r.bytes_h2d;
-  o["bytes_d2h"] = r.bytes_d2h;
-  o["host_bytes_peak"] = r.host_bytes_peak;
-  o["snapshots_kept"] = r.snapshots_kept;
-  o["total_budget_bytes"] = r.total_budget_bytes;
-  o["ceiling_ratio"] = num(r.ceiling_ratio);
-  o["sim_clock_s"] = num(r.sim_clock_s);
-  o["clock_span_ratio"] = num(r.clock_span_ratio);
-  o["overrun"] = r.overrun;
-  o["wall_s"] = num(r.wall_s);
-  nlohmann::ordered_json& c = o["config"];
-  c["page_size"] = r.config.page_size;
-  c["gpu_pages"] = r.config.gpu_pages;
-  c["host_pages"] = r.config.host_pages;
-  c["gpu_snapshot_slots"] = r.config.gpu_snapshot_slots;
-  c["host_snapshot_slots"] = r.config.host_snapshot_slots;
-  c["page_bytes"] = r.config.page_bytes;
-  c["snapshot_bytes"] = r.config.snapshot_bytes;
-  c["kv_bytes_per_token"] = r.config.page_size == 0 ? 0 : r.config.page_bytes / r.config.page_size;
-  o["snapshots_dropped"] = r.stats.snapshots_dropped;
-  o["preemptions"] = r.sched.preemptions;
-  o["snapshot_slot_misses"] = r.sched.snapshot_slot_misses;
-  o["alloc_copy_waits"] = r.stats.alloc_copy_waits;
-  o["alloc_wait_bytes"] = r.stats.alloc_wait_bytes;
-  o["copy_wait_s"] = num(r.sched.copy_wait_s);
-  o["background_evictions"] = r.stats.background_evictions;
-  o["disk_bytes"] = r.disk_bytes;
-  o["bytes_to_store"] = r.stats.bytes_to_store;
-  o["bytes_from_store"] = r.stats.bytes_from_store;
-  o["store_writes"] = r.stats.store_writes;
-  o["store_reads"] = r.stats.store_reads;
-  o["kv_pages_stored"] = r.stats.kv_pages_stored;
-  o["kv_pages_loaded"] = r.stats.kv_pages_loaded;
-  o["snapshots_stored"] = r.stats.snapshots_stored;
-  o["snapshots_loaded"] = r.stats.snapshots_loaded;
-  o["kv_pages_dropped_store"] = r.stats.kv_pages_dropped_store;
-  o["store_records_lost"] = r.stats.store_records_lost;
-  o["store_failures"] = r.stats.store_failures;
-  o["store_copy_waits"] = r.stats.store_copy_waits;
-  o["store_wait_bytes"] = r.stats.store_wait_bytes;
-  o["store_wait_s"] = num(r.sched.store_wait_s);
-  o["restored_kv_pages"] = r.stats.restored_kv_pages;
-  o["restored_snapshots"] = r.stats.restored_snapshots;
-  o["hit_tokens_store"] = r.stats.hit_tokens_store;
-  o["store_records"] = r.store_records;
-  o["store_syncs"] = r.store_syncs;
-  o["instances"] = r.instances;
-  o["router"] = r.router;
-  o["utilization"] = num(r.utilization);
-  o["busy_utilization"] = num(r.busy_utilization);
-  o["ttft_s_p50"] = num(r.ttft_s_p50);
-  o["ttft_s_p90"] = num(r.ttft_s_p90);
-  o["ttft_s_p99"] = num(r.ttft_s_p99);
-  o["placement_alignment"] = r.placement_alignment;
-  o["keep_finish"] = r.keep_finish;
-  nlohmann::ordered_json& mb = o["misses"];
-  mb["reachable_tokens"] = r.misses.reachable_tokens;
-  mb["cached_tokens"] = r.misses.cached_tokens;
-  mb["no_snapshot_placed"] = r.misses.no_snapshot_placed;
-  mb["no_snapshot_tail"] = r.misses.no_snapshot_tail;
-  mb["no_snapshot_branch"] = r.misses.no_snapshot_branch;
-  mb["no_snapshot_divergence"] = r.misses.no_snapshot_divergence;
-  mb["kv_missing"] = r.misses.kv_missing;
-  mb["snapshot_missing"] = r.misses.snapshot_missing;
-  if (r.restart.ran) {
-    nlohmann::ordered_json& x = o["restart"];
-    x["request"] = r.restart.request;
-    x["cached_tokens"] = r.restart.cached_tokens;
-    x["cached_tokens_no_restart"] = r.restart.cached_tokens_no_restart;
-    x["reuse_ratio"] = num(r.restart.reuse_ratio);
-    x["ttft_s"] = num(r.restart.ttft_s);
-    x["ttft_s_no_restart"] = num(r.restart.ttft_s_no_restart);
-    x["disk_floor_s"] = num(r.restart.disk_floor_s);
-    x["ttft_ratio"] = num(r.restart.ttft_ratio);
-    x["bytes_from_store"] = r.restart.bytes_from_store;
-    x["store_reads"] = r.restart.store_reads;
-    x["persist_bytes"] = r.restart.persist_bytes;
-    x["persist_writes"] = r.restart.persist_writes;
-    x["persist_s"] = num(r.restart.persist_s);
-  }
-  o["status"] = r.status;
-  if (rows) {
-    nlohmann::ordered_json& list = o["rows"] = nlohmann::ordered_json::array();
-    for (const RequestRow& w : r.rows) {
-      nlohmann::ordered_json& x = list.emplace_back();
-      x["label"] = w.label;
-      x["ok"] = w.ok;
-      x["prompt_tokens"] = w.prompt_tokens;
-      x["output_tokens"] = w.output_tokens;
-      x["cached_tokens"] = w.cached_tokens;
-      x["host_cached_tokens"] = w.host_cached_tokens;
-      x["recomputed_tokens"] = w.recomputed_tokens;
-      x["reusable_tokens"] = w.reusable_tokens;
-      x["bytes_h2d"] = w.bytes_h2d;
-      x["reload_s"] = num(w.reload_s);
-      x["prefill_s"] = num(w.prefill_s);
-      x["queue_s"] = num(w.queue_s);
-      x["ttft_s"] = num(w.ttft_s);
-      x["floor_s"] = num(w.floor_s);
-      x["store_cached_tokens"] = w.store_cached_tokens;
-      x["bytes_from_store"] = w.bytes_from_store;
-      x["store_reads"] = w.store_reads;
-      x["disk_s"] = num(w.disk_s);
-      x["disk_floor_s"] = num(w.disk_floor_s);
-      x["snapshots_kept"] = w.snapshots_kept;
-      x["error"] = w.error;
-    }
-  }
-  return o.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 }  // namespace radixtier::sim
