@@ -65,8 +65,7 @@ PrefixCache::PrefixCache(const CacheConfig& config, TransferEngine& engine)
       gpu_pages_(config.gpu_pages),
       host_pages_(static_cast<std::uint32_t>(config.host_pool_pages())),
       gpu_slots_(config.gpu_snapshot_slots),
-      page_owner_(config.gpu_pages),
-      slot_owner_(config.gpu_snapshot_slots) {
+      requests_(config.gpu_pages, config.gpu_snapshot_slots) {
   // Values per byte for the GreedyDual keys: a KV page saves page_size tokens of recompute
   // per page_bytes; a snapshot saves its gap per the bytes it holds on that tier.
   kv_value_ = config.page_bytes == 0 ? 0 : double(config.page_size) / double(config.page_bytes);

@@ -106,7 +106,7 @@ CacheSizes PrefixCache::sizes() const {
   std::unordered_set<const Node*> seen;
   std::size_t host_kv_locked = 0;
   // Host pins protect their prefix's host copies as a lock does (and their snapshot's).
-  for (const auto& [id, rec] : locks_) {
+  for (const auto& [id, rec] : requests_) {
     for (const Node* n = rec.node; n != nullptr && seen.insert(n).second; n = n->parent) {
       host_kv_locked += n->host.pages.size();
     }
@@ -117,7 +117,7 @@ CacheSizes PrefixCache::sizes() const {
     }
   }
   std::unordered_set<const Node*> pinned;
-  for (const auto& [id, rec] : locks_) {
+  for (const auto& [id, rec] : requests_) {
     if (rec.snap_node != nullptr) pinned.insert(rec.snap_node);
   }
   std::unordered_set<const Node*> host_pinned;
@@ -163,7 +163,7 @@ CacheSizes PrefixCache::sizes() const {
   if (store_ == nullptr) return out;
   TierSizes& st = out.store;
   std::unordered_set<const Node*> on_path;
-  for (const auto& [id, rec] : locks_) {
+  for (const auto& [id, rec] : requests_) {
     for (const Node* n = rec.node; n != nullptr && on_path.insert(n).second; n = n->parent) {
       st.kv_pages_locked += n->store.pages.size();
     }

@@ -94,7 +94,7 @@ Status PrefixCache::check_gpu_slot_room() const {
   if (gpu_slots_.free_count() > 0) return Status::ok();
   // As for pages: when every slot is pinned or held by a request, fail before evicting.
   std::unordered_set<const Node*> pinned;
-  for (const auto& [id, rec] : locks_) {
+  for (const auto& [id, rec] : requests_) {
     if (rec.snap_node != nullptr && rec.snap_node->gpu.snapshot.valid())
       pinned.insert(rec.snap_node);
   }
@@ -182,8 +182,8 @@ void PrefixCache::demote_ahead() {
   // pools. Room kept free beyond that is cache capacity lost: a share of a large pool (2% of
   // a 1M-token pool) pushed a scarce tier's contents out (the compaction regression,
   // docs/results.md).
-  const std::size_t running = std::max<std::size_t>(1, locks_.size());
-  const std::size_t page_need = running * std::max<std::size_t>(1, alloc_burst_);
+  const std::size_t running = std::max<std::size_t>(1, requests_.size());
+  const std::size_t page_need = running * std::max<std::size_t>(1, requests_.alloc_burst());
   const std::size_t page_low = std::min(config_.low_watermark(gpu_pages_.capacity()), page_need);
   const std::size_t slot_low = std::min(config_.low_watermark(gpu_slots_.capacity()), running);
   // Free room alone at or above the low watermark is the common case: it returns before

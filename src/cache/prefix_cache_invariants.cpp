@@ -67,7 +67,7 @@ std::string PrefixCache::check_ownership(const IdPool<Id>& pool, const RequestOw
     const LockId o = owners.owner(Id(i));
     if (o.valid() != (pool.holder(Id(i)) == Holder::kRequest))
       return std::string(name) + ": an id is owned by a request but not request-held, or back";
-    if (o.valid() && locks_.find(o.value()) == locks_.end())
+    if (o.valid() && requests_.find(o) == nullptr)
       return std::string(name) + ": an id is owned by a request that was released";
   }
   return {};
@@ -87,7 +87,7 @@ std::string PrefixCache::check_invariants() const {
     return n;
   };
   std::unordered_map<const Node*, std::uint32_t> locks, snap_locks, pins, snap_pins;
-  for (const auto& [id, rec] : locks_) {
+  for (const auto& [id, rec] : requests_) {
     if (top_of(rec.node) != rec.root) return "a lock lies outside its namespace's tree";
     for (const Node* p = rec.node; p != nullptr; p = p->parent) ++locks[p];
     if (rec.snap_node) ++snap_locks[rec.snap_node];
@@ -283,8 +283,8 @@ std::string PrefixCache::check_invariants() const {
   }
   if (nodes != tree_.node_count()) return "node count is off";
   if (locked_pages != locked_gpu_pages_) return "locked GPU page count is off";
-  if (pinned_pages != pinned_host_pages_) return "pinned host page count is off";
-  if (pinned_host_pages_ > pin_budget_pages()) return "pins hold more than host_pin_share";
+  if (pinned_pages != pins_.pinned_pages) return "pinned host page count is off";
+  if (pins_.pinned_pages > pin_budget_pages()) return "pins hold more than host_pin_share";
   bool orders_match = true;
   for_each_tier([&]<Tier T>() {
     orders_match = orders_match &&
@@ -348,8 +348,10 @@ std::string PrefixCache::check_invariants() const {
   for (const std::string& e : {gpu.finish(), host.finish(), gslots.finish()})
     if (!e.empty()) return e;
   // Rule 9: every request-held id has exactly one owner, a live request.
-  if (std::string e = check_ownership(gpu_pages_, page_owner_, "GPU pages"); !e.empty()) return e;
-  if (std::string e = check_ownership(gpu_slots_, slot_owner_, "GPU snapshot slots"); !e.empty())
+  if (std::string e = check_ownership(gpu_pages_, requests_.page_owner, "GPU pages"); !e.empty())
+    return e;
+  if (std::string e = check_ownership(gpu_slots_, requests_.slot_owner, "GPU snapshot slots");
+      !e.empty())
     return e;
   for (const auto& [id, t] : transfers_) {
     for (const CopyOp& op : t.ops) {

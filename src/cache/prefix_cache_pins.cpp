@@ -4,7 +4,7 @@
 // A pin counts on every node of its prefix (host_pin, root included, as a lock does) and on
 // the end node's snapshot (snap_pin). Those counts take the host copies out of the host
 // eviction orders (node.hpp); the GPU copies stay evictable, and leaving the GPU is free for
-// them because the host copy is clean. pinned_host_pages_ is the pages of every pinned node
+// them because the host copy is clean. pins_.pinned_pages is the pages of every pinned node
 // and pinned snapshot, each counted once, whether or not a failed copy has since taken them
 // (rule 7 still holds for pinned nodes): it is what the budget charges.
 #include <algorithm>
@@ -27,12 +27,12 @@ std::size_t PrefixCache::pin_cost(const Node* end) const {
 
 void PrefixCache::add_pin_counts(Node* end, int delta) {
   const std::size_t snap_pages = config_.snapshot_pages();
-  if (delta > 0 && end->snap_pin++ == 0) pinned_host_pages_ += snap_pages;
-  if (delta < 0 && --end->snap_pin == 0) pinned_host_pages_ -= snap_pages;
+  if (delta > 0 && end->snap_pin++ == 0) pins_.pinned_pages += snap_pages;
+  if (delta < 0 && --end->snap_pin == 0) pins_.pinned_pages -= snap_pages;
   for (Node* p = end; p != nullptr; p = p->parent) {
     const std::size_t pages = p->page_count(config_.page_size);
-    if (delta > 0 && p->host_pin++ == 0) pinned_host_pages_ += pages;
-    if (delta < 0 && --p->host_pin == 0) pinned_host_pages_ -= pages;
+    if (delta > 0 && p->host_pin++ == 0) pins_.pinned_pages += pages;
+    if (delta < 0 && --p->host_pin == 0) pins_.pinned_pages -= pages;
     refresh(p);
   }
 }
@@ -72,10 +72,10 @@ Result<PinId> PrefixCache::pin(std::span<const Token> tokens, NamespaceId ns) {
                       " is on the store tier only: admit it first (pins keep host copies)");
   }
   const std::size_t cost = pin_cost(end);
-  if (pinned_host_pages_ + cost > pin_budget_pages()) {
+  if (pins_.pinned_pages + cost > pin_budget_pages()) {
     return out_of_memory(
         "pin: the " + what + " need " + std::to_string(cost) + " more pinned host pages; " +
-        std::to_string(pinned_host_pages_) + " are pinned and CacheConfig.host_pin_share allows " +
+        std::to_string(pins_.pinned_pages) + " are pinned and CacheConfig.host_pin_share allows " +
         std::to_string(pin_budget_pages()) + " of " + std::to_string(host_pages_.capacity()));
   }
   // Decide host room before anything changes: what the copies need against the free pages
@@ -134,19 +134,17 @@ Result<PinId> PrefixCache::pin(std::span<const Token> tokens, NamespaceId ns) {
     return Status(ErrorCode::kTransferFailed,
                   "pin: the copy of the " + what + " to host failed; nothing is pinned");
   }
-  const PinId pin_id(next_free_id(next_pin_, pins_));
-  pins_.emplace(pin_id.value(), PinRecord{end, root_of(ns)});
-  return pin_id;
+  return pins_.add(PinRecord{end, root_of(ns)});
 }
 
 Status PrefixCache::unpin(PinId pin) {
-  auto it = pins_.find(pin.value());
-  if (it == pins_.end()) {
+  const PinRecord* rec = pins_.find(pin);
+  if (rec == nullptr) {
     return not_found("unpin: pin#" + std::to_string(pin.value()) +
                      " is unknown (never pinned, or already unpinned)");
   }
-  Node* end = it->second.node;
-  pins_.erase(it);
+  Node* end = rec->node;
+  pins_.erase(pin);
   add_pin_counts(end, -1);
   remove_if_empty(end);  // a pinned node a failed copy emptied may leave now
   return Status::ok();

@@ -35,12 +35,12 @@ bool PrefixCache::seen_before(GpuPageId id) const {
   return false;
 }
 
-Result<const PrefixCache::LockRecord*> PrefixCache::find_lock(LockId id) const {
-  auto it = locks_.find(id.value());
-  if (it == locks_.end()) {
+Result<const LockRecord*> PrefixCache::find_lock(LockId id) const {
+  const LockRecord* rec = requests_.find(id);
+  if (rec == nullptr) {
     return not_found(describe(id) + " is unknown (never admitted, or already released)");
   }
-  return &it->second;
+  return rec;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -123,11 +123,11 @@ Result<Admission> PrefixCache::admit_tokens(std::span<const T> prompt,
   // a shallower candidate the loop still holds by pointer.
   if (fell_back) prune_path(root_of(options.ns), query);
   if (!refused.is_ok()) return refused;
-  const LockId id(next_free_id(next_lock_, locks_));
+  const LockId id = requests_.new_id();
   if (target == nullptr) {
     // Made (if new) only now: pruning above may have removed an empty namespace root.
     Node* root = tree_.ensure_root(options.ns);
-    locks_.emplace(id.value(), LockRecord{root, nullptr, root, options.priority});
+    requests_.add(id, LockRecord{root, nullptr, root, options.priority});
     lock_path(root);
     Admission a;
     a.lock = id;
@@ -135,8 +135,7 @@ Result<Admission> PrefixCache::admit_tokens(std::span<const T> prompt,
     return a;
   }
   Node* const root = root_of(options.ns);  // target's: its tree is alive while it is
-  const LockRecord& rec =
-      locks_.emplace(id.value(), LockRecord{target, target, root, options.priority}).first->second;
+  const LockRecord& rec = requests_.add(id, LockRecord{target, target, root, options.priority});
   // Retention: what the request uses is kept at least at its priority (as the recency
   // refresh of try_admit_at: the KV of the whole path, the snapshot resumed from).
   for (Node* n : RadixTree::path_of(target)) raise_priority(n, options.priority, true, false);
@@ -318,7 +317,7 @@ void PrefixCache::wait_promotions(const LockRecord& r) {
 Result<std::size_t> PrefixCache::wait(LockId lock) {
   auto found = find_lock(lock);
   if (!found) return found.status();
-  LockRecord& rec = locks_.at(lock.value());
+  LockRecord& rec = requests_.at(lock);
   // Each resume moves the lock to a strictly shallower boundary, so this ends.
   for (;;) {
     wait_promotions(rec);
@@ -404,12 +403,12 @@ Result<std::vector<GpuPageId>> PrefixCache::alloc_pages(LockId lock, std::size_t
   }
   reap_transfers();  // not poll(): a refused allocation must change nothing
   if (Status s = make_gpu_page_room(n); !s) return s;
-  alloc_burst_ = std::max(alloc_burst_, n);  // the watermark step's unit (demote_ahead)
+  requests_.note_alloc(n);  // the watermark step's unit (demote_ahead)
   std::vector<GpuPageId> pages;
   pages.reserve(n);
   for (std::size_t i = 0; i < n; ++i) {
     pages.push_back(*gpu_pages_.take(Holder::kRequest));
-    page_owner_.add(lock, pages.back());
+    requests_.page_owner.add(lock, pages.back());
   }
   return pages;
 }
@@ -419,7 +418,7 @@ Result<GpuSlotId> PrefixCache::alloc_snapshot_slot(LockId lock) {
   reap_transfers();
   if (Status s = make_gpu_slot_room(); !s) return s;
   const GpuSlotId slot = *gpu_slots_.take(Holder::kRequest);
-  slot_owner_.add(lock, slot);
+  requests_.slot_owner.add(lock, slot);
   return slot;
 }
 
@@ -429,11 +428,11 @@ Status PrefixCache::free_pages(LockId lock, std::span<const GpuPageId> pages) {
   for (GpuPageId id : pages) {
     if (!gpu_pages_.in_range(id))
       return invalid_argument("free_pages: " + describe(id) + " out of range");
-    if (Status s = page_owner_.check_owner(lock, id, "free_pages"); !s) return s;
+    if (Status s = requests_.page_owner.check_owner(lock, id, "free_pages"); !s) return s;
     if (seen_before(id)) return invalid_argument("free_pages: " + describe(id) + " listed twice");
   }
   for (GpuPageId id : pages) {
-    page_owner_.remove(id);
+    requests_.page_owner.remove(id);
     gpu_pages_.give_back(id);
   }
   return Status::ok();
@@ -443,8 +442,8 @@ Status PrefixCache::free_snapshot_slot(LockId lock, GpuSlotId slot) {
   if (auto rec = find_lock(lock); !rec) return rec.status();
   if (!gpu_slots_.in_range(slot))
     return invalid_argument("free_snapshot_slot: " + describe(slot) + " out of range");
-  if (Status s = slot_owner_.check_owner(lock, slot, "free_snapshot_slot"); !s) return s;
-  slot_owner_.remove(slot);
+  if (Status s = requests_.slot_owner.check_owner(lock, slot, "free_snapshot_slot"); !s) return s;
+  requests_.slot_owner.remove(slot);
   gpu_slots_.give_back(slot);
   return Status::ok();
 }
@@ -478,7 +477,7 @@ Status PrefixCache::validate_insert(LockId lock, const LockRecord& rec,
     if (tokens.empty()) return invalid_argument("insert: the root takes no snapshot");
     if (!gpu_slots_.in_range(*snapshot))
       return invalid_argument("insert: " + describe(*snapshot) + " out of range");
-    if (Status s = slot_owner_.check_owner(lock, *snapshot, "insert"); !s) return s;
+    if (Status s = requests_.slot_owner.check_owner(lock, *snapshot, "insert"); !s) return s;
   }
   new_page_list();
   for (GpuPageId id : pages) {
@@ -506,10 +505,11 @@ Status PrefixCache::validate_insert(LockId lock, const LockRecord& rec,
     for (std::size_t i = 0; i < k; ++i) {
       const GpuPageId id = pages[pos / ps + i];
       const bool tree_page = c->gpu.has_kv() && !c->kv_to_gpu() && c->gpu.pages[i] == id;
-      if (!tree_page && page_owner_.owner(id) != lock) {
-        return invalid_argument(
-            "insert: " + describe(id) + " at page " + std::to_string(pos / ps + i) +
-            " is neither the caller's nor the tree's page there" + owned_by(page_owner_.owner(id)));
+      if (!tree_page && requests_.page_owner.owner(id) != lock) {
+        return invalid_argument("insert: " + describe(id) + " at page " +
+                                std::to_string(pos / ps + i) +
+                                " is neither the caller's nor the tree's page there" +
+                                owned_by(requests_.page_owner.owner(id)));
       }
     }
     if (k < c->page_count(ps)) {
@@ -520,7 +520,7 @@ Status PrefixCache::validate_insert(LockId lock, const LockRecord& rec,
     n = c;
   }
   for (std::size_t i = pos / ps; i < pages.size(); ++i) {
-    if (Status s = page_owner_.check_owner(lock, pages[i], "insert"); !s) {
+    if (Status s = requests_.page_owner.check_owner(lock, pages[i], "insert"); !s) {
       return invalid_argument(s.message() + " (page " + std::to_string(i) + ")");
     }
   }
@@ -532,7 +532,7 @@ Result<InsertResult> PrefixCache::insert(LockId lock, std::span<const Token> tok
                                          std::optional<GpuSlotId> snapshot) {
   auto found = find_lock(lock);
   if (!found) return found.status();
-  LockRecord& rec = locks_.at(lock.value());
+  LockRecord& rec = requests_.at(lock);
   // Rule 8: reject bad input before anything changes (settling below may run copies).
   if (Status s = validate_insert(lock, rec, tokens, pages, snapshot); !s) return s;
   poll();
@@ -580,7 +580,7 @@ Result<InsertResult> PrefixCache::insert(LockId lock, std::span<const Token> tok
     } else {
       // New node, tombstone or host-only node: adopt the caller's freshly computed pages.
       for (GpuPageId id : seg) {
-        page_owner_.remove(id);
+        requests_.page_owner.remove(id);
         gpu_pages_.reassign(id, Holder::kNode);
       }
       set_pages<Tier::kGpu>(c, std::vector<GpuPageId>(seg.begin(), seg.end()));
@@ -593,7 +593,7 @@ Result<InsertResult> PrefixCache::insert(LockId lock, std::span<const Token> tok
     if (n->gpu.snapshot.valid()) {
       // Duplicate snapshot: the tree keeps its own.
     } else {
-      slot_owner_.remove(*snapshot);
+      requests_.slot_owner.remove(*snapshot);
       gpu_slots_.reassign(*snapshot, Holder::kNode);
       set_snapshot<Tier::kGpu>(n, *snapshot);
       out.snapshot_taken = true;
@@ -625,10 +625,10 @@ Status PrefixCache::release(LockId lock) {
   auto found = find_lock(lock);
   if (!found) return found.status();
   const LockRecord rec = **found;
-  locks_.erase(lock.value());
+  requests_.erase(lock);
   // What the request still owns goes back to the free lists (rule 9).
-  for (GpuPageId id : page_owner_.take_all(lock)) gpu_pages_.give_back(id);
-  for (GpuSlotId id : slot_owner_.take_all(lock)) gpu_slots_.give_back(id);
+  for (GpuPageId id : requests_.page_owner.take_all(lock)) gpu_pages_.give_back(id);
+  for (GpuSlotId id : requests_.slot_owner.take_all(lock)) gpu_slots_.give_back(id);
   if (rec.snap_node) {
     --rec.snap_node->snapshot_lock;
     refresh(rec.snap_node);

@@ -69,10 +69,11 @@
 #include "radixtier/cache/events.hpp"
 #include "radixtier/cache/id_pool.hpp"
 #include "radixtier/cache/node.hpp"
+#include "radixtier/cache/pin_table.hpp"
 #include "radixtier/cache/prefix_cache_types.hpp"
 #include "radixtier/cache/radix_tree.hpp"
 #include "radixtier/cache/request_options.hpp"
-#include "radixtier/cache/request_ownership.hpp"
+#include "radixtier/cache/request_table.hpp"
 #include "radixtier/cache/tier_orders.hpp"
 #include "radixtier/cache/timing_hooks.hpp"
 #include "radixtier/config.hpp"
@@ -178,7 +179,7 @@ class PrefixCache final : public CacheBackend {
   /// Ends a pin: its host copies become evictable again (kNotFound: unknown pin).
   Status unpin(PinId pin);
   /// Host pool pages held by pinned KV and pinned snapshots (each node counted once).
-  std::size_t pinned_host_pages() const { return pinned_host_pages_; }
+  std::size_t pinned_host_pages() const { return pins_.pinned_pages; }
   /// The most pages pins may hold: host_pin_share of the host pool.
   std::size_t pin_budget_pages() const;
   /// Namespaces with a tree now (the default one always).
@@ -202,16 +203,6 @@ class PrefixCache final : public CacheBackend {
   void set_timing_hooks(TimingHooks* hooks) { timing_ = hooks; }
 
  private:
-  struct LockRecord {
-    Node* node;       ///< deepest node of the locked path
-    Node* snap_node;  ///< node whose snapshot the request resumes from (nullptr: none)
-    Node* root;       ///< the root of the request's namespace
-    RetentionPriority priority;
-  };
-  struct PinRecord {
-    Node* node;  ///< the node at the end of the pinned prefix
-    Node* root;  ///< the root of its namespace
-  };
   struct CopyOp {
     Node* node;
     bool snapshot;  ///< false: the node's KV pages
@@ -546,9 +537,6 @@ class PrefixCache final : public CacheBackend {
   IdPool<GpuPageId> gpu_pages_;
   IdPool<HostPageId> host_pages_;  ///< the one host pool: KV pages and snapshot pieces
   IdPool<GpuSlotId> gpu_slots_;
-  /// Which request owns each request-held GPU page and GPU snapshot slot (rule 9).
-  RequestOwnership<GpuPageId> page_owner_;
-  RequestOwnership<GpuSlotId> slot_owner_;
 
   /// GPU pages of locked nodes (promotion destinations included): pages no eviction can
   /// reclaim. Every other node-held GPU page is reclaimable, leaf-first, because an unlocked
@@ -582,20 +570,10 @@ class PrefixCache final : public CacheBackend {
   /// Tokens of recompute a byte of KV saves (a snapshot's: TierOrders::snap_value).
   double kv_value_ = 0;
 
-  /// The next id after `counter` that is not a key of `in_use` (nor the invalid value), so
-  /// ids stay unique when a long-running server wraps the 32-bit counter.
-  template <class Map>
-  static std::uint32_t next_free_id(std::uint32_t& counter, const Map& in_use) {
-    while (counter == StrongId<LockTag>::kInvalid || in_use.count(counter) != 0) ++counter;
-    return counter++;
-  }
-
-  std::unordered_map<std::uint32_t, LockRecord> locks_;
-  std::size_t alloc_burst_ = 0;  ///< the largest alloc_pages() so far (the watermarks' unit)
-  std::unordered_map<std::uint32_t, PinRecord> pins_;
-  std::uint32_t next_pin_ = 0;
-  std::size_t pinned_host_pages_ = 0;
-  std::uint32_t next_lock_ = 0;
+  /// The running requests: locks, request-held ids, the allocation unit (request_table.hpp).
+  RequestTable requests_;
+  /// The host pins and the pages they hold (pin_table.hpp).
+  PinTable pins_;
   std::unordered_map<std::uint32_t, InFlight> transfers_;
   std::uint32_t next_transfer_ = 1;
 
