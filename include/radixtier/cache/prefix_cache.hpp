@@ -1,15 +1,24 @@
 // PrefixCache: the node-residency prefix cache for hybrid attention + GDN models.
 //
 // One radix tree over token ids at page granularity. Every node carries the residency of
-// its own KV pages and of the snapshot at its boundary (see node.hpp for the state
-// machine). Three pools: GPU KV pages, GPU snapshot slots, and one host pool of pages that
-// holds KV and snapshots alike (a snapshot spans config.snapshot_pages() pages), so the split
-// between them is decided by eviction at every moment. Four intrusive sorted sets hold
-// exactly the nodes evictable on each tier now (one order per pool; node.hpp explains keys):
-//   gpu_kv_order_    GPU KV leaves      (no child holds GPU KV: eviction goes leaf-first)
-//   gpu_snap_order_  GPU snapshots
-//   host_kv_order_   host KV leaves     } the host pool's order: the lower of the two heads
-//   host_snap_order_ host snapshots     }
+// its own KV pages and of the snapshot at its boundary as one row per tier (node.hpp: the
+// rows and the one table of transitions between adjacent tiers). Pools: GPU KV pages, GPU
+// snapshot slots, one host pool of pages that holds KV and snapshots alike (a snapshot spans
+// config.snapshot_pages() pages), and the store's slots below host, so the split between
+// KV and snapshots on host and store is decided by eviction at every moment.
+//
+// The cache is composed of parts, each owning its state and stating its invariants:
+//   RadixTree      (radix_tree.hpp)    the nodes, the namespace roots, walks and splits
+//   TierOrders<T>  (tier_orders.hpp)   per tier: the KV and snapshot eviction orders (the
+//                                      nodes evictable there now, lowest key first) and the
+//                                      pools' ages; host and store take the lower of the
+//                                      two heads, the GPU has a pool per kind
+//   RequestTable   (request_table.hpp) the locks and the ids requests hold (rule 9)
+//   PinTable       (pin_table.hpp)     the host pins and the pages they hold
+//   IdPool         (id_pool.hpp)       the GPU page, GPU slot and host page pools (rule 2)
+// and the transfers in flight, the store tier and the event sinks, which stay members here.
+// What is written once over the rows is in prefix_cache_rows.cpp (set, free, drop of any
+// tier) and in the keys (prefix_cache.cpp, one rule per kind for every tier).
 // Victims cost O(log n). GPU free room is kept above a low watermark by demoting ahead of need
 // without waiting (config.hpp; docs/architecture.md, "Watermarks"). Evicting from GPU demotes to
 // host (write-back: a sliced async copy; write-through: the clean host copy already exists, so it
