@@ -224,7 +224,8 @@ std::string PrefixCache::check_invariants() const {
       if (c->parent != n) return fail("a child does not point back to its parent");
       if (c->lock_count > n->lock_count) return fail("a child is locked more than its parent");
       if (c->host_pin > n->host_pin) return fail("a child is pinned more than its parent");
-      for_each_tier([&]<Tier T>() { children[std::size_t(T)] += c->row<T>().has_kv(); });
+      const Node* child = c;  // (clang cannot capture a structured binding)
+      for_each_tier([&]<Tier T>() { children[std::size_t(T)] += child->row<T>().has_kv(); });
       stack.push_back(c);
     }
     // Per row: the child counter, and rule 4 (on an order iff evictable there now, at the
