@@ -82,7 +82,9 @@ build_with_nvcc() {
   echo "building with $nvcc (sm_$arch) into $OUT/build"
   local pids=() srcs=("$ROOT/src/status.cpp" "$ROOT/src/transfer/ticket.cpp" "$ROOT/kernels/transfer_plan.cpp"
     "$ROOT/kernels/host_memory.cpp" "$ROOT/kernels/cuda_runtime.cpp"
-    "$ROOT/kernels/cuda_transfer_engine.cpp" "$ROOT/kernels/pinned_host_pool.cpp"
+    "$ROOT/kernels/cuda_transfer_engine.cpp" "$ROOT/kernels/cuda_engine_create.cpp"
+    "$ROOT/kernels/cuda_engine_checks.cpp" "$ROOT/kernels/cuda_engine_slices.cpp"
+    "$ROOT/kernels/cuda_engine_feeder.cpp" "$ROOT/kernels/pinned_host_pool.cpp"
     "$ROOT/kernels/copy_kernels.cu" "$ROOT/tests/gpu/gpu_transfer_tests.cu"
     "$ROOT/tests/gpu/gpu_transfer_bench.cu")
   local src
@@ -96,7 +98,8 @@ build_with_nvcc() {
   for p in "${pids[@]}"; do wait "$p" || ok=1; done
   [[ $ok -eq 0 ]] || { echo "ERROR: nvcc build failed"; return 1; }
   local lib=("$obj/status.cpp.o" "$obj/ticket.cpp.o" "$obj/transfer_plan.cpp.o" "$obj/host_memory.cpp.o"
-             "$obj/cuda_runtime.cpp.o" "$obj/cuda_transfer_engine.cpp.o"
+             "$obj/cuda_runtime.cpp.o" "$obj/cuda_transfer_engine.cpp.o" "$obj/cuda_engine_create.cpp.o"
+             "$obj/cuda_engine_checks.cpp.o" "$obj/cuda_engine_slices.cpp.o" "$obj/cuda_engine_feeder.cpp.o"
              "$obj/pinned_host_pool.cpp.o" "$obj/copy_kernels.cu.o")
   "$nvcc" "-arch=sm_$arch" -cudart=static "${lib[@]}" "$obj/gpu_transfer_tests.cu.o" -o "$OUT/build/bin/$TESTS" -lpthread &&
     "$nvcc" "-arch=sm_$arch" -cudart=static "${lib[@]}" "$obj/gpu_transfer_bench.cu.o" -o "$OUT/build/bin/$BENCH" -lpthread ||
