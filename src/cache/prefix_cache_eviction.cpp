@@ -157,7 +157,7 @@ Status PrefixCache::reclaim_gpu_slots(std::size_t n) {
 
 std::size_t PrefixCache::gpu_pages_demoting() const {
   std::size_t n = 0;
-  for (const auto& [id, t] : transfers_) {
+  for (const auto& [id, t] : xfers_.copies) {
     for (const CopyOp& op : t.ops) {
       if (!op.snapshot && op.kind == Xfer::kDemote) n += op.node->gpu.pages.size();
     }
@@ -167,7 +167,7 @@ std::size_t PrefixCache::gpu_pages_demoting() const {
 
 std::size_t PrefixCache::gpu_slots_demoting() const {
   std::size_t n = 0;
-  for (const auto& [id, t] : transfers_) {
+  for (const auto& [id, t] : xfers_.copies) {
     for (const CopyOp& op : t.ops) n += op.snapshot && op.kind == Xfer::kDemote;
   }
   return n;
@@ -246,8 +246,9 @@ bool PrefixCache::make_host_page_room(std::size_t n, bool for_snapshot) {
   // `releasing`: host pages the store writes planned in this pass free when they land.
   auto short_of_room = [&](std::size_t releasing) {
     if (host_pages_.free_count() + releasing < n) return true;
-    return !shared_host_ && (for_snapshot ? host_snap_held_ : host_kv_held_ + staging_pages_) + n >
-                                share + releasing;
+    return !shared_host_ &&
+           (for_snapshot ? host_snap_held_ : host_kv_held_ + xfers_.staging_pages) + n >
+               share + releasing;
   };
   while (short_of_room(0)) {
     // With a store, a victim is written there (host -> store demotion) and its host copy
@@ -302,7 +303,7 @@ bool PrefixCache::make_host_page_room(std::size_t n, bool for_snapshot) {
       continue;
     }
     ++stats_.store_copy_waits;
-    stats_.store_wait_bytes += store_transfers_.at(*id).bytes;
+    stats_.store_wait_bytes += xfers_.store.at(*id).bytes;
     wait_store_transfer(*id);
   }
   return true;

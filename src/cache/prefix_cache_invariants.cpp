@@ -192,8 +192,8 @@ std::string PrefixCache::check_invariants() const {
       if (auto e = host.add(id, snap_to_host ? Holder::kTransfer : Holder::kNode); !e.empty())
         return fail(e);
     auto recorded = [&](Xfer x, std::uint32_t id) {
-      if (x == Xfer::kStage) return staged_.count(id) != 0;
-      return Node::store_copy(x) ? store_transfers_.count(id) != 0 : transfers_.count(id) != 0;
+      if (x == Xfer::kStage) return xfers_.staged.count(id) != 0;
+      return Node::store_copy(x) ? xfers_.store.count(id) != 0 : xfers_.copies.count(id) != 0;
     };
     if (n->kv_xfer != Xfer::kNone && !recorded(n->kv_xfer, n->kv_xfer_id))
       return fail("KV copy in flight with no transfer record");
@@ -300,7 +300,7 @@ std::string PrefixCache::check_invariants() const {
   // Staged loads: their staging pages (held by them, as a transfer's), their nodes, and the
   // records of nodes whose read failed its check, erased when the load ends.
   std::size_t staging = 0;
-  for (const auto& [id, l] : staged_) {
+  for (const auto& [id, l] : xfers_.staged) {
     staging += l.window;
     std::size_t held = 0;
     auto hold = [&](const std::vector<HostPageId>& pages) {
@@ -326,7 +326,7 @@ std::string PrefixCache::check_invariants() const {
       if (!store_ids.insert(r).second) return "a store record is held twice";
     }
   }
-  if (staging != staging_pages_) return "staging page count is off";
+  if (staging != xfers_.staging_pages) return "staging page count is off";
   // The store holds exactly the records the nodes hold (writes in flight have no ids yet).
   if (store_ != nullptr) {
     const std::vector<StoredRecord> records = store_->records();
@@ -339,7 +339,7 @@ std::string PrefixCache::check_invariants() const {
   } else if (!store_ids.empty()) {
     return "nodes hold store records without a store";
   }
-  for (const auto& [id, t] : store_transfers_) {
+  for (const auto& [id, t] : xfers_.store) {
     for (const StoreOp& op : t.ops) {
       const Xfer state = op.snapshot ? op.node->snap_xfer : op.node->kv_xfer;
       const std::uint32_t xid = op.snapshot ? op.node->snap_xfer_id : op.node->kv_xfer_id;
@@ -354,7 +354,7 @@ std::string PrefixCache::check_invariants() const {
   if (std::string e = check_ownership(gpu_slots_, requests_.slot_owner, "GPU snapshot slots");
       !e.empty())
     return e;
-  for (const auto& [id, t] : transfers_) {
+  for (const auto& [id, t] : xfers_.copies) {
     for (const CopyOp& op : t.ops) {
       const Xfer state = op.snapshot ? op.node->snap_xfer : op.node->kv_xfer;
       const std::uint32_t xid = op.snapshot ? op.node->snap_xfer_id : op.node->kv_xfer_id;

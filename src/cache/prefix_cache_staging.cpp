@@ -74,7 +74,7 @@ Status PrefixCache::load_from_store(Node* target, std::span<Node* const> path,
 std::size_t PrefixCache::staging_room() const {
   const std::size_t free = host_pages_.free_count();
   if (shared_host_) return free;
-  const std::size_t held = host_kv_held_ + staging_pages_;
+  const std::size_t held = host_kv_held_ + xfers_.staging_pages;
   return std::min(free, config_.host_pages - std::min<std::size_t>(config_.host_pages, held));
 }
 
@@ -111,9 +111,9 @@ Status PrefixCache::start_staged_load(Node* target, std::span<Node* const> path)
   load.window = window;
   for (std::size_t i = 0; i < window; ++i)
     load.idle.push_back(*host_pages_.take(Holder::kTransfer));
-  staging_pages_ += window;
+  xfers_.staging_pages += window;
   note_host_usage();
-  const std::uint32_t id = next_free_id(next_staged_, staged_);
+  const std::uint32_t id = next_free_id(xfers_.next_staged, xfers_.staged);
   // The GPU destinations (made room for by the caller) are the load's until their pages land.
   load.landed.assign(load.nodes.size(), 0);
   for (Node* n : load.nodes) {
@@ -130,7 +130,7 @@ Status PrefixCache::start_staged_load(Node* target, std::span<Node* const> path)
     target->snap_xfer_id = id;
     set_snapshot<Tier::kGpu>(target, *gpu_slots_.take(Holder::kTransfer));
   }
-  StagedLoad& l = staged_.emplace(id, std::move(load)).first->second;
+  StagedLoad& l = xfers_.staged.emplace(id, std::move(load)).first->second;
   const Status refused = pump_staged(l);
   if (l.chunks.empty()) {
     // The store refused the first reads: nothing started, the path is as it was.
@@ -356,8 +356,8 @@ bool PrefixCache::advance_staged_chunk(StagedLoad& l, StagedChunk& c, bool block
 }
 
 void PrefixCache::step_staged(std::uint32_t id, bool block) {
-  auto it = staged_.find(id);
-  if (it == staged_.end()) return;
+  auto it = xfers_.staged.find(id);
+  if (it == xfers_.staged.end()) return;
   StagedLoad& l = it->second;
   if (block && !l.chunks.empty() && advance_staged_chunk(l, l.chunks.front(), true)) {
     l.chunks.pop_front();
@@ -382,7 +382,7 @@ void PrefixCache::step_staged(std::uint32_t id, bool block) {
 }
 
 void PrefixCache::end_staged_load(std::uint32_t id) {
-  auto handle = staged_.extract(id);
+  auto handle = xfers_.staged.extract(id);
   if (handle.empty()) return;
   StagedLoad& l = handle.mapped();
   assert(l.chunks.empty() && l.idle.size() == l.window);
@@ -404,26 +404,26 @@ void PrefixCache::end_staged_load(std::uint32_t id) {
     left.push_back(t);
   }
   for (HostPageId p : l.idle) host_pages_.give_back(p);
-  staging_pages_ -= l.window;
+  xfers_.staging_pages -= l.window;
   for (RecordId r : l.to_erase) (void)store_->erase(r);
   prune_copied(std::move(left));
 }
 
 void PrefixCache::reap_staged() {
-  if (staged_.empty()) return;
+  if (xfers_.staged.empty()) return;
   std::vector<std::uint32_t> ids;
-  for (const auto& [id, l] : staged_) ids.push_back(id);
+  for (const auto& [id, l] : xfers_.staged) ids.push_back(id);
   for (std::uint32_t id : ids) step_staged(id, false);
 }
 
 void PrefixCache::wait_staged(std::uint32_t id) {
   // Each blocking step finishes the load's oldest chunk at least.
-  while (staged_.count(id) != 0) step_staged(id, true);
+  while (xfers_.staged.count(id) != 0) step_staged(id, true);
 }
 
 std::size_t PrefixCache::staged_chunks() const {
   std::size_t n = 0;
-  for (const auto& [id, l] : staged_) n += l.chunks.size();
+  for (const auto& [id, l] : xfers_.staged) n += l.chunks.size();
   return n;
 }
 

@@ -239,10 +239,10 @@ Status PrefixCache::submit_store_batch(StoreBatch&& batch, std::optional<std::ui
   }
   (writes ? stats_.bytes_to_store : stats_.bytes_from_store) += bytes;
   (writes ? stats_.store_writes : stats_.store_reads) += items;
-  const std::uint32_t id = next_free_id(next_store_transfer_, store_transfers_);
+  const std::uint32_t id = next_free_id(xfers_.next_store, xfers_.store);
   for (const StoreOp& op : batch.ops)
     (op.snapshot ? op.node->snap_xfer_id : op.node->kv_xfer_id) = id;
-  store_transfers_.emplace(id, StoreInFlight{*ticket, writes, std::move(batch.ops), bytes});
+  xfers_.store.emplace(id, StoreInFlight{*ticket, writes, std::move(batch.ops), bytes});
   if (id_out) *id_out = id;
   return Status::ok();
 }
@@ -272,13 +272,13 @@ void PrefixCache::cancel_store_ops(std::span<const StoreOp> ops) {
 }
 
 void PrefixCache::wait_store_transfer(std::uint32_t id) {
-  if (store_transfers_.count(id) != 0) finish_store_transfer(id);  // finish_* waits
+  if (xfers_.store.count(id) != 0) finish_store_transfer(id);  // finish_* waits
 }
 
 void PrefixCache::reap_store_transfers() {
-  if (store_transfers_.empty()) return;
+  if (xfers_.store.empty()) return;
   std::vector<std::uint32_t> done;
-  for (auto& [id, t] : store_transfers_) {
+  for (auto& [id, t] : xfers_.store) {
     if (store_->ready(t.ticket)) done.push_back(id);
   }
   std::sort(done.begin(), done.end());
@@ -286,7 +286,7 @@ void PrefixCache::reap_store_transfers() {
 }
 
 void PrefixCache::finish_store_transfer(std::uint32_t id) {
-  auto handle = store_transfers_.extract(id);
+  auto handle = xfers_.store.extract(id);
   if (handle.empty()) return;
   StoreInFlight& t = handle.mapped();
   if (t.writes) {
@@ -436,7 +436,7 @@ void PrefixCache::wait_snapshot_copy(Node* n) {
 
 std::size_t PrefixCache::host_pages_storing() const {
   std::size_t n = 0;
-  for (const auto& [id, t] : store_transfers_) {
+  for (const auto& [id, t] : xfers_.store) {
     if (!t.writes) continue;
     for (const StoreOp& op : t.ops) {
       if (op.drop_host)

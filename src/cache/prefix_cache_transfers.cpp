@@ -41,11 +41,11 @@ Status PrefixCache::submit_batch(PendingBatch&& pending, std::optional<std::uint
   }
   (d2h ? stats_.bytes_d2h : stats_.bytes_h2d) += bytes;
   (d2h ? stats_.copies_d2h : stats_.copies_h2d) += copies;
-  const std::uint32_t id = next_free_id(next_transfer_, transfers_);
+  const std::uint32_t id = next_free_id(xfers_.next_copy, xfers_.copies);
   for (const CopyOp& op : pending.ops)
     (op.snapshot ? op.node->snap_xfer_id : op.node->kv_xfer_id) = id;
   InFlight& f =
-      transfers_.emplace(id, InFlight{std::move(*ticket), std::move(pending.ops), bytes, copies})
+      xfers_.copies.emplace(id, InFlight{std::move(*ticket), std::move(pending.ops), bytes, copies})
           .first->second;
   if (timing_) {
     f.timing = CopyTiming{d2h, bytes, static_cast<std::size_t>(copies), false, {}};
@@ -84,8 +84,8 @@ void PrefixCache::cancel_ops(std::span<const CopyOp> ops) {
 }
 
 void PrefixCache::wait_transfer(std::uint32_t id) {
-  auto it = transfers_.find(id);
-  if (it == transfers_.end()) return;
+  auto it = xfers_.copies.find(id);
+  if (it == xfers_.copies.end()) return;
   if (alloc_room_) {
     ++stats_.alloc_copy_waits;
     stats_.alloc_wait_bytes += it->second.bytes;
@@ -96,26 +96,26 @@ void PrefixCache::wait_transfer(std::uint32_t id) {
 }
 
 bool PrefixCache::wait_any_transfer() {
-  if (transfers_.empty()) {
+  if (xfers_.copies.empty()) {
     // A store write in flight keeps its node's GPU copy off the GPU order (one copy at a
     // time): when only those are left, waiting for one makes its node evictable again.
-    if (store_transfers_.empty()) {
+    if (xfers_.store.empty()) {
       // Staged loads last: their chunks are nobody's source of room, but drain() ends them.
-      if (staged_.empty()) return false;
-      step_staged(staged_.begin()->first, true);
+      if (xfers_.staged.empty()) return false;
+      step_staged(xfers_.staged.begin()->first, true);
       return true;
     }
-    std::uint32_t oldest = store_transfers_.begin()->first;
-    for (const auto& [id, t] : store_transfers_) oldest = std::min(oldest, id);
+    std::uint32_t oldest = xfers_.store.begin()->first;
+    for (const auto& [id, t] : xfers_.store) oldest = std::min(oldest, id);
     if (alloc_room_) {
       ++stats_.alloc_copy_waits;
-      stats_.alloc_wait_bytes += store_transfers_.at(oldest).bytes;
+      stats_.alloc_wait_bytes += xfers_.store.at(oldest).bytes;
     }
     finish_store_transfer(oldest);
     return true;
   }
-  std::uint32_t oldest = transfers_.begin()->first;
-  for (const auto& [id, t] : transfers_) oldest = std::min(oldest, id);
+  std::uint32_t oldest = xfers_.copies.begin()->first;
+  for (const auto& [id, t] : xfers_.copies) oldest = std::min(oldest, id);
   wait_transfer(oldest);
   return true;
 }
@@ -129,9 +129,9 @@ void PrefixCache::poll() {
 }
 
 void PrefixCache::reap_transfers() {
-  if (transfers_.empty()) return;
+  if (xfers_.copies.empty()) return;
   std::vector<std::pair<std::uint32_t, bool>> done;
-  for (auto& [id, t] : transfers_) {
+  for (auto& [id, t] : xfers_.copies) {
     const TransferState s = t.ticket.poll();
     if (s != TransferState::kPending) done.emplace_back(id, s == TransferState::kDone);
   }
@@ -147,7 +147,7 @@ void PrefixCache::drain() {
 }
 
 void PrefixCache::finish_transfer(std::uint32_t id, bool ok) {
-  auto handle = transfers_.extract(id);
+  auto handle = xfers_.copies.extract(id);
   if (handle.empty()) return;
   InFlight& t = handle.mapped();
   t.ticket.reset();

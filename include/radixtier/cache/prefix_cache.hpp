@@ -85,6 +85,7 @@
 #include "radixtier/cache/request_table.hpp"
 #include "radixtier/cache/tier_orders.hpp"
 #include "radixtier/cache/timing_hooks.hpp"
+#include "radixtier/cache/transfers_in_flight.hpp"
 #include "radixtier/config.hpp"
 #include "radixtier/transfer/store_engine.hpp"
 #include "radixtier/transfer/transfer_engine.hpp"
@@ -197,7 +198,7 @@ class PrefixCache final : public CacheBackend {
   const CacheConfig& config() const { return config_; }
   /// GPU-host transfers, store transfers and chunks of staged loads in flight.
   std::size_t in_flight() const {
-    return transfers_.size() + store_transfers_.size() + staged_chunks();
+    return xfers_.copies.size() + xfers_.store.size() + staged_chunks();
   }
   /// The store tier (nullptr: none).
   StoreEngine* store() const { return store_; }
@@ -212,49 +213,9 @@ class PrefixCache final : public CacheBackend {
   void set_timing_hooks(TimingHooks* hooks) { timing_ = hooks; }
 
  private:
-  struct CopyOp {
-    Node* node;
-    bool snapshot;  ///< false: the node's KV pages
-    Xfer kind;
-  };
-  struct InFlight {
-    Ticket ticket;
-    std::vector<CopyOp> ops;
-    std::uint64_t bytes = 0;   ///< what the batch moves (CacheStats::alloc_wait_bytes)
-    std::uint64_t copies = 0;  ///< its slices
-    CopyTiming timing{};       ///< filled while timing hooks are attached
-    std::chrono::steady_clock::time_point started{};
-  };
-  /// A batch under construction, submitted at once by submit_batch().
-  struct PendingBatch {
-    TransferBatch batch;
-    std::vector<CopyOp> ops;
-  };
-
   PrefixCache(const CacheConfig& config, TransferEngine& engine);
 
   // the store tier (prefix_cache_store.cpp)
-  /// One resource's copy to or from the store: kStore (host -> store; drop_host: free the
-  /// host copy once written, the write was for room) or kLoad (store -> host, then GPU).
-  struct StoreOp {
-    Node* node;
-    bool snapshot;
-    Xfer kind;
-    bool drop_host = false;
-  };
-  struct StoreInFlight {
-    std::uint64_t ticket = 0;
-    bool writes = false;
-    std::vector<StoreOp> ops;
-    std::uint64_t bytes = 0;
-  };
-  struct StoreBatch {
-    std::vector<StoreWrite> writes;
-    std::vector<StoreRead> reads;
-    std::vector<StoreOp> ops;
-    std::uint64_t slots = 0;  ///< store slots the writes take
-    bool empty() const { return ops.empty(); }
-  };
   /// What making host room does with one victim when a store is attached.
   enum class StoreVerdict { kPlanned, kNotStored };
   /// Rebuilds the default namespace's tree from the store's records (create()).
@@ -296,35 +257,6 @@ class PrefixCache final : public CacheBackend {
   /// kPromote; the host copy stays), else staged (start_staged_load). *store_tokens: the KV
   /// tokens loaded. An error started nothing: the path is as before (a shallower candidate).
   Status load_from_store(Node* target, std::span<Node* const> path, std::size_t* store_tokens);
-  /// One chunk of a staged load: records read into its staging pages, then copied to GPU.
-  struct StagedChunk {
-    std::size_t first = 0;            ///< the load's flat KV page it starts at
-    std::size_t count = 0;            ///< its KV pages; 0: the target's snapshot
-    std::size_t copied = 0;           ///< KV pages copied on to GPU (those that arrived)
-    std::vector<HostPageId> staging;  ///< one per page (the snapshot: snapshot_pages())
-    std::vector<RecordId> records;    ///< what it reads: one per page, or the snapshot
-    bool reading = true;              ///< the store read is in flight, else the copy
-    std::uint64_t read = 0;           ///< the store ticket
-    Ticket copy;                      ///< the staging -> GPU copy
-    std::uint64_t copy_bytes = 0, copy_slices = 0;
-    std::chrono::steady_clock::time_point started{};
-  };
-  /// A store match loaded store -> a window of host staging pages -> GPU, chunk by chunk.
-  struct StagedLoad {
-    std::vector<Node*> nodes;             ///< the staged KV nodes, root first; nullptr: landed
-    std::vector<std::size_t> first_page;  ///< per node its first flat page, then the total
-    std::vector<std::size_t> landed;      ///< per node, its pages on GPU
-    Node* target = nullptr;         ///< the node whose snapshot is staged, until it lands or fails
-    bool snapshot_read = false;     ///< the snapshot's chunk was submitted
-    std::size_t next = 0;           ///< the next flat KV page to read
-    std::size_t cut = 0;            ///< the first page of the first node that failed (or total)
-    std::size_t chunk_pages = 1;    ///< KV pages per chunk
-    std::size_t window = 0;         ///< staging pages held
-    std::vector<HostPageId> idle;   ///< staging pages no chunk uses now
-    std::list<StagedChunk> chunks;  ///< in flight, oldest first
-    /// Records of nodes whose read failed its check, erased when no chunk reads them.
-    std::vector<RecordId> to_erase;
-  };
   /// Takes the staging window (kOutOfMemory: not even one chunk, or the snapshot, fits) and
   /// the GPU destinations, marks the nodes kStage and starts the first chunks.
   Status start_staged_load(Node* target, std::span<Node* const> path);
@@ -526,11 +458,8 @@ class PrefixCache final : public CacheBackend {
   CacheConfig config_;
   TransferEngine& engine_;
   StoreEngine* store_ = nullptr;
-  std::unordered_map<std::uint32_t, StoreInFlight> store_transfers_;
-  std::uint32_t next_store_transfer_ = 1;
-  std::map<std::uint32_t, StagedLoad> staged_;  ///< staged loads by id (ordered: oldest first)
-  std::uint32_t next_staged_ = 1;
-  std::size_t staging_pages_ = 0;     ///< host pages the staged loads hold (the KV share's)
+  /// The copies in flight: GPU-host batches, store batches, staged loads (transfers_in_flight.hpp).
+  TransfersInFlight xfers_;
   std::size_t store_snaps_held_ = 0;  ///< nodes with a store snapshot
   /// The nodes and the namespace roots (radix_tree.hpp).
   RadixTree tree_;
@@ -583,8 +512,6 @@ class PrefixCache final : public CacheBackend {
   RequestTable requests_;
   /// The host pins and the pages they hold (pin_table.hpp).
   PinTable pins_;
-  std::unordered_map<std::uint32_t, InFlight> transfers_;
-  std::uint32_t next_transfer_ = 1;
 
   CacheStats stats_;
 
