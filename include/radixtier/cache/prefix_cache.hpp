@@ -16,7 +16,9 @@
 //   RequestTable   (request_table.hpp) the locks and the ids requests hold (rule 9)
 //   PinTable       (pin_table.hpp)     the host pins and the pages they hold
 //   IdPool         (id_pool.hpp)       the GPU page, GPU slot and host page pools (rule 2)
-// and the transfers in flight, the store tier and the event sinks, which stay members here.
+//   TransfersInFlight (transfers_in_flight.hpp) the copies in flight: GPU-host batches,
+//                                      store batches, staged loads
+// and the engines, the event sinks and the stats, which stay members here.
 // What is written once over the rows is in prefix_cache_rows.cpp (set, free, drop of any
 // tier) and in the keys (prefix_cache.cpp, one rule per kind for every tier).
 // Victims cost O(log n). GPU free room is kept above a low watermark by demoting ahead of need
