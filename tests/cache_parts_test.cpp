@@ -74,15 +74,21 @@ TEST(TierOrders, ASharedPoolTakesTheLowerHeadAndItsAgeOnlyRises) {
   EXPECT_EQ(host.victim(snapshot), a);
   EXPECT_FALSE(snapshot) << "a tie goes to the KV";
 
-  host.aged_by(Held::kSnapshot, OrderKey{1, 4.0, 0, 0});
+  // A victim's own key (its row's, of the kind taken) ages the pool.
+  Node* v = tree.new_node(tree.root(), tokens(300, 4));
+  v->host.snap_key = OrderKey{1, 4.0, 0, 0};
+  host.aged_by(Held::kSnapshot, *v);
   EXPECT_EQ(host.age(Held::kKv), 4.0) << "one pool, one age";
-  host.aged_by(Held::kKv, OrderKey{1, 2.0, 0, 0});
+  v->host.kv_key = OrderKey{1, 2.0, 0, 0};
+  host.aged_by(Held::kKv, *v);
   EXPECT_EQ(host.age(Held::kKv), 4.0) << "ages never fall";
-  host.aged_by(Held::kKv, OrderKey{0, 9.0, 0, 0});
+  v->host.kv_key = OrderKey{0, 9.0, 0, 0};
+  host.aged_by(Held::kKv, *v);
   EXPECT_EQ(host.age(Held::kKv), 4.0) << "a dead victim (class 0) does not age the pool";
 
   TierOrders<Tier::kGpu> gpu;
-  gpu.aged_by(Held::kSnapshot, OrderKey{1, 6.0, 0, 0});
+  v->gpu.snap_key = OrderKey{1, 6.0, 0, 0};
+  gpu.aged_by(Held::kSnapshot, *v);
   EXPECT_EQ(gpu.age(Held::kSnapshot), 6.0);
   EXPECT_EQ(gpu.age(Held::kKv), 0.0) << "the GPU's two pools age apart";
 

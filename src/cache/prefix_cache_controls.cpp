@@ -78,7 +78,7 @@ Result<EvictResult> PrefixCache::evict(const EvictRequest& request) {
   const std::size_t free_before = host_pages_.free_count();
   while (kv_before - host_kv_held_ < pages && !tier<Tier::kHost>().order<Held::kKv>().empty()) {
     Node* victim = tier<Tier::kHost>().head<Held::kKv>();
-    tier<Tier::kHost>().aged_by(Held::kKv, victim->host.kv_key);
+    tier<Tier::kHost>().aged_by(Held::kKv, *victim);
     if (!victim->kv_live()) stats_.dead_kv_pages_dropped += victim->host.pages.size();
     drop_kv<Tier::kHost>(victim);
   }
@@ -86,7 +86,7 @@ Result<EvictResult> PrefixCache::evict(const EvictRequest& request) {
   while ((snap_before - host_snap_held_) / per < request.snapshots &&
          !tier<Tier::kHost>().order<Held::kSnapshot>().empty()) {
     Node* victim = tier<Tier::kHost>().head<Held::kSnapshot>();
-    tier<Tier::kHost>().aged_by(Held::kSnapshot, victim->host.snap_key);
+    tier<Tier::kHost>().aged_by(Held::kSnapshot, *victim);
     drop_snapshot<Tier::kHost>(victim);
     remove_if_empty(victim);
   }

@@ -59,7 +59,7 @@ Status PrefixCache::reclaim_gpu_pages(std::size_t n) {
         Node* victim =
             first_not_failed(tier<Tier::kGpu>().order<Held::kKv>(), &Node::kv_demote_failed, round);
         if (victim == nullptr) break;
-        tier<Tier::kGpu>().aged_by(Held::kKv, victim->gpu.kv_key);
+        tier<Tier::kGpu>().aged_by(Held::kKv, *victim);
         releasing += victim->gpu.pages.size();
         evict_gpu_kv(victim, demote);
       }
@@ -134,7 +134,7 @@ Status PrefixCache::reclaim_gpu_slots(std::size_t n) {
       }
       PendingBatch demote;
       demote.batch.direction = Direction::kDeviceToHost;
-      tier<Tier::kGpu>().aged_by(Held::kSnapshot, victim->gpu.snap_key);
+      tier<Tier::kGpu>().aged_by(Held::kSnapshot, *victim);
       evict_gpu_snapshot(victim, demote);
       std::optional<std::uint32_t> id;
       if (Status s = submit_batch(std::move(demote), &id); !s) {
@@ -207,7 +207,7 @@ void PrefixCache::demote_ahead() {
     while (gpu_pages_.free_count() + demoting + demote.batch.pages.size() < high &&
            !tier<Tier::kGpu>().order<Held::kKv>().empty()) {
       Node* victim = tier<Tier::kGpu>().head<Held::kKv>();
-      tier<Tier::kGpu>().aged_by(Held::kKv, victim->gpu.kv_key);
+      tier<Tier::kGpu>().aged_by(Held::kKv, *victim);
       // Off the order (copy in flight, or dropped as dead), or false: no host room now.
       if (!evict_gpu_kv(victim, demote, true)) break;
       ++evicted;
@@ -225,7 +225,7 @@ void PrefixCache::demote_ahead() {
     while (gpu_slots_.free_count() + demoting + pending_slots() < high &&
            !tier<Tier::kGpu>().order<Held::kSnapshot>().empty()) {
       Node* victim = tier<Tier::kGpu>().head<Held::kSnapshot>();
-      tier<Tier::kGpu>().aged_by(Held::kSnapshot, victim->gpu.snap_key);
+      tier<Tier::kGpu>().aged_by(Held::kSnapshot, *victim);
       if (!evict_gpu_snapshot(victim, demote, true)) break;
       ++evicted;
     }
@@ -274,8 +274,7 @@ bool PrefixCache::make_host_page_room(std::size_t n, bool for_snapshot) {
       }
       if (victim == nullptr) break;
       victims = true;
-      const OrderKey& key = snapshot ? victim->host.snap_key : victim->host.kv_key;
-      tier<Tier::kHost>().aged_by(snapshot ? Held::kSnapshot : Held::kKv, key);
+      tier<Tier::kHost>().aged_by(snapshot ? Held::kSnapshot : Held::kKv, *victim);
       const std::size_t pages = snapshot ? victim->host.snapshot.size() : victim->host.pages.size();
       const bool clean = snapshot ? victim->store.snapshot.valid() : victim->store.has_kv();
       if (!clean && plan_store_write(victim, snapshot, true, writes) == StoreVerdict::kPlanned) {

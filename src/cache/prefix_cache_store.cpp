@@ -135,8 +135,7 @@ bool PrefixCache::make_store_room(std::uint64_t slots) {
     bool snapshot = false;
     Node* victim = tier<Tier::kStore>().victim(snapshot);
     if (victim == nullptr) return false;
-    const OrderKey& key = snapshot ? victim->store.snap_key : victim->store.kv_key;
-    tier<Tier::kStore>().aged_by(snapshot ? Held::kSnapshot : Held::kKv, key);
+    tier<Tier::kStore>().aged_by(snapshot ? Held::kSnapshot : Held::kKv, *victim);
     if (snapshot) {
       drop_snapshot<Tier::kStore>(victim);
     } else {
@@ -461,8 +460,7 @@ void PrefixCache::store_ahead() {
     bool snapshot = false;
     Node* victim = tier<Tier::kHost>().victim(snapshot);
     if (victim == nullptr) break;
-    const OrderKey& key = snapshot ? victim->host.snap_key : victim->host.kv_key;
-    tier<Tier::kHost>().aged_by(snapshot ? Held::kSnapshot : Held::kKv, key);
+    tier<Tier::kHost>().aged_by(snapshot ? Held::kSnapshot : Held::kKv, *victim);
     const std::size_t pages = snapshot ? victim->host.snapshot.size() : victim->host.pages.size();
     ++evicted;
     const bool clean = snapshot ? victim->store.snapshot.valid() : victim->store.has_kv();

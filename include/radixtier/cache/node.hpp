@@ -214,6 +214,7 @@ struct Row {
     }
   }
   OrderHook& hook(Held h) { return h == Held::kKv ? kv_hook : snap_hook; }
+  OrderKey& key(Held h) { return h == Held::kKv ? kv_key : snap_key; }
   const OrderKey& key(Held h) const { return h == Held::kKv ? kv_key : snap_key; }
 };
 

@@ -52,9 +52,10 @@ class TierOrders {
 
   /// The age a use of a node's KV / snapshot records on the node's row.
   double age(Held h) const { return age_[pool(h)]; }
-  /// A victim with `key` was taken from pool `h` for room: a live one (class 1) raises the
-  /// pool's age to its priority.
-  void aged_by(Held h, const OrderKey& key) {
+  /// `victim`'s KV (h = kKv) or snapshot was taken from this tier for room: a live one (key
+  /// class 1) raises its pool's age to the victim's priority.
+  void aged_by(Held h, const Node& victim) {
+    const OrderKey& key = victim.row<T>().key(h);
     if (key.cls == 1) age_[pool(h)] = std::max(age_[pool(h)], key.priority);
   }
 
@@ -62,8 +63,8 @@ class TierOrders {
   template <Held H>
   void sync(Node& n, bool want, const OrderKey& key) {
     Row<T>& row = n.row<T>();
-    OrderHook& hook = H == Held::kKv ? row.kv_hook : row.snap_hook;
-    OrderKey& stored = H == Held::kKv ? row.kv_key : row.snap_key;
+    OrderHook& hook = row.hook(H);
+    OrderKey& stored = row.key(H);
     auto& set = order<H>();
     if (hook.is_linked()) {
       if (want && stored == key) return;
