@@ -62,9 +62,8 @@ PrefixCache::PrefixCache(const CacheConfig& config, TransferEngine& engine)
     : config_(config),
       engine_(engine),
       tree_(config.page_size),
-      gpu_pages_(config.gpu_pages),
-      host_pages_(static_cast<std::uint32_t>(config.host_pool_pages())),
-      gpu_slots_(config.gpu_snapshot_slots),
+      gpu_(config.gpu_pages, config.gpu_snapshot_slots),
+      host_(static_cast<std::uint32_t>(config.host_pool_pages())),
       requests_(config.gpu_pages, config.gpu_snapshot_slots) {
   // Values per byte for the GreedyDual keys: a KV page saves page_size tokens of recompute
   // per page_bytes; a snapshot saves its gap per the bytes it holds on that tier.
@@ -258,7 +257,7 @@ std::size_t PrefixCache::gap_above(const Node& n) const {
 
 void PrefixCache::lock_path(Node* n) {
   for (Node* p = n; p != nullptr; p = p->parent) {
-    if (p->lock_count++ == 0) locked_gpu_pages_ += p->gpu.pages.size();
+    if (p->lock_count++ == 0) gpu_.locked_pages += p->gpu.pages.size();
     refresh(p);
   }
 }
@@ -266,7 +265,7 @@ void PrefixCache::lock_path(Node* n) {
 void PrefixCache::unlock_path(Node* n) {
   for (Node* p = n; p != nullptr; p = p->parent) {
     assert(p->lock_count > 0);
-    if (--p->lock_count == 0) locked_gpu_pages_ -= p->gpu.pages.size();
+    if (--p->lock_count == 0) gpu_.locked_pages -= p->gpu.pages.size();
     refresh(p);
   }
 }
@@ -318,7 +317,7 @@ Node* PrefixCache::split(Node* n, std::size_t pages) {
 
 void PrefixCache::note_host_usage() {
   const std::uint64_t bytes =
-      std::uint64_t{host_pages_.capacity() - host_pages_.free_count()} * config_.page_bytes;
+      std::uint64_t{host_.pages.capacity() - host_.pages.free_count()} * config_.page_bytes;
   stats_.host_bytes_peak = std::max(stats_.host_bytes_peak, bytes);
 }
 
@@ -397,13 +396,13 @@ std::vector<NodeInfo> PrefixCache::inspect(std::span<const Token> tokens, Namesp
 }
 
 std::uint64_t PrefixCache::host_bytes_free() const {
-  return std::uint64_t{host_pages_.free_count()} * config_.page_bytes;
+  return std::uint64_t{host_.pages.free_count()} * config_.page_bytes;
 }
 
 Occupancy PrefixCache::occupancy() const {
   const std::size_t per = config_.snapshot_pages();
-  return {gpu_pages_.free_count(), host_pages_.free_count(), gpu_slots_.free_count(),
-          static_cast<std::uint32_t>(per == 0 ? 0 : host_pages_.free_count() / per),
+  return {gpu_.pages.free_count(), host_.pages.free_count(), gpu_.slots.free_count(),
+          static_cast<std::uint32_t>(per == 0 ? 0 : host_.pages.free_count() / per),
           tree_.node_count()};
 }
 

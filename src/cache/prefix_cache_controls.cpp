@@ -32,11 +32,11 @@ Result<EvictResult> PrefixCache::evict(const EvictRequest& request) {
   const std::size_t pages = (request.tokens + ps - 1) / ps;
   EvictResult out;
   if (request.tier == Tier::kGpu) {
-    const std::size_t pages_before = gpu_pages_.free_count();
-    const std::size_t slots_before = gpu_slots_.free_count();
+    const std::size_t pages_before = gpu_.pages.free_count();
+    const std::size_t slots_before = gpu_.slots.free_count();
     // As far as unlocked data allows: the node-held pages of unlocked nodes (check_gpu_page_room).
     const std::size_t reclaimable =
-        gpu_pages_.count(Holder::kNode) + gpu_pages_.count(Holder::kTransfer) - locked_gpu_pages_;
+        gpu_.pages.count(Holder::kNode) + gpu_.pages.count(Holder::kTransfer) - gpu_.locked_pages;
     Status s = Status::ok();
     if (pages > 0) {
       s = reclaim_gpu_pages(pages_before + std::min(pages, reclaimable));
@@ -44,10 +44,10 @@ Result<EvictResult> PrefixCache::evict(const EvictRequest& request) {
     if (s.is_ok() && request.snapshots > 0) {
       // Relative to before the call: a snapshot that left with its KV counts.
       s = reclaim_gpu_slots(
-          std::min<std::size_t>(slots_before + request.snapshots, gpu_slots_.capacity()));
+          std::min<std::size_t>(slots_before + request.snapshots, gpu_.slots.capacity()));
     }
     if (!s && s.code() != ErrorCode::kOutOfMemory) return Status(s.code(), "evict: " + s.message());
-    const std::size_t pages_after = gpu_pages_.free_count(), slots_after = gpu_slots_.free_count();
+    const std::size_t pages_after = gpu_.pages.free_count(), slots_after = gpu_.slots.free_count();
     out.kv_pages = pages_after - std::min(pages_after, pages_before);
     out.snapshots = static_cast<std::uint32_t>(slots_after - std::min(slots_after, slots_before));
     out.bytes = std::uint64_t{out.kv_pages} * config_.page_bytes +
@@ -56,43 +56,43 @@ Result<EvictResult> PrefixCache::evict(const EvictRequest& request) {
   }
   if (request.tier == Tier::kStore) {  // erases, lowest key first, each kind from its order
     // A snapshot that left with its node's KV counts as freed too.
-    const std::size_t snaps_before = store_snaps_held_;
+    const std::size_t snaps_before = store_tier_.snaps_held;
     while (out.kv_pages < pages && !tier<Tier::kStore>().order<Held::kKv>().empty()) {
       Node* victim = tier<Tier::kStore>().head<Held::kKv>();
       out.kv_pages += victim->store.pages.size();
       drop_kv<Tier::kStore>(victim);
     }
-    while (snaps_before - store_snaps_held_ < request.snapshots &&
+    while (snaps_before - store_tier_.snaps_held < request.snapshots &&
            !tier<Tier::kStore>().order<Held::kSnapshot>().empty()) {
       Node* victim = tier<Tier::kStore>().head<Held::kSnapshot>();
       drop_snapshot<Tier::kStore>(victim);
       remove_if_empty(victim);
     }
-    out.snapshots = static_cast<std::uint32_t>(snaps_before - store_snaps_held_);
+    out.snapshots = static_cast<std::uint32_t>(snaps_before - store_tier_.snaps_held);
     out.bytes = std::uint64_t{out.kv_pages} * config_.page_bytes +
                 std::uint64_t{out.snapshots} * config_.snapshot_bytes;
     return out;
   }
   // Host: drops, lowest key first, each kind from its own order.
-  const std::size_t kv_before = host_kv_held_, snap_before = host_snap_held_;
-  const std::size_t free_before = host_pages_.free_count();
-  while (kv_before - host_kv_held_ < pages && !tier<Tier::kHost>().order<Held::kKv>().empty()) {
+  const std::size_t kv_before = host_.kv_held, snap_before = host_.snap_held;
+  const std::size_t free_before = host_.pages.free_count();
+  while (kv_before - host_.kv_held < pages && !tier<Tier::kHost>().order<Held::kKv>().empty()) {
     Node* victim = tier<Tier::kHost>().head<Held::kKv>();
     tier<Tier::kHost>().aged_by(Held::kKv, *victim);
     if (!victim->kv_live()) stats_.dead_kv_pages_dropped += victim->host.pages.size();
     drop_kv<Tier::kHost>(victim);
   }
   const std::size_t per = config_.snapshot_pages();
-  while ((snap_before - host_snap_held_) / per < request.snapshots &&
+  while ((snap_before - host_.snap_held) / per < request.snapshots &&
          !tier<Tier::kHost>().order<Held::kSnapshot>().empty()) {
     Node* victim = tier<Tier::kHost>().head<Held::kSnapshot>();
     tier<Tier::kHost>().aged_by(Held::kSnapshot, *victim);
     drop_snapshot<Tier::kHost>(victim);
     remove_if_empty(victim);
   }
-  out.kv_pages = kv_before - host_kv_held_;
-  out.snapshots = static_cast<std::uint32_t>((snap_before - host_snap_held_) / per);
-  out.bytes = std::uint64_t{host_pages_.free_count() - free_before} * config_.page_bytes;
+  out.kv_pages = kv_before - host_.kv_held;
+  out.snapshots = static_cast<std::uint32_t>((snap_before - host_.snap_held) / per);
+  out.bytes = std::uint64_t{host_.pages.free_count() - free_before} * config_.page_bytes;
   return out;
 }
 
@@ -132,14 +132,14 @@ CacheSizes PrefixCache::sizes() const {
   }
   const std::size_t per = config_.snapshot_pages();
   const std::size_t gpu_kv_held =
-      gpu_pages_.count(Holder::kNode) + gpu_pages_.count(Holder::kTransfer);
+      gpu_.pages.count(Holder::kNode) + gpu_.pages.count(Holder::kTransfer);
   const std::size_t gpu_snaps_held =
-      gpu_slots_.count(Holder::kNode) + gpu_slots_.count(Holder::kTransfer);
-  const std::size_t host_snaps_held = per == 0 ? 0 : host_snap_held_ / per;
+      gpu_.slots.count(Holder::kNode) + gpu_.slots.count(Holder::kTransfer);
+  const std::size_t host_snaps_held = per == 0 ? 0 : host_.snap_held / per;
 
   TierSizes& g = out.gpu;
-  g.kv_pages_locked = locked_gpu_pages_;
-  g.kv_pages_evictable = gpu_kv_held - locked_gpu_pages_;
+  g.kv_pages_locked = gpu_.locked_pages;
+  g.kv_pages_evictable = gpu_kv_held - gpu_.locked_pages;
   g.snapshots_locked = gpu_snaps_locked;
   g.snapshots_evictable = gpu_snaps_held - gpu_snaps_locked;
   g.bytes_locked = std::uint64_t{g.kv_pages_locked} * config_.page_bytes +
@@ -149,7 +149,7 @@ CacheSizes PrefixCache::sizes() const {
 
   TierSizes& h = out.host;
   h.kv_pages_locked = host_kv_locked;
-  h.kv_pages_evictable = host_kv_held_ - host_kv_locked;
+  h.kv_pages_evictable = host_.kv_held - host_kv_locked;
   h.snapshots_locked = host_snaps_locked;
   h.snapshots_evictable = host_snaps_held - host_snaps_locked;
   const std::uint64_t host_snapshot_bytes = std::uint64_t{per} * config_.page_bytes;

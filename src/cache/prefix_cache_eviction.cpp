@@ -15,10 +15,10 @@ Status PrefixCache::check_gpu_page_room(std::size_t n) const {
   // Hopeless requests fail before evicting anything: a fallback admission or a stalled
   // request must not flush the GPU tier for nothing.
   const std::size_t reclaimable =
-      gpu_pages_.count(Holder::kNode) + gpu_pages_.count(Holder::kTransfer) - locked_gpu_pages_;
-  if (gpu_pages_.free_count() + reclaimable < n) {
+      gpu_.pages.count(Holder::kNode) + gpu_.pages.count(Holder::kTransfer) - gpu_.locked_pages;
+  if (gpu_.pages.free_count() + reclaimable < n) {
     return out_of_memory("GPU KV pool: " + std::to_string(n) + " pages wanted, " +
-                         std::to_string(gpu_pages_.free_count()) + " free and " +
+                         std::to_string(gpu_.pages.free_count()) + " free and " +
                          std::to_string(reclaimable) +
                          " reclaimable (the rest are locked or held by running requests)");
   }
@@ -49,40 +49,34 @@ Status PrefixCache::reclaim_gpu_pages(std::size_t n) {
   // round; the room comes from the next one. Ends: every pass frees pages, marks a victim
   // (finitely many) or reaps a transfer (no new ones start but the demotions waited here).
   const std::uint64_t round = ++room_round_;
-  while (gpu_pages_.free_count() < n) {
+  while (gpu_.pages.free_count() < n) {
     if (!tier<Tier::kGpu>().order<Held::kKv>().empty()) {
       // One pass takes the current leaves; their parents become leaves once they leave.
-      PendingBatch demote;
-      demote.batch.direction = Direction::kDeviceToHost;
+      PendingBatch demote = down_batch<Tier::kGpu>();
       std::size_t releasing = 0;
-      while (gpu_pages_.free_count() + releasing < n) {
+      while (gpu_.pages.free_count() + releasing < n) {
         Node* victim =
             first_not_failed(tier<Tier::kGpu>().order<Held::kKv>(), &Node::kv_demote_failed, round);
         if (victim == nullptr) break;
         tier<Tier::kGpu>().aged_by(Held::kKv, *victim);
         releasing += victim->gpu.pages.size();
-        evict_gpu_kv(victim, demote);
+        (void)evict<Tier::kGpu>(victim, Held::kKv, demote, false);
       }
       if (releasing == 0) {
         // Every victim left failed to demote in this round: the room wins, drop the first.
-        Node* victim = tier<Tier::kGpu>().head<Held::kKv>();
-        stats_.kv_pages_dropped_gpu += victim->gpu.pages.size();
-        free_kv<Tier::kGpu>(victim);
-        if (!victim->has_kv() && victim->snapshot_evictable<Tier::kGpu>())
-          drop_snapshot<Tier::kGpu>(victim);
-        remove_if_empty(victim);
+        drop_victim<Tier::kGpu>(tier<Tier::kGpu>().head<Held::kKv>(), Held::kKv);
         continue;
       }
       std::optional<std::uint32_t> id;
-      if (Status s = submit_batch(std::move(demote), &id); !s) {
+      if (Status s = submit_down<Tier::kGpu>(std::move(demote), &id); !s) {
         return Status(s.code(), "GPU KV pool: " + s.message());
       }
-      if (id) wait_transfer(*id);
+      if (id) wait_down<Tier::kGpu>(*id);
       continue;
     }
     if (!wait_any_transfer()) {
       return out_of_memory("GPU KV pool: " + std::to_string(n) + " pages wanted, " +
-                           std::to_string(gpu_pages_.free_count()) +
+                           std::to_string(gpu_.pages.free_count()) +
                            " free and nothing evictable (every page is locked or owned by "
                            "running requests)");
     }
@@ -91,14 +85,14 @@ Status PrefixCache::reclaim_gpu_pages(std::size_t n) {
 }
 
 Status PrefixCache::check_gpu_slot_room() const {
-  if (gpu_slots_.free_count() > 0) return Status::ok();
+  if (gpu_.slots.free_count() > 0) return Status::ok();
   // As for pages: when every slot is pinned or held by a request, fail before evicting.
   std::unordered_set<const Node*> pinned;
   for (const auto& [id, rec] : requests_) {
     if (rec.snap_node != nullptr && rec.snap_node->gpu.snapshot.valid())
       pinned.insert(rec.snap_node);
   }
-  if (gpu_slots_.count(Holder::kNode) + gpu_slots_.count(Holder::kTransfer) <= pinned.size()) {
+  if (gpu_.slots.count(Holder::kNode) + gpu_.slots.count(Holder::kTransfer) <= pinned.size()) {
     return out_of_memory(
         "GPU snapshot slots: none free and every slot is pinned by a running request or held "
         "by one");
@@ -122,25 +116,22 @@ Status PrefixCache::reclaim_gpu_slots(std::size_t n) {
   // As reclaim_gpu_pages: a snapshot whose demotion failed keeps its slot and is skipped for
   // the rest of the round; when only such ones are left, the first is dropped.
   const std::uint64_t round = ++room_round_;
-  while (gpu_slots_.free_count() < n) {
+  while (gpu_.slots.free_count() < n) {
     if (!tier<Tier::kGpu>().order<Held::kSnapshot>().empty()) {
       Node* victim = first_not_failed(tier<Tier::kGpu>().order<Held::kSnapshot>(),
                                       &Node::snap_demote_failed, round);
       if (victim == nullptr) {
-        victim = tier<Tier::kGpu>().head<Held::kSnapshot>();
-        drop_snapshot<Tier::kGpu>(victim);
-        remove_if_empty(victim);
+        drop_victim<Tier::kGpu>(tier<Tier::kGpu>().head<Held::kSnapshot>(), Held::kSnapshot);
         continue;
       }
-      PendingBatch demote;
-      demote.batch.direction = Direction::kDeviceToHost;
+      PendingBatch demote = down_batch<Tier::kGpu>();
       tier<Tier::kGpu>().aged_by(Held::kSnapshot, *victim);
-      evict_gpu_snapshot(victim, demote);
+      (void)evict<Tier::kGpu>(victim, Held::kSnapshot, demote, false);
       std::optional<std::uint32_t> id;
-      if (Status s = submit_batch(std::move(demote), &id); !s) {
+      if (Status s = submit_down<Tier::kGpu>(std::move(demote), &id); !s) {
         return Status(s.code(), "GPU snapshot slots: " + s.message());
       }
-      if (id) wait_transfer(*id);
+      if (id) wait_down<Tier::kGpu>(*id);
       continue;
     }
     if (!wait_any_transfer()) {
@@ -184,60 +175,59 @@ void PrefixCache::demote_ahead() {
   // docs/results.md).
   const std::size_t running = std::max<std::size_t>(1, requests_.size());
   const std::size_t page_need = running * std::max<std::size_t>(1, requests_.alloc_burst());
-  const std::size_t page_low = std::min(config_.low_watermark(gpu_pages_.capacity()), page_need);
-  const std::size_t slot_low = std::min(config_.low_watermark(gpu_slots_.capacity()), running);
+  const std::size_t page_low = std::min(config_.low_watermark(gpu_.pages.capacity()), page_need);
+  const std::size_t slot_low = std::min(config_.low_watermark(gpu_.slots.capacity()), running);
   // Free room alone at or above the low watermark is the common case: it returns before
   // walking the copies in flight (poll() runs this on every entry point).
-  if (gpu_pages_.free_count() >= page_low && gpu_slots_.free_count() >= slot_low) return;
-  const std::size_t pages_coming = gpu_pages_.free_count() + gpu_pages_demoting();
-  const std::size_t slots_coming = gpu_slots_.free_count() + gpu_slots_demoting();
+  if (gpu_.pages.free_count() >= page_low && gpu_.slots.free_count() >= slot_low) return;
+  const std::size_t pages_coming = gpu_.pages.free_count() + gpu_pages_demoting();
+  const std::size_t slots_coming = gpu_.slots.free_count() + gpu_slots_demoting();
   const bool pages_short =
       pages_coming < page_low && !tier<Tier::kGpu>().order<Held::kKv>().empty();
   const bool slots_short =
       slots_coming < slot_low && !tier<Tier::kGpu>().order<Held::kSnapshot>().empty();
   if (!pages_short && !slots_short) return;
   ++room_round_;  // a victim whose copy fails is marked with this round (node.hpp)
-  PendingBatch demote;
-  demote.batch.direction = Direction::kDeviceToHost;
+  PendingBatch demote = down_batch<Tier::kGpu>();
   std::uint64_t evicted = 0;
   if (pages_short) {
     const std::size_t high =
-        std::min(config_.high_watermark(gpu_pages_.capacity()), std::max(page_low, 2 * page_need));
-    const std::size_t demoting = pages_coming - gpu_pages_.free_count();
-    while (gpu_pages_.free_count() + demoting + demote.batch.pages.size() < high &&
+        std::min(config_.high_watermark(gpu_.pages.capacity()), std::max(page_low, 2 * page_need));
+    const std::size_t demoting = pages_coming - gpu_.pages.free_count();
+    while (gpu_.pages.free_count() + demoting + demote.batch.pages.size() < high &&
            !tier<Tier::kGpu>().order<Held::kKv>().empty()) {
       Node* victim = tier<Tier::kGpu>().head<Held::kKv>();
       tier<Tier::kGpu>().aged_by(Held::kKv, *victim);
       // Off the order (copy in flight, or dropped as dead), or false: no host room now.
-      if (!evict_gpu_kv(victim, demote, true)) break;
+      if (evict<Tier::kGpu>(victim, Held::kKv, demote, true) == Evicted::kLeft) break;
       ++evicted;
     }
   }
   if (slots_short) {
     const std::size_t high =
-        std::min(config_.high_watermark(gpu_slots_.capacity()), std::max(slot_low, 2 * running));
-    const std::size_t demoting = slots_coming - gpu_slots_.free_count();
+        std::min(config_.high_watermark(gpu_.slots.capacity()), std::max(slot_low, 2 * running));
+    const std::size_t demoting = slots_coming - gpu_.slots.free_count();
     auto pending_slots = [&] {
       std::size_t n = 0;
       for (const CopyOp& op : demote.ops) n += op.snapshot;
       return n;
     };
-    while (gpu_slots_.free_count() + demoting + pending_slots() < high &&
+    while (gpu_.slots.free_count() + demoting + pending_slots() < high &&
            !tier<Tier::kGpu>().order<Held::kSnapshot>().empty()) {
       Node* victim = tier<Tier::kGpu>().head<Held::kSnapshot>();
       tier<Tier::kGpu>().aged_by(Held::kSnapshot, *victim);
-      if (!evict_gpu_snapshot(victim, demote, true)) break;
+      if (evict<Tier::kGpu>(victim, Held::kSnapshot, demote, true) == Evicted::kLeft) break;
       ++evicted;
     }
   }
   // Refused: the planned copies are cancelled (their nodes keep their GPU copies) and the
   // allocation that needs the room makes it itself; nothing waits here either way.
   const bool copies = !demote.batch.empty();
-  if (!copies || submit_batch(std::move(demote))) stats_.background_evictions += evicted;
+  if (!copies || submit_down<Tier::kGpu>(std::move(demote))) stats_.background_evictions += evicted;
 }
 
 bool PrefixCache::make_host_page_room(std::size_t n, bool for_snapshot) {
-  if (n > host_pages_.capacity()) return false;
+  if (n > host_.pages.capacity()) return false;
   // Split pool: each kind within its share, making room among its own kind only.
   const std::size_t share =
       for_snapshot ? std::size_t{config_.host_snapshot_slots} * config_.snapshot_pages()
@@ -245,9 +235,9 @@ bool PrefixCache::make_host_page_room(std::size_t n, bool for_snapshot) {
   if (!shared_host_ && n > share) return false;
   // `releasing`: host pages the store writes planned in this pass free when they land.
   auto short_of_room = [&](std::size_t releasing) {
-    if (host_pages_.free_count() + releasing < n) return true;
+    if (host_.pages.free_count() + releasing < n) return true;
     return !shared_host_ &&
-           (for_snapshot ? host_snap_held_ : host_kv_held_ + xfers_.staging_pages) + n >
+           (for_snapshot ? host_.snap_held : host_.kv_held + xfers_.staging_pages) + n >
                share + releasing;
   };
   while (short_of_room(0)) {
@@ -274,14 +264,10 @@ bool PrefixCache::make_host_page_room(std::size_t n, bool for_snapshot) {
       }
       if (victim == nullptr) break;
       victims = true;
-      tier<Tier::kHost>().aged_by(snapshot ? Held::kSnapshot : Held::kKv, *victim);
-      const std::size_t pages = snapshot ? victim->host.snapshot.size() : victim->host.pages.size();
-      const bool clean = snapshot ? victim->store.snapshot.valid() : victim->store.has_kv();
-      if (!clean && plan_store_write(victim, snapshot, true, writes) == StoreVerdict::kPlanned) {
-        releasing += pages;
-        continue;
-      }
-      drop_host_victim(victim, snapshot);
+      const Held h = snapshot ? Held::kSnapshot : Held::kKv;
+      tier<Tier::kHost>().aged_by(h, *victim);
+      const std::size_t pages = victim->host.held_pages(h);
+      if (evict<Tier::kHost>(victim, h, writes, false) == Evicted::kCopying) releasing += pages;
     }
     if (writes.empty()) {
       if (!victims) return false;
@@ -289,7 +275,7 @@ bool PrefixCache::make_host_page_room(std::size_t n, bool for_snapshot) {
     }
     const std::vector<StoreOp> ops = writes.ops;
     std::optional<std::uint32_t> id;
-    if (Status s = submit_store_batch(std::move(writes), &id); !s) {
+    if (Status s = submit_down<Tier::kHost>(std::move(writes), &id); !s) {
       // Refused (the ops are cancelled): the room is still needed, so they are dropped, as
       // without a store. Snapshots first: dropping a node's KV may take the node out of the
       // tree, and its snapshot with it.
@@ -303,14 +289,14 @@ bool PrefixCache::make_host_page_room(std::size_t n, bool for_snapshot) {
     }
     ++stats_.store_copy_waits;
     stats_.store_wait_bytes += xfers_.store.at(*id).bytes;
-    wait_store_transfer(*id);
+    wait_down<Tier::kHost>(*id);
   }
   return true;
 }
 
 std::vector<HostPageId> PrefixCache::take_host_snapshot_pages(Node* n) {
   const std::size_t need = config_.snapshot_pages();
-  if (need == 0 || need > host_pages_.capacity()) return {};
+  if (need == 0 || need > host_.pages.capacity()) return {};
   ++n->snapshot_lock;  // pinned: making room must not take n itself out of the tree
   refresh(n);
   const bool room = make_host_page_room(need, true);
@@ -319,7 +305,7 @@ std::vector<HostPageId> PrefixCache::take_host_snapshot_pages(Node* n) {
   if (!room) return {};
   std::vector<HostPageId> pages;
   pages.reserve(need);
-  for (std::size_t i = 0; i < need; ++i) pages.push_back(*host_pages_.take(Holder::kTransfer));
+  for (std::size_t i = 0; i < need; ++i) pages.push_back(*host_.pages.take(Holder::kTransfer));
   return pages;
 }
 
@@ -332,64 +318,12 @@ void PrefixCache::add_snapshot_pieces(TransferBatch& batch, const Node* n) const
 // ---------------------------------------------------------------------------------------
 // evicting one node's resource
 
-bool PrefixCache::evict_gpu_kv(Node* n, PendingBatch& demote, bool ahead) {
-  assert(n->kv_evictable<Tier::kGpu>());
-  const std::size_t np = n->gpu.pages.size();
-  if (cost_aware_ && !n->kv_live()) {  // dead KV: nothing resumes from it, no copy pays
-    stats_.kv_pages_dropped_gpu += np;
-    stats_.dead_kv_pages_dropped += np;
-    free_kv<Tier::kGpu>(n);
-    remove_if_empty(n);
-    return true;
-  }
-  if (n->host.has_kv()) {  // clean host copy: eviction is free
-    stats_.kv_pages_demoted += np;
-    free_kv<Tier::kGpu>(n);
-  } else if (make_host_page_room(np)) {
-    plan_kv_to_host(n, Xfer::kDemote, demote);
-  } else if (ahead) {
-    // No host room now (what is there is in flight or pinned): ahead of need, nothing is
-    // dropped that an allocation, waiting for those copies, would demote instead.
-    return false;
-  } else {
-    stats_.kv_pages_dropped_gpu += np;
-    free_kv<Tier::kGpu>(n);
-    if (!n->has_kv() && n->snapshot_evictable<Tier::kGpu>()) drop_snapshot<Tier::kGpu>(n);
-    remove_if_empty(n);
-    return true;
-  }
-  // A snapshot whose KV leaves the GPU does not keep a GPU slot: it goes with the KV (ahead of
-  // need without host room, it stays and leaves first when a slot is needed).
-  if (cost_aware_ && n->snapshot_evictable<Tier::kGpu>()) evict_gpu_snapshot(n, demote, ahead);
-  return true;
-}
-
-bool PrefixCache::evict_gpu_snapshot(Node* n, PendingBatch& demote, bool ahead) {
-  assert(n->snapshot_evictable<Tier::kGpu>());
-  // Keep a host copy only when it can be used again: a clean one exists (on host or on the
-  // store), or KV is there.
-  if (n->host.has_snapshot() || n->store.snapshot.valid() || !n->has_kv()) {
-    drop_snapshot<Tier::kGpu>(n);
-    return true;
-  }
-  std::vector<HostPageId> dst = take_host_snapshot_pages(n);
-  if (dst.empty() && ahead && n->has_kv()) return false;  // as for KV: no drop ahead of need
-  if (dst.empty() || !n->has_kv()) {                      // no room, or making room took n's own KV
-    for (HostPageId id : dst) host_pages_.give_back(id);
-    drop_snapshot<Tier::kGpu>(n);
-    remove_if_empty(n);
-    return true;
-  }
-  plan_snapshot_to_host(n, std::move(dst), Xfer::kDemote, demote);
-  return true;
-}
-
 void PrefixCache::plan_kv_to_host(Node* n, Xfer kind, PendingBatch& batch) {
   const std::size_t np = n->gpu.pages.size();
   std::vector<HostPageId> dst;
   dst.reserve(np);
   for (std::size_t i = 0; i < np; ++i) {
-    dst.push_back(*host_pages_.take(Holder::kTransfer));
+    dst.push_back(*host_.pages.take(Holder::kTransfer));
     batch.batch.pages.push_back({n->gpu.pages[i], dst.back()});
   }
   n->kv_xfer = kind;
@@ -403,16 +337,6 @@ void PrefixCache::plan_snapshot_to_host(Node* n, std::vector<HostPageId> dst, Xf
   set_snapshot<Tier::kHost>(n, std::move(dst));
   add_snapshot_pieces(batch.batch, n);
   batch.ops.push_back({n, true, kind});
-}
-
-void PrefixCache::drop_host_victim(Node* n, bool snapshot) {
-  if (snapshot) {
-    drop_snapshot<Tier::kHost>(n);
-    remove_if_empty(n);  // making store room may have taken its last KV
-    return;
-  }
-  if (!n->kv_live()) stats_.dead_kv_pages_dropped += n->host.pages.size();
-  drop_kv<Tier::kHost>(n);
 }
 
 void PrefixCache::drop_host() {
@@ -443,21 +367,17 @@ void PrefixCache::flush() {
 // Write-through: give freshly inserted GPU data a host copy in the background, so a later
 // eviction is free. Host room is made by dropping host LRU victims; no room, no copy.
 void PrefixCache::write_through(std::span<Node* const> nodes, Node* snapshot_node) {
-  PendingBatch copy;
-  copy.batch.direction = Direction::kDeviceToHost;
+  PendingBatch copy = down_batch<Tier::kGpu>();
   for (Node* n : nodes) {
     if (!n->gpu.has_kv() || n->host.has_kv() || n->kv_xfer != Xfer::kNone) continue;
-    if (!make_host_page_room(n->gpu.pages.size())) continue;
-    plan_kv_to_host(n, Xfer::kWriteThrough, copy);
+    (void)plan_down<Tier::kGpu>(n, Held::kKv, Xfer::kWriteThrough, copy);
   }
   Node* s = snapshot_node;
-  if (s && s->gpu.snapshot.valid() && !s->host.has_snapshot() && s->snap_xfer == Xfer::kNone) {
-    std::vector<HostPageId> dst = take_host_snapshot_pages(s);
-    if (!dst.empty()) plan_snapshot_to_host(s, std::move(dst), Xfer::kWriteThrough, copy);
-  }
+  if (s && s->gpu.snapshot.valid() && !s->host.has_snapshot() && s->snap_xfer == Xfer::kNone)
+    (void)plan_down<Tier::kGpu>(s, Held::kSnapshot, Xfer::kWriteThrough, copy);
   // Refused: the nodes stay GPU-only (cancel_ops), the insert that asked for the copy has
   // already succeeded; the demotion that evicts them later reports a refusal then.
-  (void)submit_batch(std::move(copy));
+  (void)submit_down<Tier::kGpu>(std::move(copy));
 }
 
 }  // namespace radixtier

@@ -11,7 +11,7 @@
 namespace radixtier {
 
 void PrefixCache::new_page_list() const {
-  if (page_stamp_.size() != gpu_pages_.capacity()) page_stamp_.assign(gpu_pages_.capacity(), 0);
+  if (page_stamp_.size() != gpu_.pages.capacity()) page_stamp_.assign(gpu_.pages.capacity(), 0);
   if (++page_epoch_ == 0) {  // wrapped: forget every old stamp
     std::fill(page_stamp_.begin(), page_stamp_.end(), 0);
     page_epoch_ = 1;
@@ -29,10 +29,10 @@ bool PrefixCache::seen_before(GpuPageId id) const {
 
 Result<std::vector<GpuPageId>> PrefixCache::alloc_pages(LockId lock, std::size_t n) {
   if (auto rec = find_lock(lock); !rec) return rec.status();
-  if (n > gpu_pages_.capacity()) {
+  if (n > gpu_.pages.capacity()) {
     return invalid_argument("alloc_pages: " + std::to_string(n) +
                             " pages asked, the GPU pool has " +
-                            std::to_string(gpu_pages_.capacity()));
+                            std::to_string(gpu_.pages.capacity()));
   }
   reap_transfers();  // not poll(): a refused allocation must change nothing
   if (Status s = make_gpu_page_room(n); !s) return s;
@@ -40,7 +40,7 @@ Result<std::vector<GpuPageId>> PrefixCache::alloc_pages(LockId lock, std::size_t
   std::vector<GpuPageId> pages;
   pages.reserve(n);
   for (std::size_t i = 0; i < n; ++i) {
-    pages.push_back(*gpu_pages_.take(Holder::kRequest));
+    pages.push_back(*gpu_.pages.take(Holder::kRequest));
     requests_.page_owner.add(lock, pages.back());
   }
   return pages;
@@ -50,7 +50,7 @@ Result<GpuSlotId> PrefixCache::alloc_snapshot_slot(LockId lock) {
   if (auto rec = find_lock(lock); !rec) return rec.status();
   reap_transfers();
   if (Status s = make_gpu_slot_room(); !s) return s;
-  const GpuSlotId slot = *gpu_slots_.take(Holder::kRequest);
+  const GpuSlotId slot = *gpu_.slots.take(Holder::kRequest);
   requests_.slot_owner.add(lock, slot);
   return slot;
 }
@@ -59,25 +59,25 @@ Status PrefixCache::free_pages(LockId lock, std::span<const GpuPageId> pages) {
   if (auto rec = find_lock(lock); !rec) return rec.status();
   new_page_list();
   for (GpuPageId id : pages) {
-    if (!gpu_pages_.in_range(id))
+    if (!gpu_.pages.in_range(id))
       return invalid_argument("free_pages: " + describe(id) + " out of range");
     if (Status s = requests_.page_owner.check_owner(lock, id, "free_pages"); !s) return s;
     if (seen_before(id)) return invalid_argument("free_pages: " + describe(id) + " listed twice");
   }
   for (GpuPageId id : pages) {
     requests_.page_owner.remove(id);
-    gpu_pages_.give_back(id);
+    gpu_.pages.give_back(id);
   }
   return Status::ok();
 }
 
 Status PrefixCache::free_snapshot_slot(LockId lock, GpuSlotId slot) {
   if (auto rec = find_lock(lock); !rec) return rec.status();
-  if (!gpu_slots_.in_range(slot))
+  if (!gpu_.slots.in_range(slot))
     return invalid_argument("free_snapshot_slot: " + describe(slot) + " out of range");
   if (Status s = requests_.slot_owner.check_owner(lock, slot, "free_snapshot_slot"); !s) return s;
   requests_.slot_owner.remove(slot);
-  gpu_slots_.give_back(slot);
+  gpu_.slots.give_back(slot);
   return Status::ok();
 }
 
@@ -108,13 +108,13 @@ Status PrefixCache::validate_insert(LockId lock, const LockRecord& rec,
   }
   if (snapshot) {
     if (tokens.empty()) return invalid_argument("insert: the root takes no snapshot");
-    if (!gpu_slots_.in_range(*snapshot))
+    if (!gpu_.slots.in_range(*snapshot))
       return invalid_argument("insert: " + describe(*snapshot) + " out of range");
     if (Status s = requests_.slot_owner.check_owner(lock, *snapshot, "insert"); !s) return s;
   }
   new_page_list();
   for (GpuPageId id : pages) {
-    if (!gpu_pages_.in_range(id))
+    if (!gpu_.pages.in_range(id))
       return invalid_argument("insert: " + describe(id) + " out of range");
     if (seen_before(id)) return invalid_argument("insert: " + describe(id) + " listed twice");
   }
@@ -214,7 +214,7 @@ Result<InsertResult> PrefixCache::insert(LockId lock, std::span<const Token> tok
       // New node, tombstone or host-only node: adopt the caller's freshly computed pages.
       for (GpuPageId id : seg) {
         requests_.page_owner.remove(id);
-        gpu_pages_.reassign(id, Holder::kNode);
+        gpu_.pages.reassign(id, Holder::kNode);
       }
       set_pages<Tier::kGpu>(c, std::vector<GpuPageId>(seg.begin(), seg.end()));
       adopted.push_back(c);
@@ -227,7 +227,7 @@ Result<InsertResult> PrefixCache::insert(LockId lock, std::span<const Token> tok
       // Duplicate snapshot: the tree keeps its own.
     } else {
       requests_.slot_owner.remove(*snapshot);
-      gpu_slots_.reassign(*snapshot, Holder::kNode);
+      gpu_.slots.reassign(*snapshot, Holder::kNode);
       set_snapshot<Tier::kGpu>(n, *snapshot);
       out.snapshot_taken = true;
       ++stats_.snapshots_inserted;
@@ -260,8 +260,8 @@ Status PrefixCache::release(LockId lock) {
   const LockRecord rec = **found;
   requests_.erase(lock);
   // What the request still owns goes back to the free lists (rule 9).
-  for (GpuPageId id : requests_.page_owner.take_all(lock)) gpu_pages_.give_back(id);
-  for (GpuSlotId id : requests_.slot_owner.take_all(lock)) gpu_slots_.give_back(id);
+  for (GpuPageId id : requests_.page_owner.take_all(lock)) gpu_.pages.give_back(id);
+  for (GpuSlotId id : requests_.slot_owner.take_all(lock)) gpu_.slots.give_back(id);
   if (rec.snap_node) {
     --rec.snap_node->snapshot_lock;
     refresh(rec.snap_node);

@@ -75,9 +75,9 @@ std::string PrefixCache::check_ownership(const IdPool<Id>& pool, const RequestOw
 
 std::string PrefixCache::check_invariants() const {
   const std::uint32_t ps = config_.page_size;
-  RefCounter<GpuPageId> gpu(gpu_pages_, "gpu pages");
-  RefCounter<HostPageId> host(host_pages_, "host pages");
-  RefCounter<GpuSlotId> gslots(gpu_slots_, "gpu snapshot slots");
+  RefCounter<GpuPageId> gpu(gpu_.pages, "gpu pages");
+  RefCounter<HostPageId> host(host_.pages, "host pages");
+  RefCounter<GpuSlotId> gslots(gpu_.slots, "gpu snapshot slots");
 
   // Rule 3: lock counts rebuilt from the lock records.
   // Key namespaces: every namespace root is a root, and a lock or a pin lies in the tree of
@@ -283,7 +283,7 @@ std::string PrefixCache::check_invariants() const {
     }
   }
   if (nodes != tree_.node_count()) return "node count is off";
-  if (locked_pages != locked_gpu_pages_) return "locked GPU page count is off";
+  if (locked_pages != gpu_.locked_pages) return "locked GPU page count is off";
   if (pinned_pages != pins_.pinned_pages) return "pinned host page count is off";
   if (pins_.pinned_pages > pin_budget_pages()) return "pins hold more than host_pin_share";
   bool orders_match = true;
@@ -295,7 +295,7 @@ std::string PrefixCache::check_invariants() const {
   if (!orders_match) return "an eviction order holds a node that is not in the tree";
   std::size_t store_snaps = 0;
   for (const Node* n : preorder) store_snaps += n->store.snapshot.valid();
-  if (store_snaps != store_snaps_held_) return "store snapshot count is off";
+  if (store_snaps != store_tier_.snaps_held) return "store snapshot count is off";
 
   // Staged loads: their staging pages (held by them, as a transfer's), their nodes, and the
   // records of nodes whose read failed its check, erased when the load ends.
@@ -349,9 +349,9 @@ std::string PrefixCache::check_invariants() const {
   for (const std::string& e : {gpu.finish(), host.finish(), gslots.finish()})
     if (!e.empty()) return e;
   // Rule 9: every request-held id has exactly one owner, a live request.
-  if (std::string e = check_ownership(gpu_pages_, requests_.page_owner, "GPU pages"); !e.empty())
+  if (std::string e = check_ownership(gpu_.pages, requests_.page_owner, "GPU pages"); !e.empty())
     return e;
-  if (std::string e = check_ownership(gpu_slots_, requests_.slot_owner, "GPU snapshot slots");
+  if (std::string e = check_ownership(gpu_.slots, requests_.slot_owner, "GPU snapshot slots");
       !e.empty())
     return e;
   for (const auto& [id, t] : xfers_.copies) {
@@ -362,9 +362,9 @@ std::string PrefixCache::check_invariants() const {
     }
   }
   // The watermark step counts what demotions in flight will free: node-held ids, each once.
-  if (gpu_pages_demoting() > gpu_pages_.count(Holder::kNode))
+  if (gpu_pages_demoting() > gpu_.pages.count(Holder::kNode))
     return "GPU pages being demoted exceed the node-held pages";
-  if (gpu_slots_demoting() > gpu_slots_.count(Holder::kNode))
+  if (gpu_slots_demoting() > gpu_.slots.count(Holder::kNode))
     return "GPU snapshot slots being demoted exceed the node-held slots";
   if (alloc_room_) return "alloc_room_ left set outside make_gpu_*_room";
   return {};

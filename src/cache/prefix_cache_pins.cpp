@@ -14,7 +14,7 @@
 namespace radixtier {
 
 std::size_t PrefixCache::pin_budget_pages() const {
-  return static_cast<std::size_t>(config_.host_pin_share * double(host_pages_.capacity()));
+  return static_cast<std::size_t>(config_.host_pin_share * double(host_.pages.capacity()));
 }
 
 std::size_t PrefixCache::pin_cost(const Node* end) const {
@@ -76,7 +76,7 @@ Result<PinId> PrefixCache::pin(std::span<const Token> tokens, NamespaceId ns) {
     return out_of_memory(
         "pin: the " + what + " need " + std::to_string(cost) + " more pinned host pages; " +
         std::to_string(pins_.pinned_pages) + " are pinned and CacheConfig.host_pin_share allows " +
-        std::to_string(pin_budget_pages()) + " of " + std::to_string(host_pages_.capacity()));
+        std::to_string(pin_budget_pages()) + " of " + std::to_string(host_.pages.capacity()));
   }
   // Decide host room before anything changes: what the copies need against the free pages
   // and the host copies no lock and no pin holds (all reclaimable, leaf-first).
@@ -96,36 +96,33 @@ Result<PinId> PrefixCache::pin(std::span<const Token> tokens, NamespaceId ns) {
     if (n->lock_count == 0 && n->host_pin == 0) free_kv += n->host.pages.size();
     if (n->snapshot_lock == 0 && n->snap_pin == 0) free_snap += n->host.snapshot.size();
   }
-  bool room = host_pages_.free_count() + free_kv + free_snap >= need_kv + need_snap;
+  bool room = host_.pages.free_count() + free_kv + free_snap >= need_kv + need_snap;
   if (!shared_host_) {
     const std::size_t snap_share =
         std::size_t{config_.host_snapshot_slots} * config_.snapshot_pages();
-    room = room && host_kv_held_ - free_kv + need_kv <= config_.host_pages &&
-           host_snap_held_ - free_snap + need_snap <= snap_share;
+    room = room && host_.kv_held - free_kv + need_kv <= config_.host_pages &&
+           host_.snap_held - free_snap + need_snap <= snap_share;
   }
   if (!room) {
     return out_of_memory("pin: the " + what + " need " + std::to_string(need_kv + need_snap) +
                          " host pages for their copies; " +
-                         std::to_string(host_pages_.free_count()) + " are free and " +
+                         std::to_string(host_.pages.free_count()) + " are free and " +
                          std::to_string(free_kv + free_snap) +
                          " reclaimable (the rest are locked, pinned or in their kind's share)");
   }
   // Pinned first, so making room cannot take the prefix's own host copies.
   add_pin_counts(end, +1);
-  PendingBatch copy;
-  copy.batch.direction = Direction::kDeviceToHost;
+  PendingBatch copy = down_batch<Tier::kGpu>();
   for (Node* n : path) {
     if (n->host.has_kv()) continue;
-    if (!make_host_page_room(n->gpu.pages.size())) break;  // checked above: does not happen
-    plan_kv_to_host(n, Xfer::kWriteThrough, copy);
+    // Room was checked above: it is made.
+    if (!plan_down<Tier::kGpu>(n, Held::kKv, Xfer::kWriteThrough, copy)) break;
   }
-  if (!end->host.has_snapshot()) {
-    std::vector<HostPageId> dst = take_host_snapshot_pages(end);
-    if (!dst.empty()) plan_snapshot_to_host(end, std::move(dst), Xfer::kWriteThrough, copy);
-  }
+  if (!end->host.has_snapshot())
+    (void)plan_down<Tier::kGpu>(end, Held::kSnapshot, Xfer::kWriteThrough, copy);
   std::optional<std::uint32_t> id;
-  Status submitted = submit_batch(std::move(copy), &id);
-  if (id) wait_transfer(*id);
+  Status submitted = submit_down<Tier::kGpu>(std::move(copy), &id);
+  if (id) wait_down<Tier::kGpu>(*id);
   bool whole = end->host.has_snapshot();
   for (const Node* n : path) whole = whole && n->host.has_kv();
   if (!submitted || !whole) {

@@ -190,7 +190,7 @@ Result<Admission> PrefixCache::try_admit_at(Node* target) {
     }
     need_pages = pages_needed();
     need_slot = !target->gpu.snapshot.valid();
-    if (gpu_pages_.free_count() >= need_pages && (!need_slot || gpu_slots_.free_count() > 0)) break;
+    if (gpu_.pages.free_count() >= need_pages && (!need_slot || gpu_.slots.free_count() > 0)) break;
     if (round > path.size()) {
       return undo(Status(ErrorCode::kFailedPrecondition,
                          "admit: promotions this path relied on kept failing while making room"));
@@ -223,7 +223,7 @@ Result<Admission> PrefixCache::try_admit_at(Node* target) {
     }
     std::vector<GpuPageId> dst;
     for (HostPageId h : n->host.pages) {
-      dst.push_back(*gpu_pages_.take(Holder::kTransfer));
+      dst.push_back(*gpu_.pages.take(Holder::kTransfer));
       promote.batch.pages.push_back({dst.back(), h});
     }
     n->kv_xfer = Xfer::kPromote;
@@ -235,7 +235,7 @@ Result<Admission> PrefixCache::try_admit_at(Node* target) {
     a.snapshot_from_host = true;
   } else if (!target->gpu.snapshot.valid()) {
     target->snap_xfer = Xfer::kPromote;
-    set_snapshot<Tier::kGpu>(target, *gpu_slots_.take(Holder::kTransfer));
+    set_snapshot<Tier::kGpu>(target, *gpu_.slots.take(Holder::kTransfer));
     add_snapshot_pieces(promote.batch, target);
     promote.ops.push_back({target, true, Xfer::kPromote});
     a.snapshot_from_host = true;

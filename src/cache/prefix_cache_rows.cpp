@@ -9,19 +9,19 @@
 namespace radixtier {
 
 void PrefixCache::release(GpuPageId id) {
-  gpu_pages_.give_back(id);
+  gpu_.pages.give_back(id);
 }
 void PrefixCache::release(HostPageId id) {
-  host_pages_.give_back(id);
+  host_.pages.give_back(id);
 }
 void PrefixCache::release(RecordId id) {
   (void)store_->erase(id);
 }
 void PrefixCache::release(GpuSlotId id) {
-  gpu_slots_.give_back(id);
+  gpu_.slots.give_back(id);
 }
 void PrefixCache::release(const std::vector<HostPageId>& ids) {
-  for (HostPageId id : ids) host_pages_.give_back(id);
+  for (HostPageId id : ids) host_.pages.give_back(id);
 }
 
 template <Tier T>
@@ -29,10 +29,10 @@ void PrefixCache::set_pages(Node* n, std::vector<typename Row<T>::Page> pages) {
   Row<T>& row = n->row<T>();
   const bool had = row.has_kv();
   if constexpr (T == Tier::kGpu) {
-    if (n->lock_count > 0) locked_gpu_pages_ += pages.size() - row.pages.size();
+    if (n->lock_count > 0) gpu_.locked_pages += pages.size() - row.pages.size();
   } else if constexpr (T == Tier::kHost) {
-    host_kv_held_ += pages.size();
-    host_kv_held_ -= row.pages.size();
+    host_.kv_held += pages.size();
+    host_.kv_held -= row.pages.size();
   }
   row.pages = std::move(pages);
   if (had != row.has_kv() && n->parent) {
@@ -48,10 +48,10 @@ void PrefixCache::set_snapshot(Node* n, typename Row<T>::Snapshot snapshot) {
   Row<T>& row = n->row<T>();
   const bool had = n->has_snapshot();
   if constexpr (T == Tier::kHost) {
-    host_snap_held_ += snapshot.size();
-    host_snap_held_ -= row.snapshot.size();
+    host_.snap_held += snapshot.size();
+    host_.snap_held -= row.snapshot.size();
   } else if constexpr (T == Tier::kStore) {
-    store_snaps_held_ += std::size_t(snapshot.valid()) - std::size_t(row.snapshot.valid());
+    store_tier_.snaps_held += std::size_t(snapshot.valid()) - std::size_t(row.snapshot.valid());
   }
   row.snapshot = std::move(snapshot);
   note_snapshot_change(n, had);

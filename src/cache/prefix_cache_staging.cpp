@@ -72,9 +72,9 @@ Status PrefixCache::load_from_store(Node* target, std::span<Node* const> path,
 }
 
 std::size_t PrefixCache::staging_room() const {
-  const std::size_t free = host_pages_.free_count();
+  const std::size_t free = host_.pages.free_count();
   if (shared_host_) return free;
-  const std::size_t held = host_kv_held_ + xfers_.staging_pages;
+  const std::size_t held = host_.kv_held + xfers_.staging_pages;
   return std::min(free, config_.host_pages - std::min<std::size_t>(config_.host_pages, held));
 }
 
@@ -94,7 +94,7 @@ Status PrefixCache::start_staged_load(Node* target, std::span<Node* const> path)
   // record read whole; else what host can give, at least one page and the snapshot.
   const std::size_t snap = snapshot ? config_.snapshot_pages() : 0;
   const std::size_t least = std::max<std::size_t>(total > 0 ? 1 : 0, snap);
-  const std::size_t share = shared_host_ ? host_pages_.capacity() : config_.host_pages;
+  const std::size_t share = shared_host_ ? host_.pages.capacity() : config_.host_pages;
   std::size_t window =
       std::min(std::min<std::size_t>(total, kStageChunks * config_.slice_pages) + snap, share);
   // Evicting everything evictable did not make the room: what is free now is the most.
@@ -110,7 +110,7 @@ Status PrefixCache::start_staged_load(Node* target, std::span<Node* const> path)
       std::max<std::size_t>(1, std::min<std::size_t>(config_.slice_pages, window / 2));
   load.window = window;
   for (std::size_t i = 0; i < window; ++i)
-    load.idle.push_back(*host_pages_.take(Holder::kTransfer));
+    load.idle.push_back(*host_.pages.take(Holder::kTransfer));
   xfers_.staging_pages += window;
   note_host_usage();
   const std::uint32_t id = next_free_id(xfers_.next_staged, xfers_.staged);
@@ -119,7 +119,7 @@ Status PrefixCache::start_staged_load(Node* target, std::span<Node* const> path)
   for (Node* n : load.nodes) {
     std::vector<GpuPageId> gpu;
     for (std::size_t i = 0; i < n->page_count(config_.page_size); ++i)
-      gpu.push_back(*gpu_pages_.take(Holder::kTransfer));
+      gpu.push_back(*gpu_.pages.take(Holder::kTransfer));
     n->kv_xfer = Xfer::kStage;
     n->kv_xfer_id = id;
     set_pages<Tier::kGpu>(n, std::move(gpu));
@@ -128,7 +128,7 @@ Status PrefixCache::start_staged_load(Node* target, std::span<Node* const> path)
     load.target = target;
     target->snap_xfer = Xfer::kStage;
     target->snap_xfer_id = id;
-    set_snapshot<Tier::kGpu>(target, *gpu_slots_.take(Holder::kTransfer));
+    set_snapshot<Tier::kGpu>(target, *gpu_.slots.take(Holder::kTransfer));
   }
   StagedLoad& l = xfers_.staged.emplace(id, std::move(load)).first->second;
   const Status refused = pump_staged(l);
@@ -197,7 +197,7 @@ Status PrefixCache::submit_staged_read(StagedLoad& l, StagedChunk c) {
     if (c.count == 0) {
       Node* t = l.target;
       l.target = nullptr;
-      gpu_slots_.give_back(t->gpu.snapshot);
+      gpu_.slots.give_back(t->gpu.snapshot);
       t->snap_xfer = Xfer::kNone;
       set_snapshot<Tier::kGpu>(t, GpuSlotId());
       prune_copied({t});
@@ -239,7 +239,7 @@ bool PrefixCache::finish_staged_read(StagedLoad& l, StagedChunk& c) {
       set_snapshot<Tier::kStore>(t, RecordId());
     }
     l.target = nullptr;
-    gpu_slots_.give_back(t->gpu.snapshot);
+    gpu_.slots.give_back(t->gpu.snapshot);
     t->snap_xfer = Xfer::kNone;
     set_snapshot<Tier::kGpu>(t, GpuSlotId());
     l.idle.insert(l.idle.end(), c.staging.begin(), c.staging.end());
@@ -313,11 +313,11 @@ void PrefixCache::finish_staged_copy(StagedLoad& l, StagedChunk& c, bool ok) {
     l.target = nullptr;
     t->snap_xfer = Xfer::kNone;
     if (ok) {
-      gpu_slots_.reassign(t->gpu.snapshot, Holder::kNode);
+      gpu_.slots.reassign(t->gpu.snapshot, Holder::kNode);
       ++stats_.snapshots_promoted;
       refresh(t);
     } else {  // the store copy stays, the slot is freed (rule 7)
-      gpu_slots_.give_back(t->gpu.snapshot);
+      gpu_.slots.give_back(t->gpu.snapshot);
       set_snapshot<Tier::kGpu>(t, GpuSlotId());
       prune_copied({t});
     }
@@ -335,7 +335,7 @@ void PrefixCache::finish_staged_copy(StagedLoad& l, StagedChunk& c, bool ok) {
     // Every page of the node is on GPU: Gpu + Store (no host copy was kept).
     Node* m = l.nodes[k];
     l.nodes[k] = nullptr;  // it may leave the tree from now on: the load forgets it
-    for (GpuPageId id : m->gpu.pages) gpu_pages_.reassign(id, Holder::kNode);
+    for (GpuPageId id : m->gpu.pages) gpu_.pages.reassign(id, Holder::kNode);
     m->kv_xfer = Xfer::kNone;
     refresh(m);
   }
@@ -393,17 +393,17 @@ void PrefixCache::end_staged_load(std::uint32_t id) {
     if (n == nullptr) continue;
     assert(n->kv_xfer == Xfer::kStage);
     n->kv_xfer = Xfer::kNone;
-    for (GpuPageId p : n->gpu.pages) gpu_pages_.give_back(p);
+    for (GpuPageId p : n->gpu.pages) gpu_.pages.give_back(p);
     set_pages<Tier::kGpu>(n, {});
     left.push_back(n);
   }
   if (Node* t = l.target) {  // its read never started (not expected: it goes first)
     t->snap_xfer = Xfer::kNone;
-    gpu_slots_.give_back(t->gpu.snapshot);
+    gpu_.slots.give_back(t->gpu.snapshot);
     set_snapshot<Tier::kGpu>(t, GpuSlotId());
     left.push_back(t);
   }
-  for (HostPageId p : l.idle) host_pages_.give_back(p);
+  for (HostPageId p : l.idle) host_.pages.give_back(p);
   xfers_.staging_pages -= l.window;
   for (RecordId r : l.to_erase) (void)store_->erase(r);
   prune_copied(std::move(left));

@@ -135,12 +135,9 @@ bool PrefixCache::make_store_room(std::uint64_t slots) {
     bool snapshot = false;
     Node* victim = tier<Tier::kStore>().victim(snapshot);
     if (victim == nullptr) return false;
-    tier<Tier::kStore>().aged_by(snapshot ? Held::kSnapshot : Held::kKv, *victim);
-    if (snapshot) {
-      drop_snapshot<Tier::kStore>(victim);
-    } else {
-      drop_kv<Tier::kStore>(victim);
-    }
+    const Held h = snapshot ? Held::kSnapshot : Held::kKv;
+    tier<Tier::kStore>().aged_by(h, *victim);
+    drop_victim<Tier::kStore>(victim, h);  // the last tier: no copy below to make
   }
   return true;
 }
@@ -194,8 +191,8 @@ void PrefixCache::plan_kv_load(Node* n, StoreBatch& batch) {
   std::vector<HostPageId> host;
   std::vector<GpuPageId> gpu;
   for (std::size_t i = 0; i < np; ++i) {
-    host.push_back(*host_pages_.take(Holder::kTransfer));
-    gpu.push_back(*gpu_pages_.take(Holder::kTransfer));
+    host.push_back(*host_.pages.take(Holder::kTransfer));
+    gpu.push_back(*gpu_.pages.take(Holder::kTransfer));
     batch.reads.push_back({n->store.pages[i], {host.back()}});
   }
   n->kv_xfer = Xfer::kLoad;
@@ -208,7 +205,7 @@ void PrefixCache::plan_snapshot_load(Node* n, std::vector<HostPageId> host, Stor
   batch.reads.push_back({n->store.snapshot, host});
   n->snap_xfer = Xfer::kLoad;
   set_snapshot<Tier::kHost>(n, std::move(host));
-  set_snapshot<Tier::kGpu>(n, *gpu_slots_.take(Holder::kTransfer));
+  set_snapshot<Tier::kGpu>(n, *gpu_.slots.take(Holder::kTransfer));
   batch.ops.push_back({n, true, Xfer::kLoad});
 }
 
@@ -256,14 +253,14 @@ void PrefixCache::cancel_store_ops(std::span<const StoreOp> ops) {
     }
     if (!op.snapshot) {
       n->kv_xfer = Xfer::kNone;
-      for (HostPageId id : n->host.pages) host_pages_.give_back(id);
-      for (GpuPageId id : n->gpu.pages) gpu_pages_.give_back(id);
+      for (HostPageId id : n->host.pages) host_.pages.give_back(id);
+      for (GpuPageId id : n->gpu.pages) gpu_.pages.give_back(id);
       set_pages<Tier::kHost>(n, {});
       set_pages<Tier::kGpu>(n, {});
     } else {
       n->snap_xfer = Xfer::kNone;
-      for (HostPageId id : n->host.snapshot) host_pages_.give_back(id);
-      gpu_slots_.give_back(n->gpu.snapshot);
+      for (HostPageId id : n->host.snapshot) host_.pages.give_back(id);
+      gpu_.slots.give_back(n->gpu.snapshot);
       set_snapshot<Tier::kHost>(n, {});
       set_snapshot<Tier::kGpu>(n, GpuSlotId());
     }
@@ -333,7 +330,7 @@ void PrefixCache::finish_store_write(const StoreOp& op, const RecordId* ids, std
     // drop for room would have), unless a request locked it or a pin took it meanwhile.
     if (op.drop_host && n->kv_evictable<Tier::kHost>()) {
       if (!ok) stats_.kv_pages_dropped_host += n->host.pages.size();
-      for (HostPageId id : n->host.pages) host_pages_.give_back(id);
+      for (HostPageId id : n->host.pages) host_.pages.give_back(id);
       set_pages<Tier::kHost>(n, {});
     }
     refresh(n);
@@ -362,7 +359,7 @@ bool PrefixCache::finish_store_read(const StoreOp& op, std::span<const Status> i
     assert(n->kv_xfer == Xfer::kLoad);
     n->kv_xfer = Xfer::kNone;
     if (ok) {
-      for (HostPageId id : n->host.pages) host_pages_.reassign(id, Holder::kNode);
+      for (HostPageId id : n->host.pages) host_.pages.reassign(id, Holder::kNode);
       stats_.kv_pages_loaded += n->host.pages.size();
       // On to GPU: the GPU pages taken at admission are the promotion's destinations.
       for (std::size_t i = 0; i < n->gpu.pages.size(); ++i) {
@@ -374,8 +371,8 @@ bool PrefixCache::finish_store_read(const StoreOp& op, std::span<const Status> i
       return true;
     }
     // Rule 7: nothing arrived; the destinations are freed.
-    for (HostPageId id : n->host.pages) host_pages_.give_back(id);
-    for (GpuPageId id : n->gpu.pages) gpu_pages_.give_back(id);
+    for (HostPageId id : n->host.pages) host_.pages.give_back(id);
+    for (GpuPageId id : n->gpu.pages) gpu_.pages.give_back(id);
     set_pages<Tier::kHost>(n, {});
     set_pages<Tier::kGpu>(n, {});
     if (lost) {  // the store erased what failed its check; the rest of the node goes too
@@ -388,7 +385,7 @@ bool PrefixCache::finish_store_read(const StoreOp& op, std::span<const Status> i
   assert(n->snap_xfer == Xfer::kLoad);
   n->snap_xfer = Xfer::kNone;
   if (ok) {
-    for (HostPageId id : n->host.snapshot) host_pages_.reassign(id, Holder::kNode);
+    for (HostPageId id : n->host.snapshot) host_.pages.reassign(id, Holder::kNode);
     ++stats_.snapshots_loaded;
     n->snap_xfer = Xfer::kPromote;
     add_snapshot_pieces(promote.batch, n);
@@ -396,8 +393,8 @@ bool PrefixCache::finish_store_read(const StoreOp& op, std::span<const Status> i
     refresh(n);
     return true;
   }
-  for (HostPageId id : n->host.snapshot) host_pages_.give_back(id);
-  gpu_slots_.give_back(n->gpu.snapshot);
+  for (HostPageId id : n->host.snapshot) host_.pages.give_back(id);
+  gpu_.slots.give_back(n->gpu.snapshot);
   set_snapshot<Tier::kHost>(n, {});
   set_snapshot<Tier::kGpu>(n, GpuSlotId());
   if (lost) {
@@ -447,10 +444,10 @@ std::size_t PrefixCache::host_pages_storing() const {
 
 void PrefixCache::store_ahead() {
   if (store_ == nullptr) return;
-  const std::size_t cap = host_pages_.capacity();
+  const std::size_t cap = host_.pages.capacity();
   const std::size_t low = config_.host_low_watermark(cap);
-  if (host_pages_.free_count() >= low) return;
-  const std::size_t coming = host_pages_.free_count() + host_pages_storing();
+  if (host_.pages.free_count() >= low) return;
+  const std::size_t coming = host_.pages.free_count() + host_pages_storing();
   if (coming >= low) return;
   const std::size_t high = config_.host_high_watermark(cap);
   StoreBatch batch;
@@ -460,18 +457,15 @@ void PrefixCache::store_ahead() {
     bool snapshot = false;
     Node* victim = tier<Tier::kHost>().victim(snapshot);
     if (victim == nullptr) break;
-    tier<Tier::kHost>().aged_by(snapshot ? Held::kSnapshot : Held::kKv, *victim);
-    const std::size_t pages = snapshot ? victim->host.snapshot.size() : victim->host.pages.size();
+    const Held h = snapshot ? Held::kSnapshot : Held::kKv;
+    tier<Tier::kHost>().aged_by(h, *victim);
+    const std::size_t pages = victim->host.held_pages(h);
     ++evicted;
-    const bool clean = snapshot ? victim->store.snapshot.valid() : victim->store.has_kv();
-    if (!clean && plan_store_write(victim, snapshot, true, batch) == StoreVerdict::kPlanned) {
-      planned += pages;
-      continue;
-    }
     // A clean store copy, dead data, another namespace or no store room: as a drop for room.
-    drop_host_victim(victim, snapshot);
+    if (evict<Tier::kHost>(victim, h, batch, false) == Evicted::kCopying) planned += pages;
   }
-  if (batch.empty() || submit_store_batch(std::move(batch))) stats_.background_evictions += evicted;
+  if (batch.empty() || submit_down<Tier::kHost>(std::move(batch)))
+    stats_.background_evictions += evicted;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -512,36 +506,29 @@ Status PrefixCache::persist() {
     if (freed(n)) continue;
     // GPU-only data goes through host first (making host room may demote other nodes to
     // the store: they are persisted that way). Dead KV is not worth it.
-    PendingBatch stage;
-    stage.batch.direction = Direction::kDeviceToHost;
+    PendingBatch stage = down_batch<Tier::kGpu>();
     const bool live = !cost_aware_ || n->kv_live();
-    if (live && n->gpu.has_kv() && !n->host.has_kv() && !n->store.has_kv() &&
-        make_host_page_room(n->gpu.pages.size())) {
-      plan_kv_to_host(n, Xfer::kWriteThrough, stage);
-    }
-    if (n->gpu.snapshot.valid() && !n->host.has_snapshot() && !n->store.snapshot.valid()) {
-      std::vector<HostPageId> dst = take_host_snapshot_pages(n);
-      if (!dst.empty()) plan_snapshot_to_host(n, std::move(dst), Xfer::kWriteThrough, stage);
-    }
+    if (live && n->gpu.has_kv() && !n->host.has_kv() && !n->store.has_kv())
+      (void)plan_down<Tier::kGpu>(n, Held::kKv, Xfer::kWriteThrough, stage);
+    if (n->gpu.snapshot.valid() && !n->host.has_snapshot() && !n->store.snapshot.valid())
+      (void)plan_down<Tier::kGpu>(n, Held::kSnapshot, Xfer::kWriteThrough, stage);
     std::optional<std::uint32_t> id;
-    note(submit_batch(std::move(stage), &id));
-    if (id) wait_transfer(*id);
+    note(submit_down<Tier::kGpu>(std::move(stage), &id));
+    if (id) wait_down<Tier::kGpu>(*id);
     if (freed(n)) continue;
-    StoreBatch batch;
-    if (n->host.has_kv() && !n->store.has_kv() && n->kv_xfer == Xfer::kNone) {
-      (void)plan_store_write(n, false, false, batch);
-    }
-    if (n->host.has_snapshot() && !n->store.snapshot.valid() && n->snap_xfer == Xfer::kNone) {
-      (void)plan_store_write(n, true, false, batch);
-    }
+    StoreBatch batch = down_batch<Tier::kHost>();
+    if (n->host.has_kv() && !n->store.has_kv() && n->kv_xfer == Xfer::kNone)
+      (void)plan_down<Tier::kHost>(n, Held::kKv, Xfer::kWriteThrough, batch);
+    if (n->host.has_snapshot() && !n->store.snapshot.valid() && n->snap_xfer == Xfer::kNone)
+      (void)plan_down<Tier::kHost>(n, Held::kSnapshot, Xfer::kWriteThrough, batch);
     if (!n->has_kv()) {
       // Making store room for n's snapshot erased n's own store KV (its only copy): nothing
       // was planned for n (a KV write needs host KV), and n, empty now, leaves the tree.
       remove_if_empty(n);
       continue;
     }
-    note(submit_store_batch(std::move(batch), &id));
-    if (id) wait_store_transfer(*id);
+    note(submit_down<Tier::kHost>(std::move(batch), &id));
+    if (id) wait_down<Tier::kHost>(*id);
   }
   removal_log_ = nullptr;
   note(store_->sync());

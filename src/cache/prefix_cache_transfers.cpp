@@ -63,10 +63,10 @@ void PrefixCache::cancel_ops(std::span<const CopyOp> ops) {
     if (!op.snapshot) {
       n->kv_xfer = Xfer::kNone;
       if (op.kind == Xfer::kPromote) {
-        for (GpuPageId id : n->gpu.pages) gpu_pages_.give_back(id);
+        for (GpuPageId id : n->gpu.pages) gpu_.pages.give_back(id);
         set_pages<Tier::kGpu>(n, {});
       } else {
-        for (HostPageId id : n->host.pages) host_pages_.give_back(id);
+        for (HostPageId id : n->host.pages) host_.pages.give_back(id);
         set_pages<Tier::kHost>(n, {});
       }
       continue;
@@ -74,10 +74,10 @@ void PrefixCache::cancel_ops(std::span<const CopyOp> ops) {
     n->snap_xfer = Xfer::kNone;
     // Keys are made of the last use, so re-linking puts n back where it was.
     if (op.kind == Xfer::kPromote) {
-      gpu_slots_.give_back(n->gpu.snapshot);
+      gpu_.slots.give_back(n->gpu.snapshot);
       set_snapshot<Tier::kGpu>(n, GpuSlotId());
     } else {
-      for (HostPageId id : n->host.snapshot) host_pages_.give_back(id);
+      for (HostPageId id : n->host.snapshot) host_.pages.give_back(id);
       set_snapshot<Tier::kHost>(n, {});
     }
   }
@@ -189,21 +189,21 @@ void PrefixCache::finish_op(const CopyOp& op, bool ok) {
     const std::size_t np = n->gpu.pages.size();
     if (op.kind == Xfer::kPromote) {
       if (ok) {
-        for (GpuPageId id : n->gpu.pages) gpu_pages_.reassign(id, Holder::kNode);
+        for (GpuPageId id : n->gpu.pages) gpu_.pages.reassign(id, Holder::kNode);
         stats_.kv_pages_promoted += np;
         refresh(n);
       } else {
         // Rule 7: the destination is freed, nothing arrived; the intact host copy stays
         // (Host), so the request recomputes and the next admission can promote it again.
-        for (GpuPageId id : n->gpu.pages) gpu_pages_.give_back(id);
+        for (GpuPageId id : n->gpu.pages) gpu_.pages.give_back(id);
         set_pages<Tier::kGpu>(n, {});
       }
       return;
     }
     if (ok) {
-      for (HostPageId id : n->host.pages) host_pages_.reassign(id, Holder::kNode);
+      for (HostPageId id : n->host.pages) host_.pages.reassign(id, Holder::kNode);
     } else {
-      for (HostPageId id : n->host.pages) host_pages_.give_back(id);
+      for (HostPageId id : n->host.pages) host_.pages.give_back(id);
       set_pages<Tier::kHost>(n, {});
       // The GPU copy is intact and stays; the round that evicts skips it (node.hpp).
       if (op.kind == Xfer::kDemote) n->kv_demote_failed = room_round_;
@@ -220,20 +220,20 @@ void PrefixCache::finish_op(const CopyOp& op, bool ok) {
   n->snap_xfer = Xfer::kNone;
   if (op.kind == Xfer::kPromote) {
     if (ok) {
-      gpu_slots_.reassign(n->gpu.snapshot, Holder::kNode);
+      gpu_.slots.reassign(n->gpu.snapshot, Holder::kNode);
       ++stats_.snapshots_promoted;
       refresh(n);
     } else {  // as for KV: the host copy stays, the GPU slot is freed
-      gpu_slots_.give_back(n->gpu.snapshot);
+      gpu_.slots.give_back(n->gpu.snapshot);
       set_snapshot<Tier::kGpu>(n, GpuSlotId());
     }
     return;
   }
   if (ok) {
-    for (HostPageId id : n->host.snapshot) host_pages_.reassign(id, Holder::kNode);
+    for (HostPageId id : n->host.snapshot) host_.pages.reassign(id, Holder::kNode);
     if (op.kind == Xfer::kDemote) ++stats_.snapshots_demoted;
   } else {
-    for (HostPageId id : n->host.snapshot) host_pages_.give_back(id);
+    for (HostPageId id : n->host.snapshot) host_.pages.give_back(id);
     set_snapshot<Tier::kHost>(n, {});
     if (op.kind == Xfer::kDemote) n->snap_demote_failed = room_round_;
   }

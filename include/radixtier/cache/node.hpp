@@ -213,6 +213,10 @@ struct Row {
       return snapshot.valid();
     }
   }
+  /// Pool pages the KV (h = kKv) or the snapshot takes on this row (a paged tier: host).
+  std::size_t held_pages(Held h) const requires(T == Tier::kHost) {
+    return h == Held::kKv ? pages.size() : snapshot.size();
+  }
   OrderHook& hook(Held h) { return h == Held::kKv ? kv_hook : snap_hook; }
   OrderKey& key(Held h) { return h == Held::kKv ? kv_key : snap_key; }
   const OrderKey& key(Held h) const { return h == Held::kKv ? kv_key : snap_key; }

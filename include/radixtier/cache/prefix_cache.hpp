@@ -9,13 +9,13 @@
 //
 // The cache is composed of parts, each owning its state and stating its invariants:
 //   RadixTree      (radix_tree.hpp)    the nodes, the namespace roots, walks and splits
-//   TierOrders<T>  (tier_orders.hpp)   per tier: the KV and snapshot eviction orders (the
-//                                      nodes evictable there now, lowest key first) and the
-//                                      pools' ages; host and store take the lower of the
-//                                      two heads, the GPU has a pool per kind
+//   TierPart<T>    (tier_part.hpp)     per tier: the KV and snapshot eviction orders (the
+//                                      nodes evictable there now, lowest key first), the
+//                                      pools' ages, the pools and the held counters; host
+//                                      and store take the lower of the two heads, the GPU
+//                                      has a pool per kind
 //   RequestTable   (request_table.hpp) the locks and the ids requests hold (rule 9)
 //   PinTable       (pin_table.hpp)     the host pins and the pages they hold
-//   IdPool         (id_pool.hpp)       the GPU page, GPU slot and host page pools (rule 2)
 //   TransfersInFlight (transfers_in_flight.hpp) the copies in flight: GPU-host batches,
 //                                      store batches, staged loads
 // and the engines, the event sinks and the stats, which stay members here.
@@ -85,7 +85,7 @@
 #include "radixtier/cache/radix_tree.hpp"
 #include "radixtier/cache/request_options.hpp"
 #include "radixtier/cache/request_table.hpp"
-#include "radixtier/cache/tier_orders.hpp"
+#include "radixtier/cache/tier_part.hpp"
 #include "radixtier/cache/timing_hooks.hpp"
 #include "radixtier/cache/transfers_in_flight.hpp"
 #include "radixtier/config.hpp"
@@ -378,12 +378,36 @@ class PrefixCache final : public CacheBackend {
   /// Plans the copy of n's GPU snapshot into `dst` (take_host_snapshot_pages) in `batch`.
   void plan_snapshot_to_host(Node* n, std::vector<HostPageId> dst, Xfer kind, PendingBatch& batch);
   void add_snapshot_pieces(TransferBatch& batch, const Node* n) const;
-  /// `ahead` (the watermark step): when host room cannot be made now, leave n as it is and
-  /// return false instead of dropping it; true when n left the order.
-  bool evict_gpu_kv(Node* n, PendingBatch& demote, bool ahead = false);
-  bool evict_gpu_snapshot(Node* n, PendingBatch& demote, bool ahead = false);
-  /// Drops a host victim's KV or snapshot for room (no store copy made), pruning what empties.
-  void drop_host_victim(Node* n, bool snapshot);
+
+  // the transitions between a tier and the one below, written once (prefix_cache_links.cpp)
+  /// What evict() did with its victim: freed it now, planned its copy down (the room comes
+  /// when the copy lands), or left it (ahead of need, no room below now).
+  enum class Evicted { kFreed, kCopying, kLeft };
+  /// One victim's KV (h = kKv) or snapshot leaves tier T for room: dropped when dead, freed
+  /// when a copy is kept below, else demoted (its copy planned in `batch`), else dropped;
+  /// `ahead` (the watermark step): when room below cannot be made now, left where it is.
+  template <Tier T>
+  Evicted evict(Node* n, Held h, DownBatch<T>& batch, bool ahead);
+  /// A tier below T keeps n's KV / snapshot (so leaving T loses nothing).
+  template <Tier T>
+  bool kept_below(const Node& n, Held h) const;
+  /// Frees n's copy on T when kept_below(): a demotion on GPU, a drop from memory on host.
+  template <Tier T>
+  void free_kept(Node* n, Held h);
+  /// Drops a victim's KV or snapshot from T for room (counted; a node left empty leaves).
+  template <Tier T>
+  void drop_victim(Node* n, Held h);
+  /// Plans the copy of n's KV / snapshot from T to the tier below as `kind` (kDemote: the
+  /// copy on T goes when it lands; kWriteThrough: it stays), making room below; false: not
+  /// planned (no room, dead data, another namespace, or no store).
+  template <Tier T>
+  bool plan_down(Node* n, Held h, Xfer kind, DownBatch<T>& batch);
+  template <Tier T>
+  Status submit_down(DownBatch<T>&& batch, std::optional<std::uint32_t>* id = nullptr);
+  template <Tier T>
+  void wait_down(std::uint32_t id);
+  template <Tier T>
+  DownBatch<T> down_batch();
   void write_through(std::span<Node* const> nodes, Node* snapshot_node);
   /// CacheConfig::max_snapshots_per_path, after a snapshot was attached at n: while a
   /// root-to-leaf path through n holds more than the cap, drops the least useful unpinned
@@ -462,7 +486,6 @@ class PrefixCache final : public CacheBackend {
   StoreEngine* store_ = nullptr;
   /// The copies in flight: GPU-host batches, store batches, staged loads (transfers_in_flight.hpp).
   TransfersInFlight xfers_;
-  std::size_t store_snaps_held_ = 0;  ///< nodes with a store snapshot
   /// The nodes and the namespace roots (radix_tree.hpp).
   RadixTree tree_;
   std::uint64_t clock_ = 0;
@@ -474,39 +497,28 @@ class PrefixCache final : public CacheBackend {
   /// (CacheStats::alloc_copy_waits).
   bool alloc_room_ = false;
 
-  IdPool<GpuPageId> gpu_pages_;
-  IdPool<HostPageId> host_pages_;  ///< the one host pool: KV pages and snapshot pieces
-  IdPool<GpuSlotId> gpu_slots_;
-
-  /// GPU pages of locked nodes (promotion destinations included): pages no eviction can
-  /// reclaim. Every other node-held GPU page is reclaimable, leaf-first, because an unlocked
-  /// node has no locked descendant.
-  std::size_t locked_gpu_pages_ = 0;
-
-  /// Each tier's eviction orders and ages (tier_orders.hpp).
-  TierOrders<Tier::kGpu> gpu_tier_;
-  TierOrders<Tier::kHost> host_tier_;
-  TierOrders<Tier::kStore> store_tier_;
+  /// The tiers as parts: each one's eviction orders, ages, pools and held counters
+  /// (tier_part.hpp).
+  TierPart<Tier::kGpu> gpu_;
+  TierPart<Tier::kHost> host_;
+  TierPart<Tier::kStore> store_tier_;
   template <Tier T>
-  TierOrders<T>& tier() {
+  TierPart<T>& tier() {
     if constexpr (T == Tier::kGpu) {
-      return gpu_tier_;
+      return gpu_;
     } else if constexpr (T == Tier::kHost) {
-      return host_tier_;
+      return host_;
     } else {
       return store_tier_;
     }
   }
   template <Tier T>
-  const TierOrders<T>& tier() const {
+  const TierPart<T>& tier() const {
     return const_cast<PrefixCache*>(this)->tier<T>();
   }
   /// kCostAware: GreedyDual keys, dead KV first, one shared host pool (config.hpp).
   bool cost_aware_ = true;
   bool shared_host_ = true;
-  /// Host pages held by KV and by snapshots (nodes and their in-flight copies): the shares
-  /// when the host pool is split.
-  std::size_t host_kv_held_ = 0, host_snap_held_ = 0;
   /// Tokens of recompute a byte of KV saves (a snapshot's: TierOrders::snap_value).
   double kv_value_ = 0;
 

@@ -12,6 +12,11 @@ inline constexpr std::size_t kTierCount = 3;
 
 const char* to_string(Tier tier);
 
+/// The tier below `t` (the store has none: it is its own).
+constexpr Tier lower_tier(Tier t) {
+  return t == Tier::kGpu ? Tier::kHost : Tier::kStore;
+}
+
 /// Calls f.template operator()<T>() for each tier, fastest first (the one loop over the
 /// tiers that code written once for every row uses).
 template <class F>

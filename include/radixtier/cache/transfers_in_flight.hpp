@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <list>
 #include <map>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -67,6 +68,11 @@ struct StoreBatch {
   std::uint64_t slots = 0;  ///< store slots the writes take
   bool empty() const { return ops.empty(); }
 };
+
+/// The batch a tier's copies to the tier below go in: GPU -> host on the TransferEngine, host
+/// -> store on the StoreEngine (prefix_cache_links.cpp plans, submits and waits for them).
+template <Tier T>
+using DownBatch = std::conditional_t<T == Tier::kGpu, PendingBatch, StoreBatch>;
 
 // --- store -> GPU through host staging pages ------------------------------------------------
 /// One chunk of a staged load: records read into its staging pages, then copied to GPU.

@@ -1,0 +1,158 @@
+// The transitions between a tier and the one below it, written once for every adjacent pair
+// (GPU -> host on the TransferEngine, host -> store on the StoreEngine): node.hpp's table of
+// transitions over a pair of adjacent tiers, as code.
+//
+//   evict<T>        one victim of tier T leaves it: dead KV is dropped; a copy already kept
+//                   below makes it free; else its copy down is planned (demote); when that
+//                   cannot be made it is dropped (or, ahead of need, left where it is)
+//   drop_victim<T>  the drop: counted as dropped on T (and as dead when nothing resumes from
+//                   it); a node left empty leaves the tree
+//   plan_down<T>    the copy of a node's KV / snapshot one tier down, as a demotion (the copy
+//                   above goes when it lands) or a write-through (it stays), room below made
+//   submit_down<T>, wait_down<T>: the batch goes to the engine below T / is waited for
+//
+// What stays with each link: how a copy is planned on its engine (host pages taken before the
+// copy for GPU -> host; store records named by path hashes for host -> store) and how a
+// finished copy lands (prefix_cache_transfers.cpp, prefix_cache_store.cpp).
+#include <cassert>
+
+#include "radixtier/cache/prefix_cache.hpp"
+
+namespace radixtier {
+
+template <Tier T>
+PrefixCache::Evicted PrefixCache::evict(Node* n, Held h, DownBatch<T>& batch, bool ahead) {
+  assert(h == Held::kKv ? n->kv_evictable<T>() : n->snapshot_evictable<T>());
+  const bool kv = h == Held::kKv;
+  Evicted out = Evicted::kFreed;
+  if (kv && cost_aware_ && !n->kv_live()) {  // dead KV: nothing resumes from it, no copy pays
+    drop_victim<T>(n, h);
+    return out;
+  }
+  if (kept_below<T>(*n, h)) {
+    free_kept<T>(n, h);
+  } else if (!kv && !n->has_kv()) {  // a snapshot without KV: nothing resumes from it either
+    drop_victim<T>(n, h);
+    return out;
+  } else if (plan_down<T>(n, h, Xfer::kDemote, batch)) {
+    out = Evicted::kCopying;
+  } else if (ahead && n->has_kv()) {
+    // No room below now (what is there is in flight or pinned): ahead of need, nothing is
+    // dropped that an allocation, waiting for those copies, would demote instead.
+    return Evicted::kLeft;
+  } else {
+    drop_victim<T>(n, h);
+    return out;
+  }
+  // Where snapshots have their own few slots (the GPU), a snapshot whose KV leaves does not
+  // keep one: it goes with the KV (ahead of need without room below, it stays and leaves
+  // first when a slot is needed).
+  if (kv && !TierOrders<T>::kSharedPool && cost_aware_ && n->snapshot_evictable<T>())
+    (void)evict<T>(n, Held::kSnapshot, batch, ahead);
+  return out;
+}
+
+template <Tier T>
+bool PrefixCache::kept_below(const Node& n, Held h) const {
+  // KV is kept below when the next tier has it (a promotion reads it from there); a snapshot
+  // when any tier below has it (it is never written twice).
+  if (h == Held::kKv) return n.row<lower_tier(T)>().has_kv();
+  if constexpr (T == Tier::kGpu) return n.host.has_snapshot() || n.store.has_snapshot();
+  return n.store.has_snapshot();
+}
+
+template <Tier T>
+void PrefixCache::free_kept(Node* n, Held h) {
+  if constexpr (T == Tier::kGpu) {
+    // The copy on host stays in memory: KV freed here is a demotion that needed no copy.
+    if (h == Held::kKv) {
+      stats_.kv_pages_demoted += n->gpu.pages.size();
+      free_kv<T>(n);
+    } else {
+      drop_snapshot<T>(n);
+    }
+  } else {
+    drop_victim<T>(n, h);  // the last memory tier: what leaves it is dropped from memory
+  }
+}
+
+template <Tier T>
+void PrefixCache::drop_victim(Node* n, Held h) {
+  if (h == Held::kSnapshot) {
+    drop_snapshot<T>(n);
+    remove_if_empty(n);  // making room may have taken its last KV
+    return;
+  }
+  const std::size_t np = n->row<T>().pages.size();
+  if (!n->kv_live()) stats_.dead_kv_pages_dropped += np;
+  dropped_pages<T>() += np;
+  free_kv<T>(n);
+  // A snapshot in its own slot (the GPU) with no KV left to resume from leaves with it.
+  if (!TierOrders<T>::kSharedPool && !n->has_kv() && n->snapshot_evictable<T>())
+    drop_snapshot<T>(n);
+  remove_if_empty(n);
+}
+
+template <Tier T>
+bool PrefixCache::plan_down(Node* n, Held h, Xfer kind, DownBatch<T>& batch) {
+  if constexpr (T == Tier::kGpu) {
+    if (h == Held::kKv) {
+      if (!make_host_page_room(n->gpu.pages.size())) return false;
+      plan_kv_to_host(n, kind, batch);
+      return true;
+    }
+    std::vector<HostPageId> dst = take_host_snapshot_pages(n);
+    if (dst.empty()) return false;
+    if (!n->has_kv()) {  // making room took n's own KV: the snapshot is of no use any more
+      release(dst);
+      return false;
+    }
+    plan_snapshot_to_host(n, std::move(dst), kind, batch);
+    return true;
+  } else {
+    return plan_store_write(n, h == Held::kSnapshot, kind == Xfer::kDemote, batch) ==
+           StoreVerdict::kPlanned;
+  }
+}
+
+template <Tier T>
+Status PrefixCache::submit_down(DownBatch<T>&& batch, std::optional<std::uint32_t>* id) {
+  if constexpr (T == Tier::kGpu) {
+    return submit_batch(std::move(batch), id);
+  } else {
+    return submit_store_batch(std::move(batch), id);
+  }
+}
+
+template <Tier T>
+void PrefixCache::wait_down(std::uint32_t id) {
+  if constexpr (T == Tier::kGpu) {
+    wait_transfer(id);
+  } else {
+    wait_store_transfer(id);
+  }
+}
+
+template <Tier T>
+DownBatch<T> PrefixCache::down_batch() {
+  DownBatch<T> b;
+  if constexpr (T == Tier::kGpu) b.batch.direction = Direction::kDeviceToHost;
+  return b;
+}
+
+#define RADIXTIER_LINK(T)                                                                     \
+  template PrefixCache::Evicted PrefixCache::evict<T>(Node*, Held, DownBatch<T>&, bool);      \
+  template bool PrefixCache::kept_below<T>(const Node&, Held) const;                          \
+  template void PrefixCache::free_kept<T>(Node*, Held);                                       \
+  template bool PrefixCache::plan_down<T>(Node*, Held, Xfer, DownBatch<T>&);                  \
+  template Status PrefixCache::submit_down<T>(DownBatch<T>&&, std::optional<std::uint32_t>*); \
+  template void PrefixCache::wait_down<T>(std::uint32_t);                                     \
+  template DownBatch<T> PrefixCache::down_batch<T>();
+RADIXTIER_LINK(Tier::kGpu)
+RADIXTIER_LINK(Tier::kHost)
+#undef RADIXTIER_LINK
+template void PrefixCache::drop_victim<Tier::kGpu>(Node*, Held);
+template void PrefixCache::drop_victim<Tier::kHost>(Node*, Held);
+template void PrefixCache::drop_victim<Tier::kStore>(Node*, Held);
+
+}  // namespace radixtier
