@@ -5,6 +5,8 @@
 // memory store copies them, and a restart poisons all GPU and host memory.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "cache_harness.hpp"
 #include "memory_store_engine.hpp"
 #include "radixtier/cache/prefix_cache.hpp"
@@ -79,6 +81,39 @@ TEST(StoreTier, HostVictimsGoToTheStoreAndComeBackByteExact) {
   EXPECT_GE(r.h.cache->stats().kv_pages_loaded, 4u);
   EXPECT_GE(r.h.cache->stats().snapshots_loaded, 1u);
   EXPECT_GE(r.h.cache->stats().hit_tokens_store, 16u);
+  ASSERT_INVARIANTS(r.h);
+}
+
+TEST(StoreTier, AVictimKeptBelowLeavesWithoutAnotherCopy) {
+  // The rule the GPU follows with a clean host copy holds one tier down: prompt 0, loaded back
+  // from the store, keeps its records; when host evicts it again it is freed, not rewritten.
+  Rig r;
+  serve_all(r, 0, 20);
+  ASSERT_TRUE(on_store(*r.h.cache, prompt(0)));
+  ASSERT_EQ(r.h.serve(prompt(0), kSnapAt, 2).cached, 16u);
+  r.h.cache->drain();
+  serve_all(r, 20, 40);  // pushes prompt 0 out of GPU and host again
+  ASSERT_TRUE(on_store(*r.h.cache, prompt(0)));
+  EXPECT_EQ(r.h.cache->inspect(prompt(0)).front().kv, Residency::kNone) << "store only again";
+  // Prompt 0's records, by their path hashes: one per page and one snapshot at its end.
+  const std::vector<Token> p0 = prompt(0);
+  const std::size_t page = r.h.config.page_size;
+  std::vector<PathHash> paths;
+  PathHash end = PathHash::root();
+  for (std::size_t at = 0; at < 16; at += page) {
+    end = extend_path(end, std::span<const Token>(p0).subspan(at, page));
+    paths.push_back(end);
+  }
+  std::size_t kv_records = 0, snapshot_records = 0;
+  for (const StoredRecord& rec : r.store.records()) {
+    if (rec.desc.kind == RecordKind::kSnapshot) {
+      snapshot_records += rec.desc.path == end;
+    } else {
+      kv_records += std::count(paths.begin(), paths.end(), rec.desc.node_path());
+    }
+  }
+  EXPECT_EQ(kv_records, paths.size()) << "prompt 0's pages were written once";
+  EXPECT_EQ(snapshot_records, 1u) << "and its snapshot";
   ASSERT_INVARIANTS(r.h);
 }
 

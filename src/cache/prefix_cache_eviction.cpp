@@ -68,10 +68,10 @@ Status PrefixCache::reclaim_gpu_pages(std::size_t n) {
         continue;
       }
       std::optional<std::uint32_t> id;
-      if (Status s = submit_down<Tier::kGpu>(std::move(demote), &id); !s) {
+      if (Status s = submit_link<Tier::kGpu>(std::move(demote), &id); !s) {
         return Status(s.code(), "GPU KV pool: " + s.message());
       }
-      if (id) wait_down<Tier::kGpu>(*id);
+      if (id) wait_link<Tier::kGpu>(*id);
       continue;
     }
     if (!wait_any_transfer()) {
@@ -128,10 +128,10 @@ Status PrefixCache::reclaim_gpu_slots(std::size_t n) {
       tier<Tier::kGpu>().aged_by(Held::kSnapshot, *victim);
       (void)evict<Tier::kGpu>(victim, Held::kSnapshot, demote, false);
       std::optional<std::uint32_t> id;
-      if (Status s = submit_down<Tier::kGpu>(std::move(demote), &id); !s) {
+      if (Status s = submit_link<Tier::kGpu>(std::move(demote), &id); !s) {
         return Status(s.code(), "GPU snapshot slots: " + s.message());
       }
-      if (id) wait_down<Tier::kGpu>(*id);
+      if (id) wait_link<Tier::kGpu>(*id);
       continue;
     }
     if (!wait_any_transfer()) {
@@ -223,7 +223,7 @@ void PrefixCache::demote_ahead() {
   // Refused: the planned copies are cancelled (their nodes keep their GPU copies) and the
   // allocation that needs the room makes it itself; nothing waits here either way.
   const bool copies = !demote.batch.empty();
-  if (!copies || submit_down<Tier::kGpu>(std::move(demote))) stats_.background_evictions += evicted;
+  if (!copies || submit_link<Tier::kGpu>(std::move(demote))) stats_.background_evictions += evicted;
 }
 
 bool PrefixCache::make_host_page_room(std::size_t n, bool for_snapshot) {
@@ -275,7 +275,7 @@ bool PrefixCache::make_host_page_room(std::size_t n, bool for_snapshot) {
     }
     const std::vector<StoreOp> ops = writes.ops;
     std::optional<std::uint32_t> id;
-    if (Status s = submit_down<Tier::kHost>(std::move(writes), &id); !s) {
+    if (Status s = submit_link<Tier::kHost>(std::move(writes), &id); !s) {
       // Refused (the ops are cancelled): the room is still needed, so they are dropped, as
       // without a store. Snapshots first: dropping a node's KV may take the node out of the
       // tree, and its snapshot with it.
@@ -289,7 +289,7 @@ bool PrefixCache::make_host_page_room(std::size_t n, bool for_snapshot) {
     }
     ++stats_.store_copy_waits;
     stats_.store_wait_bytes += xfers_.store.at(*id).bytes;
-    wait_down<Tier::kHost>(*id);
+    wait_link<Tier::kHost>(*id);
   }
   return true;
 }
@@ -377,7 +377,7 @@ void PrefixCache::write_through(std::span<Node* const> nodes, Node* snapshot_nod
     (void)plan_down<Tier::kGpu>(s, Held::kSnapshot, Xfer::kWriteThrough, copy);
   // Refused: the nodes stay GPU-only (cancel_ops), the insert that asked for the copy has
   // already succeeded; the demotion that evicts them later reports a refusal then.
-  (void)submit_down<Tier::kGpu>(std::move(copy));
+  (void)submit_link<Tier::kGpu>(std::move(copy));
 }
 
 }  // namespace radixtier

@@ -9,7 +9,10 @@
 //                   it); a node left empty leaves the tree
 //   plan_down<T>    the copy of a node's KV / snapshot one tier down, as a demotion (the copy
 //                   above goes when it lands) or a write-through (it stays), room below made
-//   submit_down<T>, wait_down<T>: the batch goes to the engine below T / is waited for
+//   plan_up<T>      the copy of a node's KV / snapshot from the tier below up into T: a
+//                   promotion (host -> GPU) or a load (store -> host, then on to GPU)
+//   submit_link<T>, wait_link<T>: a batch goes to the engine between T and the tier below /
+//                   is waited for
 //
 // What stays with each link: how a copy is planned on its engine (host pages taken before the
 // copy for GPU -> host; store records named by path hashes for host -> store) and how a
@@ -21,7 +24,7 @@
 namespace radixtier {
 
 template <Tier T>
-PrefixCache::Evicted PrefixCache::evict(Node* n, Held h, DownBatch<T>& batch, bool ahead) {
+PrefixCache::Evicted PrefixCache::evict(Node* n, Held h, LinkBatch<T>& batch, bool ahead) {
   assert(h == Held::kKv ? n->kv_evictable<T>() : n->snapshot_evictable<T>());
   const bool kv = h == Held::kKv;
   Evicted out = Evicted::kFreed;
@@ -94,7 +97,7 @@ void PrefixCache::drop_victim(Node* n, Held h) {
 }
 
 template <Tier T>
-bool PrefixCache::plan_down(Node* n, Held h, Xfer kind, DownBatch<T>& batch) {
+bool PrefixCache::plan_down(Node* n, Held h, Xfer kind, LinkBatch<T>& batch) {
   if constexpr (T == Tier::kGpu) {
     if (h == Held::kKv) {
       if (!make_host_page_room(n->gpu.pages.size())) return false;
@@ -116,7 +119,37 @@ bool PrefixCache::plan_down(Node* n, Held h, Xfer kind, DownBatch<T>& batch) {
 }
 
 template <Tier T>
-Status PrefixCache::submit_down(DownBatch<T>&& batch, std::optional<std::uint32_t>* id) {
+bool PrefixCache::plan_up(Node* n, Held h, LinkBatch<T>& batch) {
+  if constexpr (T == Tier::kGpu) {  // promotion: host -> GPU, into GPU room already made
+    if (h == Held::kKv) {
+      std::vector<GpuPageId> dst;
+      for (HostPageId src : n->host.pages) {
+        dst.push_back(*gpu_.pages.take(Holder::kTransfer));
+        batch.batch.pages.push_back({dst.back(), src});
+      }
+      n->kv_xfer = Xfer::kPromote;
+      set_pages<Tier::kGpu>(n, std::move(dst));
+    } else {
+      n->snap_xfer = Xfer::kPromote;
+      set_snapshot<Tier::kGpu>(n, *gpu_.slots.take(Holder::kTransfer));
+      add_snapshot_pieces(batch.batch, n);
+    }
+    batch.ops.push_back({n, h == Held::kSnapshot, Xfer::kPromote});
+    return true;
+  } else {  // load: store -> host, on to the GPU room already made when it lands
+    if (h == Held::kKv) {
+      plan_kv_load(n, batch);
+      return true;
+    }
+    std::vector<HostPageId> dst = take_host_snapshot_pages(n);
+    if (dst.empty()) return false;
+    plan_snapshot_load(n, std::move(dst), batch);
+    return true;
+  }
+}
+
+template <Tier T>
+Status PrefixCache::submit_link(LinkBatch<T>&& batch, std::optional<std::uint32_t>* id) {
   if constexpr (T == Tier::kGpu) {
     return submit_batch(std::move(batch), id);
   } else {
@@ -125,7 +158,7 @@ Status PrefixCache::submit_down(DownBatch<T>&& batch, std::optional<std::uint32_
 }
 
 template <Tier T>
-void PrefixCache::wait_down(std::uint32_t id) {
+void PrefixCache::wait_link(std::uint32_t id) {
   if constexpr (T == Tier::kGpu) {
     wait_transfer(id);
   } else {
@@ -134,20 +167,29 @@ void PrefixCache::wait_down(std::uint32_t id) {
 }
 
 template <Tier T>
-DownBatch<T> PrefixCache::down_batch() {
-  DownBatch<T> b;
+LinkBatch<T> PrefixCache::down_batch() {
+  LinkBatch<T> b;
   if constexpr (T == Tier::kGpu) b.batch.direction = Direction::kDeviceToHost;
   return b;
 }
 
+template <Tier T>
+LinkBatch<T> PrefixCache::up_batch() {
+  LinkBatch<T> b;
+  if constexpr (T == Tier::kGpu) b.batch.direction = Direction::kHostToDevice;
+  return b;
+}
+
 #define RADIXTIER_LINK(T)                                                                     \
-  template PrefixCache::Evicted PrefixCache::evict<T>(Node*, Held, DownBatch<T>&, bool);      \
+  template PrefixCache::Evicted PrefixCache::evict<T>(Node*, Held, LinkBatch<T>&, bool);      \
   template bool PrefixCache::kept_below<T>(const Node&, Held) const;                          \
   template void PrefixCache::free_kept<T>(Node*, Held);                                       \
-  template bool PrefixCache::plan_down<T>(Node*, Held, Xfer, DownBatch<T>&);                  \
-  template Status PrefixCache::submit_down<T>(DownBatch<T>&&, std::optional<std::uint32_t>*); \
-  template void PrefixCache::wait_down<T>(std::uint32_t);                                     \
-  template DownBatch<T> PrefixCache::down_batch<T>();
+  template bool PrefixCache::plan_down<T>(Node*, Held, Xfer, LinkBatch<T>&);                  \
+  template Status PrefixCache::submit_link<T>(LinkBatch<T>&&, std::optional<std::uint32_t>*); \
+  template void PrefixCache::wait_link<T>(std::uint32_t);                                     \
+  template LinkBatch<T> PrefixCache::down_batch<T>();                                         \
+  template bool PrefixCache::plan_up<T>(Node*, Held, LinkBatch<T>&);                          \
+  template LinkBatch<T> PrefixCache::up_batch<T>();
 RADIXTIER_LINK(Tier::kGpu)
 RADIXTIER_LINK(Tier::kHost)
 #undef RADIXTIER_LINK

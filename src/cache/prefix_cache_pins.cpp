@@ -121,8 +121,8 @@ Result<PinId> PrefixCache::pin(std::span<const Token> tokens, NamespaceId ns) {
   if (!end->host.has_snapshot())
     (void)plan_down<Tier::kGpu>(end, Held::kSnapshot, Xfer::kWriteThrough, copy);
   std::optional<std::uint32_t> id;
-  Status submitted = submit_down<Tier::kGpu>(std::move(copy), &id);
-  if (id) wait_down<Tier::kGpu>(*id);
+  Status submitted = submit_link<Tier::kGpu>(std::move(copy), &id);
+  if (id) wait_link<Tier::kGpu>(*id);
   bool whole = end->host.has_snapshot();
   for (const Node* n : path) whole = whole && n->host.has_kv();
   if (!submitted || !whole) {

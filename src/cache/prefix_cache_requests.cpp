@@ -213,35 +213,24 @@ Result<Admission> PrefixCache::try_admit_at(Node* target) {
   std::size_t store_tokens = 0;
   if (Status s = load_from_store(target, path, &store_tokens); !s) return undo(s);
   stats_.hit_tokens_store += store_tokens;
-  PendingBatch promote;
-  promote.batch.direction = Direction::kHostToDevice;
+  PendingBatch promote = up_batch<Tier::kGpu>();
   Admission a;
   for (Node* n : path) {
     if (n->gpu.has_kv()) {
       (n->kv_to_gpu() ? a.host_tokens : a.gpu_tokens) += n->tokens.size();
       continue;
     }
-    std::vector<GpuPageId> dst;
-    for (HostPageId h : n->host.pages) {
-      dst.push_back(*gpu_.pages.take(Holder::kTransfer));
-      promote.batch.pages.push_back({dst.back(), h});
-    }
-    n->kv_xfer = Xfer::kPromote;
-    set_pages<Tier::kGpu>(n, std::move(dst));
-    promote.ops.push_back({n, false, Xfer::kPromote});
+    (void)plan_up<Tier::kGpu>(n, Held::kKv, promote);
     a.host_tokens += n->tokens.size();
   }
   if (target->snap_xfer == Xfer::kLoad || target->snap_xfer == Xfer::kStage) {
     a.snapshot_from_host = true;
   } else if (!target->gpu.snapshot.valid()) {
-    target->snap_xfer = Xfer::kPromote;
-    set_snapshot<Tier::kGpu>(target, *gpu_.slots.take(Holder::kTransfer));
-    add_snapshot_pieces(promote.batch, target);
-    promote.ops.push_back({target, true, Xfer::kPromote});
+    (void)plan_up<Tier::kGpu>(target, Held::kSnapshot, promote);
     a.snapshot_from_host = true;
   }
   // Refused: cancel_ops() put the path back as it was; the refusal goes to the caller.
-  if (Status s = submit_batch(std::move(promote)); !s) return undo(s);
+  if (Status s = submit_link<Tier::kGpu>(std::move(promote)); !s) return undo(s);
   // Recency and frequency: the KV of the whole path, but only the snapshot resumed from (the
   // intermediate ones on the path then leave first).
   for (Node* n : path) touch(n);

@@ -46,26 +46,21 @@ Status PrefixCache::load_from_store(Node* target, std::span<Node* const> path,
   if (load_pages == 0 && !load_snapshot) return Status::ok();
   // Whole: host pages for all of it are taken now, as the reads' destinations and the
   // promotions' sources (the GPU pages were made room for by the caller).
-  StoreBatch load;
+  StoreBatch load = up_batch<Tier::kHost>();
   bool whole = load_pages == 0 || make_host_page_room(load_pages);
   if (whole) {
     for (Node* n : path) {
-      if (!n->gpu.has_kv() && !n->host.has_kv()) plan_kv_load(n, load);
+      if (!n->gpu.has_kv() && !n->host.has_kv()) (void)plan_up<Tier::kHost>(n, Held::kKv, load);
     }
   }
-  if (whole && load_snapshot) {
-    std::vector<HostPageId> dst = take_host_snapshot_pages(target);
-    if (dst.empty()) {
-      cancel_store_ops(load.ops);  // the nodes are store-only again
-      load = StoreBatch();
-      whole = false;
-    } else {
-      plan_snapshot_load(target, std::move(dst), load);
-    }
+  if (whole && load_snapshot && !plan_up<Tier::kHost>(target, Held::kSnapshot, load)) {
+    cancel_store_ops(load.ops);  // the nodes are store-only again
+    load = StoreBatch();
+    whole = false;
   }
   if (!whole) return start_staged_load(target, path);
   // Refused: the loads are cancelled (the nodes are store-only again).
-  if (Status s = submit_store_batch(std::move(load)); !s) {
+  if (Status s = submit_link<Tier::kHost>(std::move(load)); !s) {
     return Status(ErrorCode::kFailedPrecondition, "admit: " + s.message());
   }
   return Status::ok();

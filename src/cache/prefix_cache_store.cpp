@@ -464,7 +464,7 @@ void PrefixCache::store_ahead() {
     // A clean store copy, dead data, another namespace or no store room: as a drop for room.
     if (evict<Tier::kHost>(victim, h, batch, false) == Evicted::kCopying) planned += pages;
   }
-  if (batch.empty() || submit_down<Tier::kHost>(std::move(batch)))
+  if (batch.empty() || submit_link<Tier::kHost>(std::move(batch)))
     stats_.background_evictions += evicted;
 }
 
@@ -513,8 +513,8 @@ Status PrefixCache::persist() {
     if (n->gpu.snapshot.valid() && !n->host.has_snapshot() && !n->store.snapshot.valid())
       (void)plan_down<Tier::kGpu>(n, Held::kSnapshot, Xfer::kWriteThrough, stage);
     std::optional<std::uint32_t> id;
-    note(submit_down<Tier::kGpu>(std::move(stage), &id));
-    if (id) wait_down<Tier::kGpu>(*id);
+    note(submit_link<Tier::kGpu>(std::move(stage), &id));
+    if (id) wait_link<Tier::kGpu>(*id);
     if (freed(n)) continue;
     StoreBatch batch = down_batch<Tier::kHost>();
     if (n->host.has_kv() && !n->store.has_kv() && n->kv_xfer == Xfer::kNone)
@@ -527,8 +527,8 @@ Status PrefixCache::persist() {
       remove_if_empty(n);
       continue;
     }
-    note(submit_down<Tier::kHost>(std::move(batch), &id));
-    if (id) wait_down<Tier::kHost>(*id);
+    note(submit_link<Tier::kHost>(std::move(batch), &id));
+    if (id) wait_link<Tier::kHost>(*id);
   }
   removal_log_ = nullptr;
   note(store_->sync());

@@ -16,7 +16,8 @@
 // between adjacent tiers (a staged load skips host: the store's records reach the GPU through
 // a few staging pages and leave no host copy). The same transitions hold for the KV and the
 // snapshot and between both pairs of adjacent tiers; "upper" and "lower" are the tiers of a
-// pair (GPU/host, host/store):
+// pair (GPU/host, host/store). The code is written once for both pairs too
+// (prefix_cache_links.cpp: evict<T>, drop_victim<T>, plan_down<T>, plan_up<T>):
 //
 //   from                  event                              copy      to
 //   upper only            evict upper, lower has room        demote    upper+lower, then

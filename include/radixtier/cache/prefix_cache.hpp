@@ -387,7 +387,7 @@ class PrefixCache final : public CacheBackend {
   /// when a copy is kept below, else demoted (its copy planned in `batch`), else dropped;
   /// `ahead` (the watermark step): when room below cannot be made now, left where it is.
   template <Tier T>
-  Evicted evict(Node* n, Held h, DownBatch<T>& batch, bool ahead);
+  Evicted evict(Node* n, Held h, LinkBatch<T>& batch, bool ahead);
   /// A tier below T keeps n's KV / snapshot (so leaving T loses nothing).
   template <Tier T>
   bool kept_below(const Node& n, Held h) const;
@@ -401,13 +401,20 @@ class PrefixCache final : public CacheBackend {
   /// copy on T goes when it lands; kWriteThrough: it stays), making room below; false: not
   /// planned (no room, dead data, another namespace, or no store).
   template <Tier T>
-  bool plan_down(Node* n, Held h, Xfer kind, DownBatch<T>& batch);
+  bool plan_down(Node* n, Held h, Xfer kind, LinkBatch<T>& batch);
+  /// Plans the copy of n's KV / snapshot from the tier below T up into T (the room on T, and
+  /// for a load the GPU room it continues to, made by the caller); false: no room (a load's
+  /// snapshot pages on host).
   template <Tier T>
-  Status submit_down(DownBatch<T>&& batch, std::optional<std::uint32_t>* id = nullptr);
+  bool plan_up(Node* n, Held h, LinkBatch<T>& batch);
   template <Tier T>
-  void wait_down(std::uint32_t id);
+  LinkBatch<T> up_batch();
   template <Tier T>
-  DownBatch<T> down_batch();
+  Status submit_link(LinkBatch<T>&& batch, std::optional<std::uint32_t>* id = nullptr);
+  template <Tier T>
+  void wait_link(std::uint32_t id);
+  template <Tier T>
+  LinkBatch<T> down_batch();
   void write_through(std::span<Node* const> nodes, Node* snapshot_node);
   /// CacheConfig::max_snapshots_per_path, after a snapshot was attached at n: while a
   /// root-to-leaf path through n holds more than the cap, drops the least useful unpinned

@@ -1,7 +1,7 @@
 // TierPart<T>: one tier of PrefixCache as a part. It owns the tier's eviction orders and pool
 // ages (TierOrders<T>, tier_orders.hpp) and what the tier allocates from with the counts of
 // what it holds (TierPools<T>, below). The copies between a tier and the one below are
-// written once for every pair (prefix_cache_links.cpp: evict<T>, plan_down<T>, submit_down<T>).
+// written once for every pair (prefix_cache_links.cpp: evict<T>, plan_down<T>, submit_link<T>).
 //
 //   tier    pools                                        held counters
 //   kGpu    KV pages (GpuPageId), snapshot slots         pages of locked nodes (no eviction

@@ -69,10 +69,11 @@ struct StoreBatch {
   bool empty() const { return ops.empty(); }
 };
 
-/// The batch a tier's copies to the tier below go in: GPU -> host on the TransferEngine, host
-/// -> store on the StoreEngine (prefix_cache_links.cpp plans, submits and waits for them).
+/// The batch of copies over the link between tier T and the one below, either way: GPU <->
+/// host on the TransferEngine, host <-> store on the StoreEngine (prefix_cache_links.cpp
+/// plans, submits and waits for them).
 template <Tier T>
-using DownBatch = std::conditional_t<T == Tier::kGpu, PendingBatch, StoreBatch>;
+using LinkBatch = std::conditional_t<T == Tier::kGpu, PendingBatch, StoreBatch>;
 
 // --- store -> GPU through host staging pages ------------------------------------------------
 /// One chunk of a staged load: records read into its staging pages, then copied to GPU.
