@@ -60,9 +60,8 @@ Result<std::unique_ptr<PrefixCache>> PrefixCache::create(const CacheConfig& conf
 
 PrefixCache::PrefixCache(const CacheConfig& config, TransferEngine& engine)
     : config_(config),
-      engine_(engine),
       tree_(config.page_size),
-      gpu_(config.gpu_pages, config.gpu_snapshot_slots),
+      gpu_(config.gpu_pages, config.gpu_snapshot_slots, engine),
       host_(static_cast<std::uint32_t>(config.host_pool_pages())),
       requests_(config.gpu_pages, config.gpu_snapshot_slots) {
   // Values per byte for the GreedyDual keys: a KV page saves page_size tokens of recompute

@@ -25,7 +25,7 @@ const char* to_string(Tier tier) {
 Result<EvictResult> PrefixCache::evict(const EvictRequest& request) {
   if (request.tier != Tier::kGpu && request.tier != Tier::kHost && request.tier != Tier::kStore)
     return invalid_argument("evict: unknown tier " + std::to_string(int(request.tier)));
-  if (request.tier == Tier::kStore && store_ == nullptr)
+  if (request.tier == Tier::kStore && host_.link == nullptr)
     return invalid_argument("evict: this cache has no store tier");
   poll();
   const std::size_t ps = config_.page_size;
@@ -160,7 +160,7 @@ CacheSizes PrefixCache::sizes() const {
 
   // The store: what a running request's path holds is locked there too (its records are
   // not erased while it runs); pins are host-only.
-  if (store_ == nullptr) return out;
+  if (host_.link == nullptr) return out;
   TierSizes& st = out.store;
   std::unordered_set<const Node*> on_path;
   for (const auto& [id, rec] : requests_) {

@@ -34,21 +34,17 @@ Medium medium_of(std::uint8_t bit) {
 
 void PrefixCache::add_event_sink(EventSink* sink) {
   if (sink == nullptr) return;
-  if (std::find(sinks_.begin(), sinks_.end(), sink) == sinks_.end()) sinks_.push_back(sink);
+  sinks_.add(sink);
   // The reports are not kept while no sink is attached: emit_contents() sets them afresh.
-  std::vector<EventSink*> all;
-  all.swap(sinks_);
-  sinks_.push_back(sink);
-  emit_contents();
-  sinks_.swap(all);
+  sinks_.only(sink, [this] { emit_contents(); });
 }
 
 void PrefixCache::remove_event_sink(EventSink* sink) {
-  sinks_.erase(std::remove(sinks_.begin(), sinks_.end(), sink), sinks_.end());
+  sinks_.remove(sink);
 }
 
 void PrefixCache::emit(const CacheEvent& event) {
-  for (EventSink* s : sinks_) s->on_event(event);
+  sinks_.emit(event);
 }
 
 std::uint32_t PrefixCache::namespace_of(const Node* n) const {
@@ -99,7 +95,7 @@ void PrefixCache::emit_changes(Node* n) {
   const std::uint8_t old_kv = n->reported_kv, old_snap = n->reported_snapshot;
   n->reported_kv = kv;
   n->reported_snapshot = snap;
-  if (events_quiet_) return;
+  if (sinks_.quiet) return;
   std::vector<std::uint64_t> hashes;
   auto hashes_of = [&]() -> const std::vector<std::uint64_t>& {
     if (hashes.empty()) hashes = page_hashes(n);
@@ -130,7 +126,7 @@ void PrefixCache::emit_changes(Node* n) {
 }
 
 void PrefixCache::emit_contents() {
-  events_quiet_ = false;
+  sinks_.quiet = false;
   emit(AllBlocksCleared{});
   std::vector<Node*> stack{tree_.root()};  // parents before children, every namespace
   for (const auto& [ns, root] : tree_.namespace_roots()) stack.push_back(root);

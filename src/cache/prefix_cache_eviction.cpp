@@ -345,14 +345,14 @@ void PrefixCache::drop_host() {
     drop_kv<Tier::kHost>(tier<Tier::kHost>().head<Held::kKv>());
   while (!tier<Tier::kHost>().order<Held::kSnapshot>().empty())
     drop_snapshot<Tier::kHost>(tier<Tier::kHost>().head<Held::kSnapshot>());
-  if (events_quiet_) emit_contents();
+  if (sinks_.quiet) emit_contents();
 }
 
 void PrefixCache::flush() {
   // Copies in flight pin their nodes; let them land (or fail) first.
   drain();
   // One AllBlocksCleared (and what survives) instead of an event per node dropped.
-  events_quiet_ = !sinks_.empty();
+  sinks_.quiet = !sinks_.empty();
   // Leaf-first: dropping a leaf's last copy removes it, which makes its parent a leaf.
   for_each_tier([this]<Tier T>() {
     while (Node* n = tier<T>().template head<Held::kKv>()) drop_kv<T>(n);
@@ -360,8 +360,9 @@ void PrefixCache::flush() {
   for_each_tier([this]<Tier T>() {
     while (Node* n = tier<T>().template head<Held::kSnapshot>()) drop_snapshot<T>(n);
   });
-  if (store_ != nullptr) (void)store_->sync();  // the erases are durable: a restart finds none
-  if (events_quiet_) emit_contents();
+  if (host_.link != nullptr)
+    (void)host_.link->sync();  // the erases are durable: a restart finds none
+  if (sinks_.quiet) emit_contents();
 }
 
 // Write-through: give freshly inserted GPU data a host copy in the background, so a later

@@ -328,8 +328,8 @@ std::string PrefixCache::check_invariants() const {
   }
   if (staging != xfers_.staging_pages) return "staging page count is off";
   // The store holds exactly the records the nodes hold (writes in flight have no ids yet).
-  if (store_ != nullptr) {
-    const std::vector<StoredRecord> records = store_->records();
+  if (host_.link != nullptr) {
+    const std::vector<StoredRecord> records = host_.link->records();
     if (records.size() != store_ids.size())
       return "the store holds " + std::to_string(records.size()) + " records, the nodes " +
              std::to_string(store_ids.size());

@@ -59,7 +59,7 @@ void PrefixCache::flush(NamespaceId ns) {
     remove_if_empty(n, &removed_list);
     removed.insert(removed_list.begin(), removed_list.end());
   }
-  if (store_ != nullptr && ns == kDefaultNamespace) (void)store_->sync();
+  if (host_.link != nullptr && ns == kDefaultNamespace) (void)host_.link->sync();
 }
 
 }  // namespace radixtier

@@ -15,7 +15,7 @@ void PrefixCache::release(HostPageId id) {
   host_.pages.give_back(id);
 }
 void PrefixCache::release(RecordId id) {
-  (void)store_->erase(id);
+  (void)host_.link->erase(id);
 }
 void PrefixCache::release(GpuSlotId id) {
   gpu_.slots.give_back(id);

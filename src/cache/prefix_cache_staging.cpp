@@ -184,7 +184,7 @@ Status PrefixCache::submit_staged_read(StagedLoad& l, StagedChunk c) {
     for (std::size_t i = 0; i < c.count; ++i) reads.push_back({c.records[i], {c.staging[i]}});
   }
   const std::size_t items = reads.size();
-  Result<std::uint64_t> ticket = store_->submit_reads(std::move(reads));
+  Result<std::uint64_t> ticket = host_.link->submit_reads(std::move(reads));
   if (!ticket) {
     // Nothing was read: the chunk fails as a whole (the records stay).
     ++stats_.store_failures;
@@ -211,7 +211,7 @@ Status PrefixCache::submit_staged_read(StagedLoad& l, StagedChunk c) {
 }
 
 bool PrefixCache::finish_staged_read(StagedLoad& l, StagedChunk& c) {
-  const std::vector<Status> items = store_->finish_reads(c.read);
+  const std::vector<Status> items = host_.link->finish_reads(c.read);
   c.reading = false;
   const std::size_t n = c.records.size();
   std::size_t arrived = 0;  // the items before the first that failed
@@ -279,7 +279,7 @@ bool PrefixCache::submit_staged_copy(StagedLoad& l, StagedChunk& c, TransferBatc
     bytes += piece_bytes(p, config_.page_bytes, config_.snapshot_bytes);
   const std::uint64_t slices = ceil_div(batch.pages.size(), config_.slice_pages) +
                                ceil_div(batch.pieces.size(), config_.slice_pages);
-  Result<Ticket> ticket = engine_.submit(std::move(batch));
+  Result<Ticket> ticket = gpu_.link->submit(std::move(batch));
   if (!ticket) {
     // Refused: nothing moved; as a copy that failed.
     finish_staged_copy(l, c, false);
@@ -341,7 +341,7 @@ void PrefixCache::finish_staged_copy(StagedLoad& l, StagedChunk& c, bool ok) {
 
 bool PrefixCache::advance_staged_chunk(StagedLoad& l, StagedChunk& c, bool block) {
   if (c.reading) {
-    if (!block && !store_->ready(c.read)) return false;
+    if (!block && !host_.link->ready(c.read)) return false;
     if (!finish_staged_read(l, c)) return true;  // nothing to copy
   }
   const TransferState s = block ? c.copy.wait() : c.copy.poll();
@@ -400,7 +400,7 @@ void PrefixCache::end_staged_load(std::uint32_t id) {
   }
   for (HostPageId p : l.idle) host_.pages.give_back(p);
   xfers_.staging_pages -= l.window;
-  for (RecordId r : l.to_erase) (void)store_->erase(r);
+  for (RecordId r : l.to_erase) (void)host_.link->erase(r);
   prune_copied(std::move(left));
 }
 

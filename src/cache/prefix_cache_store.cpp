@@ -32,17 +32,17 @@ Result<std::unique_ptr<PrefixCache>> PrefixCache::create(const CacheConfig& conf
   auto made = create(config, engine);
   if (!made) return made;
   std::unique_ptr<PrefixCache> cache = std::move(made).value();
-  cache->store_ = store;
+  cache->host_.link = store;
   if (Status s = cache->restore_from_store(); !s) return s;
   return cache;
 }
 
 Status PrefixCache::restore_from_store() {
-  const std::vector<StoredRecord> records = store_->records();
+  const std::vector<StoredRecord> records = host_.link->records();
   const RebuiltPaths paths = rebuild_paths(records, config_.page_size);
   // What can never be part of a usable match goes (rebuild.hpp): orphans and duplicates.
   for (const auto* list : {&paths.orphan_pages, &paths.orphan_snapshots, &paths.duplicate_pages}) {
-    for (RecordId id : *list) (void)store_->erase(id);
+    for (RecordId id : *list) (void)host_.link->erase(id);
   }
   // Chains of pages without a branch or a snapshot between them become one node, as an
   // insert of those tokens would have made it. Pass 1 groups pages into nodes (parents
@@ -80,7 +80,7 @@ Status PrefixCache::restore_from_store() {
       if (k == 0) {
         g.snapshot = p.snapshots[0];
       } else {
-        (void)store_->erase(p.snapshots[k]);  // a second snapshot of the same boundary
+        (void)host_.link->erase(p.snapshots[k]);  // a second snapshot of the same boundary
       }
     }
   }
@@ -129,9 +129,9 @@ bool PrefixCache::in_default_namespace(const Node* n) const {
 }
 
 bool PrefixCache::make_store_room(std::uint64_t slots) {
-  const StoreGeometry g = store_->geometry();
+  const StoreGeometry g = host_.link->geometry();
   if (slots > g.capacity_slots) return false;
-  while (store_->free_slots() < slots) {
+  while (host_.link->free_slots() < slots) {
     bool snapshot = false;
     Node* victim = tier<Tier::kStore>().victim(snapshot);
     if (victim == nullptr) return false;
@@ -147,11 +147,11 @@ bool PrefixCache::make_store_room(std::uint64_t slots) {
 
 PrefixCache::StoreVerdict PrefixCache::plan_store_write(Node* n, bool snapshot, bool drop_host,
                                                         StoreBatch& batch) {
-  if (store_ == nullptr || !in_default_namespace(n)) return StoreVerdict::kNotStored;
+  if (host_.link == nullptr || !in_default_namespace(n)) return StoreVerdict::kNotStored;
   // Dead data is not worth a write: nothing resumes from it.
   if (snapshot ? !n->has_kv() : (cost_aware_ && !n->kv_live())) return StoreVerdict::kNotStored;
   const std::uint64_t slots =
-      snapshot ? store_->geometry().snapshot_slots() : std::uint64_t{n->host.pages.size()};
+      snapshot ? host_.link->geometry().snapshot_slots() : std::uint64_t{n->host.pages.size()};
   // Making store room may erase n's own other records: its store snapshot (n keeps the host
   // KV being written) or, for a snapshot write, its store KV, which could leave n without KV
   // and take it out of the tree; the snapshot lock keeps n while room is made.
@@ -224,8 +224,8 @@ Status PrefixCache::submit_store_batch(StoreBatch&& batch, std::optional<std::ui
                  : std::uint64_t{op.node->page_count(config_.page_size)} * config_.page_bytes;
   }
   const std::size_t items = writes ? batch.writes.size() : batch.reads.size();
-  Result<std::uint64_t> ticket = writes ? store_->submit_writes(std::move(batch.writes))
-                                        : store_->submit_reads(std::move(batch.reads));
+  Result<std::uint64_t> ticket = writes ? host_.link->submit_writes(std::move(batch.writes))
+                                        : host_.link->submit_reads(std::move(batch.reads));
   if (!ticket) {
     ++stats_.store_failures;
     cancel_store_ops(batch.ops);
@@ -275,7 +275,7 @@ void PrefixCache::reap_store_transfers() {
   if (xfers_.store.empty()) return;
   std::vector<std::uint32_t> done;
   for (auto& [id, t] : xfers_.store) {
-    if (store_->ready(t.ticket)) done.push_back(id);
+    if (host_.link->ready(t.ticket)) done.push_back(id);
   }
   std::sort(done.begin(), done.end());
   for (std::uint32_t id : done) finish_store_transfer(id);
@@ -286,7 +286,7 @@ void PrefixCache::finish_store_transfer(std::uint32_t id) {
   if (handle.empty()) return;
   StoreInFlight& t = handle.mapped();
   if (t.writes) {
-    Result<std::vector<RecordId>> ids = store_->finish_writes(t.ticket);
+    Result<std::vector<RecordId>> ids = host_.link->finish_writes(t.ticket);
     if (!ids) ++stats_.store_failures;
     std::size_t at = 0;
     for (const StoreOp& op : t.ops) {
@@ -295,7 +295,7 @@ void PrefixCache::finish_store_transfer(std::uint32_t id) {
       at += count;
     }
   } else {
-    const std::vector<Status> items = store_->finish_reads(t.ticket);
+    const std::vector<Status> items = host_.link->finish_reads(t.ticket);
     PendingBatch promote;
     promote.batch.direction = Direction::kHostToDevice;
     std::size_t at = 0;
@@ -377,7 +377,7 @@ bool PrefixCache::finish_store_read(const StoreOp& op, std::span<const Status> i
     set_pages<Tier::kGpu>(n, {});
     if (lost) {  // the store erased what failed its check; the rest of the node goes too
       stats_.store_records_lost += n->store.pages.size();
-      for (RecordId id : n->store.pages) (void)store_->erase(id);
+      for (RecordId id : n->store.pages) (void)host_.link->erase(id);
       set_pages<Tier::kStore>(n, {});
     }
     return false;
@@ -399,7 +399,7 @@ bool PrefixCache::finish_store_read(const StoreOp& op, std::span<const Status> i
   set_snapshot<Tier::kGpu>(n, GpuSlotId());
   if (lost) {
     ++stats_.store_records_lost;
-    (void)store_->erase(n->store.snapshot);
+    (void)host_.link->erase(n->store.snapshot);
     set_snapshot<Tier::kStore>(n, RecordId());
   }
   return false;
@@ -443,7 +443,7 @@ std::size_t PrefixCache::host_pages_storing() const {
 }
 
 void PrefixCache::store_ahead() {
-  if (store_ == nullptr) return;
+  if (host_.link == nullptr) return;
   const std::size_t cap = host_.pages.capacity();
   const std::size_t low = config_.host_low_watermark(cap);
   if (host_.pages.free_count() >= low) return;
@@ -472,7 +472,7 @@ void PrefixCache::store_ahead() {
 // persist(): a graceful shutdown's checkpoint
 
 Status PrefixCache::persist() {
-  if (store_ == nullptr) {
+  if (host_.link == nullptr) {
     return Status(ErrorCode::kFailedPrecondition, "persist: this cache has no store tier");
   }
   drain();
@@ -531,7 +531,7 @@ Status PrefixCache::persist() {
     if (id) wait_link<Tier::kHost>(*id);
   }
   removal_log_ = nullptr;
-  note(store_->sync());
+  note(host_.link->sync());
   if (!first_error.is_ok()) return first_error;
   // A copy that failed on the way (a store write, or a GPU -> host staging copy) lost what it
   // carried, or the victim a failed write was making room with.

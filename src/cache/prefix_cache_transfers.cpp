@@ -29,7 +29,7 @@ Status PrefixCache::submit_batch(PendingBatch&& pending, std::optional<std::uint
   const bool d2h = b.direction == Direction::kDeviceToHost;
   const std::size_t pages = b.pages.size(), snapshots = b.snapshots.size();
   const Direction direction = b.direction;
-  Result<Ticket> ticket = engine_.submit(std::move(pending.batch));
+  Result<Ticket> ticket = gpu_.link->submit(std::move(pending.batch));
   if (!ticket) {
     // The engine refused the batch: nothing moved, so nothing is lost either.
     ++stats_.transfers_failed;

@@ -18,7 +18,8 @@
 //   PinTable       (pin_table.hpp)     the host pins and the pages they hold
 //   TransfersInFlight (transfers_in_flight.hpp) the copies in flight: GPU-host batches,
 //                                      store batches, staged loads
-// and the engines, the event sinks and the stats, which stay members here.
+//   EventSinks     (event_sinks.hpp)   the attached KV event sinks, a flush's quiet mode
+// and the config and the stats, which stay members here (the engines are the tiers' links).
 // What is written once over the rows is in prefix_cache_rows.cpp (set, free, drop of any
 // tier) and in the keys (prefix_cache.cpp, one rule per kind for every tier).
 // Victims cost O(log n). GPU free room is kept above a low watermark by demoting ahead of need
@@ -77,6 +78,7 @@
 #include <vector>
 
 #include "radixtier/cache/cache_backend.hpp"
+#include "radixtier/cache/event_sinks.hpp"
 #include "radixtier/cache/events.hpp"
 #include "radixtier/cache/id_pool.hpp"
 #include "radixtier/cache/node.hpp"
@@ -203,7 +205,7 @@ class PrefixCache final : public CacheBackend {
     return xfers_.copies.size() + xfers_.store.size() + staged_chunks();
   }
   /// The store tier (nullptr: none).
-  StoreEngine* store() const { return store_; }
+  StoreEngine* store() const { return host_.link; }
 
   // --- observation (events.hpp, timing_hooks.hpp; prefix_cache_events.cpp) --------------
   /// Attaches a sink (not owned; it must outlive its attachment). It first receives
@@ -484,13 +486,11 @@ class PrefixCache final : public CacheBackend {
   /// The namespace whose tree holds n (O(depth + namespaces); only while a sink is attached).
   std::uint32_t namespace_of(const Node* n) const;
   std::vector<std::uint64_t> page_hashes(Node* n);
-  std::vector<EventSink*> sinks_;
-  bool events_quiet_ = false;  ///< flush(): update the reports, send AllBlocksCleared after
+  /// The attached sinks and the quiet mode of a flush (event_sinks.hpp).
+  EventSinks sinks_;
   TimingHooks* timing_ = nullptr;
 
   CacheConfig config_;
-  TransferEngine& engine_;
-  StoreEngine* store_ = nullptr;
   /// The copies in flight: GPU-host batches, store batches, staged loads (transfers_in_flight.hpp).
   TransfersInFlight xfers_;
   /// The nodes and the namespace roots (radix_tree.hpp).
