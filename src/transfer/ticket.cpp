@@ -5,7 +5,15 @@
 namespace radixtier {
 
 const char* to_string(Direction dir) {
-  return dir == Direction::kDeviceToHost ? "device-to-host" : "host-to-device";
+  switch (dir) {
+    case Direction::kDeviceToHost:
+      return "device-to-host";
+    case Direction::kHostToDevice:
+      return "host-to-device";
+    case Direction::kDeviceToDevice:
+      return "device-to-device";
+  }
+  return "unknown";
 }
 
 const char* to_string(TransferState state) {

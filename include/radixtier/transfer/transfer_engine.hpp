@@ -29,8 +29,9 @@
 namespace radixtier {
 
 enum class Direction {
-  kDeviceToHost,  ///< demotion or write-through
-  kHostToDevice,  ///< promotion
+  kDeviceToHost,    ///< demotion or write-through
+  kHostToDevice,    ///< promotion
+  kDeviceToDevice,  ///< between GPU pages and live snapshot slots (slot_pieces only)
 };
 
 const char* to_string(Direction dir);
@@ -55,17 +56,39 @@ struct SnapshotPieceCopy {
   HostPageId host;
 };
 
+/// One GPU page's share of a live snapshot slot, copied on the device (kDeviceToDevice): bytes
+/// [offset, offset + n) of slot `slot`, n = min(page_bytes, snapshot_bytes - offset), into GPU
+/// page `page` (to_slot false: a request's state materialized into the GPU pool) or out of it
+/// (to_slot true: a cached snapshot resumed into a request's live slot). A cached snapshot on
+/// GPU spans ceil(snapshot_bytes / page_bytes) pages of the GPU pool that also holds KV, in any
+/// order; `offset` is a multiple of page_bytes. Bytes of `page` past n are left as they are.
+struct SlotPieceCopy {
+  GpuSlotId slot;
+  std::size_t offset = 0;
+  GpuPageId page;
+  bool to_slot = false;
+};
+
 struct TransferBatch {
   Direction direction = Direction::kDeviceToHost;
   std::vector<PageCopy> pages;
   std::vector<SnapshotCopy> snapshots;    ///< whole snapshots to host snapshot slots
   std::vector<SnapshotPieceCopy> pieces;  ///< snapshots in host pages (PrefixCache)
+  /// kDeviceToDevice: live slots <-> GPU pages (a D2D batch holds nothing else; a D2H or H2D
+  /// batch holds none of these).
+  std::vector<SlotPieceCopy> slot_pieces;
 
-  bool empty() const { return pages.empty() && snapshots.empty() && pieces.empty(); }
+  bool empty() const {
+    return pages.empty() && snapshots.empty() && pieces.empty() && slot_pieces.empty();
+  }
 };
 
 /// Bytes one piece moves (0 when the offset is past the snapshot's end).
 inline std::size_t piece_bytes(const SnapshotPieceCopy& p, std::size_t page_bytes,
+                               std::size_t snapshot_bytes) {
+  return p.offset >= snapshot_bytes ? 0 : std::min(page_bytes, snapshot_bytes - p.offset);
+}
+inline std::size_t piece_bytes(const SlotPieceCopy& p, std::size_t page_bytes,
                                std::size_t snapshot_bytes) {
   return p.offset >= snapshot_bytes ? 0 : std::min(page_bytes, snapshot_bytes - p.offset);
 }
