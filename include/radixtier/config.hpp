@@ -39,7 +39,10 @@ struct CacheConfig {
   /// host_pool_pages() pages (a snapshot spans snapshot_pages() of them, not contiguous);
   /// with kCostAware eviction decides the split at every moment.
   std::uint32_t host_pages = 0;
-  std::uint32_t gpu_snapshot_slots = 0;  ///< GPU snapshot slots (their own pool)
+  /// Live GPU snapshot slots: the per-request state the model computes in (a resumed request
+  /// gets one filled from the cached snapshot; a materialized state is copied out of one).
+  /// Cached snapshots are not kept in slots: they take snapshot_pages() pages of the GPU pool.
+  std::uint32_t gpu_snapshot_slots = 0;
   /// Host room for this many snapshots, added to the one host pool by PrefixCache; the
   /// index-tier baseline keeps them as its separate snapshot bank (0: none).
   std::uint32_t host_snapshot_slots = 0;

@@ -127,7 +127,7 @@ def test_request_lifecycle_through_every_call(stack):
     assert repr(st).startswith("CacheStats(admissions=2, requested_tokens=")
     assert "snapshots_inserted=1" in repr(st) and "bytes_d2h" not in repr(st)  # zeros summed up
     assert repr(st).endswith(f"; the other {sum(v == 0 for v in st.to_dict().values())} are 0)")
-    assert st.to_dict()["bytes_d2h"] == 0 and len(st.to_dict()) == 42
+    assert st.to_dict()["bytes_d2h"] == 0 and len(st.to_dict()) == 43
     assert st.to_dict()["staged_loads"] == 0 and st.to_dict()["store_load_misses"] == 0
     assert repr(m).startswith("MatchResult(usable_tokens=12, kv_tokens=12,")
     assert "kv=Residency.GPU" in repr(nodes[-1]) and nodes[-1].to_dict()["boundary"] == 12

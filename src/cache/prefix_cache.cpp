@@ -67,11 +67,10 @@ PrefixCache::PrefixCache(const CacheConfig& config, TransferEngine& engine)
   // Values per byte for the GreedyDual keys: a KV page saves page_size tokens of recompute
   // per page_bytes; a snapshot saves its gap per the bytes it holds on that tier.
   kv_value_ = config.page_bytes == 0 ? 0 : double(config.page_size) / double(config.page_bytes);
-  tier<Tier::kGpu>().snap_value =
-      config.snapshot_bytes == 0 ? 0 : 1.0 / double(config.snapshot_bytes);
-  // On host and on the store a snapshot takes whole pages.
+  // On every tier a snapshot takes whole pages of the pool it shares with KV.
   const double paged_snapshot_bytes = double(config.snapshot_pages() * config.page_bytes);
-  tier<Tier::kHost>().snap_value = paged_snapshot_bytes == 0 ? 0 : 1.0 / paged_snapshot_bytes;
+  tier<Tier::kGpu>().snap_value = paged_snapshot_bytes == 0 ? 0 : 1.0 / paged_snapshot_bytes;
+  tier<Tier::kHost>().snap_value = tier<Tier::kGpu>().snap_value;
   tier<Tier::kStore>().snap_value = tier<Tier::kHost>().snap_value;
   cost_aware_ = config.snapshot_eviction != SnapshotEviction::kLru;
   shared_host_ = config.snapshot_eviction == SnapshotEviction::kCostAware;
@@ -96,7 +95,7 @@ std::vector<PrefixCache::Candidate> PrefixCache::candidates_along(const Node* fr
     if (end != c->boundary) return;  // partial: no boundary inside a node
     if (!c->gpu.has_kv() || c->kv_to_gpu()) host_along += c->tokens.size();
     if (c->has_snapshot()) {
-      const bool snap_on_gpu = c->gpu.snapshot.valid() && !c->snap_to_gpu();
+      const bool snap_on_gpu = c->gpu.has_snapshot() && !c->snap_to_gpu();
       out.push_back({const_cast<Node*>(c), host_along, snap_on_gpu});
     }
   });
@@ -375,7 +374,7 @@ std::vector<NodeInfo> PrefixCache::inspect(std::span<const Token> tokens, Namesp
     info.matched = pos + k * config_.page_size;
     // A copy's destination is not a usable copy yet: report the source side only.
     info.kv = residency(c->gpu.has_kv() && !c->kv_to_gpu(), c->host.has_kv() && !c->kv_to_host());
-    info.snapshot = residency(c->gpu.snapshot.valid() && !c->snap_to_gpu(),
+    info.snapshot = residency(c->gpu.has_snapshot() && !c->snap_to_gpu(),
                               c->host.has_snapshot() && !c->snap_to_host());
     info.kv_on_store = c->store.has_kv();
     info.snapshot_on_store = c->store.snapshot.valid();

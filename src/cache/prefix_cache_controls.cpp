@@ -32,26 +32,42 @@ Result<EvictResult> PrefixCache::evict(const EvictRequest& request) {
   const std::size_t pages = (request.tokens + ps - 1) / ps;
   EvictResult out;
   if (request.tier == Tier::kGpu) {
-    const std::size_t pages_before = gpu_.pages.free_count();
-    const std::size_t slots_before = gpu_.slots.free_count();
-    // As far as unlocked data allows: the node-held pages of unlocked nodes (check_gpu_page_room).
-    const std::size_t reclaimable =
-        gpu_.pages.count(Holder::kNode) + gpu_.pages.count(Holder::kTransfer) - gpu_.locked_pages;
+    // As making room does (demote, or drop), each kind from its own order, lowest key first;
+    // a victim whose demotion fails is not taken again in this call.
+    const std::size_t per = std::max<std::size_t>(1, config_.snapshot_pages());
+    const std::size_t kv_before = gpu_.kv_held, snap_before = gpu_.snap_held;
+    const std::size_t free_before = gpu_.pages.free_count();
+    const std::uint64_t round = ++room_round_;
+    auto evict_one = [&](Held h) -> Status {
+      Node* victim = nullptr;
+      auto pick = [&](auto& order, std::uint64_t Node::*failed) {
+        for (Node& n : order) {
+          if (n.*failed != round) return &n;
+        }
+        return static_cast<Node*>(nullptr);
+      };
+      victim = h == Held::kKv
+                   ? pick(tier<Tier::kGpu>().order<Held::kKv>(), &Node::kv_demote_failed)
+                   : pick(tier<Tier::kGpu>().order<Held::kSnapshot>(), &Node::snap_demote_failed);
+      if (victim == nullptr) return out_of_memory("nothing left to evict");
+      tier<Tier::kGpu>().aged_by(h, *victim);
+      PendingBatch demote = down_batch<Tier::kGpu>();
+      (void)evict<Tier::kGpu>(victim, h, demote, false);
+      std::optional<std::uint32_t> id;
+      if (Status s = submit_link<Tier::kGpu>(std::move(demote), &id); !s) return s;
+      if (id) wait_link<Tier::kGpu>(*id);
+      return Status::ok();
+    };
     Status s = Status::ok();
-    if (pages > 0) {
-      s = reclaim_gpu_pages(pages_before + std::min(pages, reclaimable));
-    }
-    if (s.is_ok() && request.snapshots > 0) {
-      // Relative to before the call: a snapshot that left with its KV counts.
-      s = reclaim_gpu_slots(
-          std::min<std::size_t>(slots_before + request.snapshots, gpu_.slots.capacity()));
-    }
+    while (s && kv_before - std::min(kv_before, gpu_.kv_held) < pages) s = evict_one(Held::kKv);
+    while (s && (snap_before - std::min(snap_before, gpu_.snap_held)) / per < request.snapshots)
+      s = evict_one(Held::kSnapshot);
     if (!s && s.code() != ErrorCode::kOutOfMemory) return Status(s.code(), "evict: " + s.message());
-    const std::size_t pages_after = gpu_.pages.free_count(), slots_after = gpu_.slots.free_count();
-    out.kv_pages = pages_after - std::min(pages_after, pages_before);
-    out.snapshots = static_cast<std::uint32_t>(slots_after - std::min(slots_after, slots_before));
-    out.bytes = std::uint64_t{out.kv_pages} * config_.page_bytes +
-                std::uint64_t{out.snapshots} * config_.snapshot_bytes;
+    out.kv_pages = kv_before - std::min(kv_before, gpu_.kv_held);
+    out.snapshots =
+        static_cast<std::uint32_t>((snap_before - std::min(snap_before, gpu_.snap_held)) / per);
+    const std::size_t free_after = gpu_.pages.free_count();
+    out.bytes = std::uint64_t{free_after - std::min(free_after, free_before)} * config_.page_bytes;
     return out;
   }
   if (request.tier == Tier::kStore) {  // erases, lowest key first, each kind from its order
@@ -124,17 +140,15 @@ CacheSizes PrefixCache::sizes() const {
   for (const auto& [id, pin] : pins_) host_pinned.insert(pin.node);
   std::size_t gpu_snaps_locked = 0, host_snaps_locked = 0;
   for (const Node* n : pinned) {
-    gpu_snaps_locked += n->gpu.snapshot.valid();
+    gpu_snaps_locked += n->gpu.has_snapshot();
     host_snaps_locked += n->host.has_snapshot();
   }
   for (const Node* n : host_pinned) {
     if (!pinned.count(n)) host_snaps_locked += n->host.has_snapshot();
   }
   const std::size_t per = config_.snapshot_pages();
-  const std::size_t gpu_kv_held =
-      gpu_.pages.count(Holder::kNode) + gpu_.pages.count(Holder::kTransfer);
-  const std::size_t gpu_snaps_held =
-      gpu_.slots.count(Holder::kNode) + gpu_.slots.count(Holder::kTransfer);
+  const std::size_t gpu_kv_held = gpu_.kv_held;
+  const std::size_t gpu_snaps_held = per == 0 ? 0 : gpu_.snap_held / per;
   const std::size_t host_snaps_held = per == 0 ? 0 : host_.snap_held / per;
 
   TierSizes& g = out.gpu;
@@ -142,21 +156,21 @@ CacheSizes PrefixCache::sizes() const {
   g.kv_pages_evictable = gpu_kv_held - gpu_.locked_pages;
   g.snapshots_locked = gpu_snaps_locked;
   g.snapshots_evictable = gpu_snaps_held - gpu_snaps_locked;
+  const std::uint64_t paged_snapshot_bytes = std::uint64_t{per} * config_.page_bytes;
   g.bytes_locked = std::uint64_t{g.kv_pages_locked} * config_.page_bytes +
-                   std::uint64_t{g.snapshots_locked} * config_.snapshot_bytes;
+                   std::uint64_t{g.snapshots_locked} * paged_snapshot_bytes;
   g.bytes_evictable = std::uint64_t{g.kv_pages_evictable} * config_.page_bytes +
-                      std::uint64_t{g.snapshots_evictable} * config_.snapshot_bytes;
+                      std::uint64_t{g.snapshots_evictable} * paged_snapshot_bytes;
 
   TierSizes& h = out.host;
   h.kv_pages_locked = host_kv_locked;
   h.kv_pages_evictable = host_.kv_held - host_kv_locked;
   h.snapshots_locked = host_snaps_locked;
   h.snapshots_evictable = host_snaps_held - host_snaps_locked;
-  const std::uint64_t host_snapshot_bytes = std::uint64_t{per} * config_.page_bytes;
   h.bytes_locked = std::uint64_t{h.kv_pages_locked} * config_.page_bytes +
-                   std::uint64_t{h.snapshots_locked} * host_snapshot_bytes;
+                   std::uint64_t{h.snapshots_locked} * paged_snapshot_bytes;
   h.bytes_evictable = std::uint64_t{h.kv_pages_evictable} * config_.page_bytes +
-                      std::uint64_t{h.snapshots_evictable} * host_snapshot_bytes;
+                      std::uint64_t{h.snapshots_evictable} * paged_snapshot_bytes;
 
   // The store: what a running request's path holds is locked there too (its records are
   // not erased while it runs); pins are host-only.
@@ -241,7 +255,7 @@ void PrefixCache::cap_path_snapshots(Node* n) {
     if (on_path <= cap || victim == nullptr) return;
     // Counted as a drop (CacheStats::snapshots_dropped), once for all its copies.
     if (victim->store.snapshot.valid()) drop_snapshot<Tier::kStore>(victim);
-    if (victim->gpu.snapshot.valid()) drop_snapshot<Tier::kGpu>(victim);
+    if (victim->gpu.has_snapshot()) drop_snapshot<Tier::kGpu>(victim);
     if (victim->host.has_snapshot()) drop_snapshot<Tier::kHost>(victim);
   }
 }

@@ -22,7 +22,7 @@ std::uint8_t usable_kv(const Node& n) {
 }
 
 std::uint8_t usable_snapshot(const Node& n) {
-  return std::uint8_t((n.gpu.snapshot.valid() && !n.snap_to_gpu() ? kOnGpu : 0) |
+  return std::uint8_t((n.gpu.has_snapshot() && !n.snap_to_gpu() ? kOnGpu : 0) |
                       (n.host.has_snapshot() && !n.snap_to_host() ? kOnHost : 0) |
                       (n.store.snapshot.valid() ? kOnStore : 0));
 }

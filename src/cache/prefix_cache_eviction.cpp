@@ -13,11 +13,16 @@ namespace radixtier {
 
 Status PrefixCache::check_gpu_page_room(std::size_t n) const {
   // Hopeless requests fail before evicting anything: a fallback admission or a stalled
-  // request must not flush the GPU tier for nothing.
-  const std::size_t reclaimable =
-      gpu_.pages.count(Holder::kNode) + gpu_.pages.count(Holder::kTransfer) - gpu_.locked_pages;
+  // request must not flush the GPU tier for nothing. Locked: the KV of locked nodes and the
+  // snapshots running requests resume from.
+  std::size_t locked = gpu_.locked_pages;
+  for (const auto& [id, rec] : requests_) {
+    if (rec.snap_node != nullptr) locked += rec.snap_node->gpu.snapshot.size();
+  }
+  const std::size_t held = gpu_.pages.count(Holder::kNode) + gpu_.pages.count(Holder::kTransfer);
+  const std::size_t reclaimable = held - std::min(held, locked);
   if (gpu_.pages.free_count() + reclaimable < n) {
-    return out_of_memory("GPU KV pool: " + std::to_string(n) + " pages wanted, " +
+    return out_of_memory("GPU pool: " + std::to_string(n) + " pages wanted, " +
                          std::to_string(gpu_.pages.free_count()) + " free and " +
                          std::to_string(reclaimable) +
                          " reclaimable (the rest are locked or held by running requests)");
@@ -33,16 +38,28 @@ Status PrefixCache::make_gpu_page_room(std::size_t n) {
   return s;
 }
 
-namespace {
-/// The first node of an order whose demotion did not fail in `round` (nullptr: none).
-template <class Set>
-Node* first_not_failed(Set& order, std::uint64_t Node::*failed, std::uint64_t round) {
-  for (Node& n : order) {
-    if (n.*failed != round) return &n;
+Node* PrefixCache::gpu_victim_not_failed(std::uint64_t round, Held& h) const {
+  // The pool's order is the merge of its two orders by key; victims marked in this round are
+  // skipped (each is skipped once per round, so this walks at most the marked ones).
+  auto kv = tier<Tier::kGpu>().order<Held::kKv>().begin();
+  auto sn = tier<Tier::kGpu>().order<Held::kSnapshot>().begin();
+  const auto kv_end = tier<Tier::kGpu>().order<Held::kKv>().end();
+  const auto sn_end = tier<Tier::kGpu>().order<Held::kSnapshot>().end();
+  while (kv != kv_end || sn != sn_end) {
+    const bool snapshot = sn != sn_end && (kv == kv_end || sn->gpu.snap_key < kv->gpu.kv_key);
+    const Node& n = snapshot ? *sn : *kv;
+    if ((snapshot ? n.snap_demote_failed : n.kv_demote_failed) != round) {
+      h = snapshot ? Held::kSnapshot : Held::kKv;
+      return const_cast<Node*>(&n);
+    }
+    if (snapshot) {
+      ++sn;
+    } else {
+      ++kv;
+    }
   }
   return nullptr;
 }
-}  // namespace
 
 Status PrefixCache::reclaim_gpu_pages(std::size_t n) {
   // A victim whose demotion fails keeps its GPU copy and is skipped for the rest of this
@@ -50,32 +67,33 @@ Status PrefixCache::reclaim_gpu_pages(std::size_t n) {
   // (finitely many) or reaps a transfer (no new ones start but the demotions waited here).
   const std::uint64_t round = ++room_round_;
   while (gpu_.pages.free_count() < n) {
-    if (!tier<Tier::kGpu>().order<Held::kKv>().empty()) {
+    bool any = false;
+    if (Node* head = tier<Tier::kGpu>().victim(any)) {
       // One pass takes the current leaves; their parents become leaves once they leave.
       PendingBatch demote = down_batch<Tier::kGpu>();
       std::size_t releasing = 0;
       while (gpu_.pages.free_count() + releasing < n) {
-        Node* victim =
-            first_not_failed(tier<Tier::kGpu>().order<Held::kKv>(), &Node::kv_demote_failed, round);
+        Held h = Held::kKv;
+        Node* victim = gpu_victim_not_failed(round, h);
         if (victim == nullptr) break;
-        tier<Tier::kGpu>().aged_by(Held::kKv, *victim);
-        releasing += victim->gpu.pages.size();
-        (void)evict<Tier::kGpu>(victim, Held::kKv, demote, false);
+        tier<Tier::kGpu>().aged_by(h, *victim);
+        releasing += victim->gpu.held_pages(h);
+        (void)evict<Tier::kGpu>(victim, h, demote, false);
       }
       if (releasing == 0) {
         // Every victim left failed to demote in this round: the room wins, drop the first.
-        drop_victim<Tier::kGpu>(tier<Tier::kGpu>().head<Held::kKv>(), Held::kKv);
+        drop_victim<Tier::kGpu>(head, any ? Held::kSnapshot : Held::kKv);
         continue;
       }
       std::optional<std::uint32_t> id;
       if (Status s = submit_link<Tier::kGpu>(std::move(demote), &id); !s) {
-        return Status(s.code(), "GPU KV pool: " + s.message());
+        return Status(s.code(), "GPU pool: " + s.message());
       }
       if (id) wait_link<Tier::kGpu>(*id);
       continue;
     }
     if (!wait_any_transfer()) {
-      return out_of_memory("GPU KV pool: " + std::to_string(n) + " pages wanted, " +
+      return out_of_memory("GPU pool: " + std::to_string(n) + " pages wanted, " +
                            std::to_string(gpu_.pages.free_count()) +
                            " free and nothing evictable (every page is locked or owned by "
                            "running requests)");
@@ -84,61 +102,17 @@ Status PrefixCache::reclaim_gpu_pages(std::size_t n) {
   return Status::ok();
 }
 
-Status PrefixCache::check_gpu_slot_room() const {
-  if (gpu_.slots.free_count() > 0) return Status::ok();
-  // As for pages: when every slot is pinned or held by a request, fail before evicting.
-  std::unordered_set<const Node*> pinned;
-  for (const auto& [id, rec] : requests_) {
-    if (rec.snap_node != nullptr && rec.snap_node->gpu.snapshot.valid())
-      pinned.insert(rec.snap_node);
-  }
-  if (gpu_.slots.count(Holder::kNode) + gpu_.slots.count(Holder::kTransfer) <= pinned.size()) {
-    return out_of_memory(
-        "GPU snapshot slots: none free and every slot is pinned by a running request or held "
-        "by one");
-  }
-  return Status::ok();
-}
-
 Status PrefixCache::make_gpu_slot_room() {
-  if (Status s = check_gpu_slot_room(); !s) {
-    ++stats_.snapshot_slot_misses;
-    return s;
-  }
-  alloc_room_ = true;
-  Status s = reclaim_gpu_slots(1);
-  alloc_room_ = false;
-  if (!s) ++stats_.snapshot_slot_misses;
-  return s;
-}
-
-Status PrefixCache::reclaim_gpu_slots(std::size_t n) {
-  // As reclaim_gpu_pages: a snapshot whose demotion failed keeps its slot and is skipped for
-  // the rest of the round; when only such ones are left, the first is dropped.
-  const std::uint64_t round = ++room_round_;
-  while (gpu_.slots.free_count() < n) {
-    if (!tier<Tier::kGpu>().order<Held::kSnapshot>().empty()) {
-      Node* victim = first_not_failed(tier<Tier::kGpu>().order<Held::kSnapshot>(),
-                                      &Node::snap_demote_failed, round);
-      if (victim == nullptr) {
-        drop_victim<Tier::kGpu>(tier<Tier::kGpu>().head<Held::kSnapshot>(), Held::kSnapshot);
-        continue;
-      }
-      PendingBatch demote = down_batch<Tier::kGpu>();
-      tier<Tier::kGpu>().aged_by(Held::kSnapshot, *victim);
-      (void)evict<Tier::kGpu>(victim, Held::kSnapshot, demote, false);
-      std::optional<std::uint32_t> id;
-      if (Status s = submit_link<Tier::kGpu>(std::move(demote), &id); !s) {
-        return Status(s.code(), "GPU snapshot slots: " + s.message());
-      }
-      if (id) wait_link<Tier::kGpu>(*id);
-      continue;
-    }
-    if (!wait_any_transfer()) {
+  // Live slots hold running requests' state, never cached data: nothing to evict. A slot a
+  // device copy holds comes back when it lands.
+  while (gpu_.slots.free_count() == 0) {
+    if (xfers_.copies.empty()) {
+      ++stats_.snapshot_slot_misses;
       return out_of_memory(
-          "GPU snapshot slots: none free and nothing evictable (every slot is pinned by a "
-          "running request)");
+          "GPU live snapshot slots: none free (every slot holds a running request's state); "
+          "config.gpu_snapshot_slots bounds the requests that resume or materialize at once");
     }
+    (void)wait_any_transfer();
   }
   return Status::ok();
 }
@@ -150,16 +124,9 @@ std::size_t PrefixCache::gpu_pages_demoting() const {
   std::size_t n = 0;
   for (const auto& [id, t] : xfers_.copies) {
     for (const CopyOp& op : t.ops) {
-      if (!op.snapshot && op.kind == Xfer::kDemote) n += op.node->gpu.pages.size();
+      if (op.kind == Xfer::kDemote)
+        n += op.snapshot ? op.node->gpu.snapshot.size() : op.node->gpu.pages.size();
     }
-  }
-  return n;
-}
-
-std::size_t PrefixCache::gpu_slots_demoting() const {
-  std::size_t n = 0;
-  for (const auto& [id, t] : xfers_.copies) {
-    for (const CopyOp& op : t.ops) n += op.snapshot && op.kind == Xfer::kDemote;
   }
   return n;
 }
@@ -169,56 +136,34 @@ void PrefixCache::demote_ahead() {
   // nothing that would have stayed) until the high watermark is free or on its way; the
   // copies land while the scheduler computes and are reaped by the next entry point.
   // The free room kept is what the running requests may ask for next: each of them its
-  // largest allocation seen so far (pages) and one slot, within the configured shares of the
-  // pools. Room kept free beyond that is cache capacity lost: a share of a large pool (2% of
-  // a 1M-token pool) pushed a scarce tier's contents out (the compaction regression,
-  // docs/results.md).
+  // largest allocation seen so far (pages) and a snapshot's pages, within the configured
+  // shares of the pool. Room kept free beyond that is cache capacity lost: a share of a large
+  // pool (2% of a 1M-token pool) pushed a scarce tier's contents out (the compaction
+  // regression, docs/results.md).
   const std::size_t running = std::max<std::size_t>(1, requests_.size());
-  const std::size_t page_need = running * std::max<std::size_t>(1, requests_.alloc_burst());
+  const std::size_t page_need =
+      running * (std::max<std::size_t>(1, requests_.alloc_burst()) + config_.snapshot_pages());
   const std::size_t page_low = std::min(config_.low_watermark(gpu_.pages.capacity()), page_need);
-  const std::size_t slot_low = std::min(config_.low_watermark(gpu_.slots.capacity()), running);
   // Free room alone at or above the low watermark is the common case: it returns before
   // walking the copies in flight (poll() runs this on every entry point).
-  if (gpu_.pages.free_count() >= page_low && gpu_.slots.free_count() >= slot_low) return;
+  if (gpu_.pages.free_count() >= page_low) return;
   const std::size_t pages_coming = gpu_.pages.free_count() + gpu_pages_demoting();
-  const std::size_t slots_coming = gpu_.slots.free_count() + gpu_slots_demoting();
-  const bool pages_short =
-      pages_coming < page_low && !tier<Tier::kGpu>().order<Held::kKv>().empty();
-  const bool slots_short =
-      slots_coming < slot_low && !tier<Tier::kGpu>().order<Held::kSnapshot>().empty();
-  if (!pages_short && !slots_short) return;
+  bool snapshot = false;
+  if (pages_coming >= page_low || tier<Tier::kGpu>().victim(snapshot) == nullptr) return;
   ++room_round_;  // a victim whose copy fails is marked with this round (node.hpp)
   PendingBatch demote = down_batch<Tier::kGpu>();
   std::uint64_t evicted = 0;
-  if (pages_short) {
-    const std::size_t high =
-        std::min(config_.high_watermark(gpu_.pages.capacity()), std::max(page_low, 2 * page_need));
-    const std::size_t demoting = pages_coming - gpu_.pages.free_count();
-    while (gpu_.pages.free_count() + demoting + demote.batch.pages.size() < high &&
-           !tier<Tier::kGpu>().order<Held::kKv>().empty()) {
-      Node* victim = tier<Tier::kGpu>().head<Held::kKv>();
-      tier<Tier::kGpu>().aged_by(Held::kKv, *victim);
-      // Off the order (copy in flight, or dropped as dead), or false: no host room now.
-      if (evict<Tier::kGpu>(victim, Held::kKv, demote, true) == Evicted::kLeft) break;
-      ++evicted;
-    }
-  }
-  if (slots_short) {
-    const std::size_t high =
-        std::min(config_.high_watermark(gpu_.slots.capacity()), std::max(slot_low, 2 * running));
-    const std::size_t demoting = slots_coming - gpu_.slots.free_count();
-    auto pending_slots = [&] {
-      std::size_t n = 0;
-      for (const CopyOp& op : demote.ops) n += op.snapshot;
-      return n;
-    };
-    while (gpu_.slots.free_count() + demoting + pending_slots() < high &&
-           !tier<Tier::kGpu>().order<Held::kSnapshot>().empty()) {
-      Node* victim = tier<Tier::kGpu>().head<Held::kSnapshot>();
-      tier<Tier::kGpu>().aged_by(Held::kSnapshot, *victim);
-      if (evict<Tier::kGpu>(victim, Held::kSnapshot, demote, true) == Evicted::kLeft) break;
-      ++evicted;
-    }
+  const std::size_t high =
+      std::min(config_.high_watermark(gpu_.pages.capacity()), std::max(page_low, 2 * page_need));
+  const std::size_t demoting = pages_coming - gpu_.pages.free_count();
+  while (gpu_.pages.free_count() + demoting + demote.batch.pages.size() < high) {
+    Node* victim = tier<Tier::kGpu>().victim(snapshot);
+    if (victim == nullptr) break;
+    const Held h = snapshot ? Held::kSnapshot : Held::kKv;
+    tier<Tier::kGpu>().aged_by(h, *victim);
+    // Off the order (copy in flight, or dropped as dead), or left: no host room now.
+    if (evict<Tier::kGpu>(victim, h, demote, true) == Evicted::kLeft) break;
+    ++evicted;
   }
   // Refused: the planned copies are cancelled (their nodes keep their GPU copies) and the
   // allocation that needs the room makes it itself; nothing waits here either way.
@@ -309,10 +254,10 @@ std::vector<HostPageId> PrefixCache::take_host_snapshot_pages(Node* n) {
   return pages;
 }
 
-void PrefixCache::add_snapshot_pieces(TransferBatch& batch, const Node* n) const {
-  for (std::size_t i = 0; i < n->host.snapshot.size(); ++i) {
-    batch.pieces.push_back({n->gpu.snapshot, i * config_.page_bytes, n->host.snapshot[i]});
-  }
+void PrefixCache::add_snapshot_pages(TransferBatch& batch, const Node* n) const {
+  // Page i of the snapshot on GPU <-> page i on host: the same bytes [i * page_bytes, ...).
+  for (std::size_t i = 0; i < n->host.snapshot.size(); ++i)
+    batch.pages.push_back({n->gpu.snapshot[i], n->host.snapshot[i]});
 }
 
 // ---------------------------------------------------------------------------------------
@@ -335,7 +280,7 @@ void PrefixCache::plan_snapshot_to_host(Node* n, std::vector<HostPageId> dst, Xf
                                         PendingBatch& batch) {
   n->snap_xfer = kind;
   set_snapshot<Tier::kHost>(n, std::move(dst));
-  add_snapshot_pieces(batch.batch, n);
+  add_snapshot_pages(batch.batch, n);
   batch.ops.push_back({n, true, kind});
 }
 
@@ -374,7 +319,7 @@ void PrefixCache::write_through(std::span<Node* const> nodes, Node* snapshot_nod
     (void)plan_down<Tier::kGpu>(n, Held::kKv, Xfer::kWriteThrough, copy);
   }
   Node* s = snapshot_node;
-  if (s && s->gpu.snapshot.valid() && !s->host.has_snapshot() && s->snap_xfer == Xfer::kNone)
+  if (s && s->gpu.has_snapshot() && !s->host.has_snapshot() && s->snap_xfer == Xfer::kNone)
     (void)plan_down<Tier::kGpu>(s, Held::kSnapshot, Xfer::kWriteThrough, copy);
   // Refused: the nodes stay GPU-only (cancel_ops), the insert that asked for the copy has
   // already succeeded; the demotion that evicts them later reports a refusal then.

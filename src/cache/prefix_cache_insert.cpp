@@ -222,23 +222,20 @@ Result<InsertResult> PrefixCache::insert(LockId lock, std::span<const Token> tok
     pos += c->tokens.size();
     n = c;
   }
-  if (snapshot) {
-    if (n->gpu.snapshot.valid()) {
-      // Duplicate snapshot: the tree keeps its own.
-    } else {
-      requests_.slot_owner.remove(*snapshot);
-      gpu_.slots.reassign(*snapshot, Holder::kNode);
-      set_snapshot<Tier::kGpu>(n, *snapshot);
-      out.snapshot_taken = true;
-      ++stats_.snapshots_inserted;
-    }
-  }
-  // The lock follows the request down to its new boundary.
+  // The lock follows the request down to its new boundary (first: making room for the
+  // snapshot below must not take what was just adopted).
   if (n != rec.node) {
     lock_path(n);
     unlock_path(rec.node);
     rec.node = n;
   }
+  if (snapshot && !n->gpu.has_snapshot() && materialize(n, *snapshot)) {
+    // The request's state is in pages of the GPU pool now; its slot goes back to the pool.
+    requests_.slot_owner.remove(*snapshot);
+    gpu_.slots.give_back(*snapshot);
+    out.snapshot_taken = true;
+    ++stats_.snapshots_inserted;
+  }  // else a duplicate (the tree keeps its own) or no room: the caller keeps its slot
   for (Node* a : adopted) touch(a);
   touch(n);
   if (out.snapshot_taken) touch_snapshot(n);
@@ -252,6 +249,23 @@ Result<InsertResult> PrefixCache::insert(LockId lock, std::span<const Token> tok
     write_through(adopted, out.snapshot_taken ? n : nullptr);
   }
   return out;
+}
+
+bool PrefixCache::materialize(Node* n, GpuSlotId slot) {
+  const std::size_t need = config_.snapshot_pages();
+  if (need == 0 || !make_gpu_page_room(need)) return false;
+  std::vector<GpuPageId> pages = take_gpu_pages(need);
+  TransferBatch copy;
+  copy.direction = Direction::kDeviceToDevice;
+  for (std::size_t i = 0; i < need; ++i)
+    copy.slot_pieces.push_back({slot, i * config_.page_bytes, pages[i], false});
+  if (!copy_on_device(std::move(copy))) {
+    release(pages);
+    return false;
+  }
+  for (GpuPageId id : pages) gpu_.pages.reassign(id, Holder::kNode);
+  set_snapshot<Tier::kGpu>(n, std::move(pages));
+  return true;
 }
 
 Status PrefixCache::release(LockId lock) {

@@ -176,17 +176,19 @@ std::string PrefixCache::check_invariants() const {
     const bool snap_to_host = n->snap_to_host();
     const bool snap_to_gpu = n->snap_to_gpu();
     if (n->snap_xfer == Xfer::kStage) {
-      if (!n->gpu.snapshot.valid() || n->host.has_snapshot())
-        return fail("a staged snapshot load is in flight without its GPU slot, or with host pages");
+      if (!n->gpu.has_snapshot() || n->host.has_snapshot())
+        return fail(
+            "a staged snapshot load is in flight without its GPU pages, or with host pages");
     } else if ((snap_to_host || snap_to_gpu) &&
-               !(n->gpu.snapshot.valid() && n->host.has_snapshot())) {
+               !(n->gpu.has_snapshot() && n->host.has_snapshot())) {
       return fail("a snapshot copy is in flight without both ends");
     }
     if (n->host.has_snapshot() && n->host.snapshot.size() != config_.snapshot_pages())
       return fail("a host snapshot does not span snapshot_pages() host pages");
-    if (n->gpu.snapshot.valid())
-      if (auto e = gslots.add(n->gpu.snapshot, snap_to_gpu ? Holder::kTransfer : Holder::kNode);
-          !e.empty())
+    if (n->gpu.has_snapshot() && n->gpu.snapshot.size() != config_.snapshot_pages())
+      return fail("a GPU snapshot does not span snapshot_pages() GPU pages");
+    for (GpuPageId id : n->gpu.snapshot)  // the same GPU pool as the KV pages
+      if (auto e = gpu.add(id, snap_to_gpu ? Holder::kTransfer : Holder::kNode); !e.empty())
         return fail(e);
     for (HostPageId id : n->host.snapshot)  // the same host pool as the KV pages
       if (auto e = host.add(id, snap_to_host ? Holder::kTransfer : Holder::kNode); !e.empty())
@@ -364,8 +366,6 @@ std::string PrefixCache::check_invariants() const {
   // The watermark step counts what demotions in flight will free: node-held ids, each once.
   if (gpu_pages_demoting() > gpu_.pages.count(Holder::kNode))
     return "GPU pages being demoted exceed the node-held pages";
-  if (gpu_slots_demoting() > gpu_.slots.count(Holder::kNode))
-    return "GPU snapshot slots being demoted exceed the node-held slots";
   if (alloc_room_) return "alloc_room_ left set outside make_gpu_*_room";
   return {};
 }

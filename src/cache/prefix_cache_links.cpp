@@ -47,11 +47,6 @@ PrefixCache::Evicted PrefixCache::evict(Node* n, Held h, LinkBatch<T>& batch, bo
     drop_victim<T>(n, h);
     return out;
   }
-  // Where snapshots have their own few slots (the GPU), a snapshot whose KV leaves does not
-  // keep one: it goes with the KV (ahead of need without room below, it stays and leaves
-  // first when a slot is needed).
-  if (kv && !TierOrders<T>::kSharedPool && cost_aware_ && n->snapshot_evictable<T>())
-    (void)evict<T>(n, Held::kSnapshot, batch, ahead);
   return out;
 }
 
@@ -90,9 +85,6 @@ void PrefixCache::drop_victim(Node* n, Held h) {
   if (!n->kv_live()) stats_.dead_kv_pages_dropped += np;
   dropped_pages<T>() += np;
   free_kv<T>(n);
-  // A snapshot in its own slot (the GPU) with no KV left to resume from leaves with it.
-  if (!TierOrders<T>::kSharedPool && !n->has_kv() && n->snapshot_evictable<T>())
-    drop_snapshot<T>(n);
   remove_if_empty(n);
 }
 
@@ -131,8 +123,8 @@ bool PrefixCache::plan_up(Node* n, Held h, LinkBatch<T>& batch) {
       set_pages<Tier::kGpu>(n, std::move(dst));
     } else {
       n->snap_xfer = Xfer::kPromote;
-      set_snapshot<Tier::kGpu>(n, *gpu_.slots.take(Holder::kTransfer));
-      add_snapshot_pieces(batch.batch, n);
+      set_snapshot<Tier::kGpu>(n, take_gpu_pages(config_.snapshot_pages()));
+      add_snapshot_pages(batch.batch, n);
     }
     batch.ops.push_back({n, h == Held::kSnapshot, Xfer::kPromote});
     return true;

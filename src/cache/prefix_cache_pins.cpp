@@ -62,7 +62,7 @@ Result<PinId> PrefixCache::pin(std::span<const Token> tokens, NamespaceId ns) {
                             " have no snapshot at their end: nothing could resume from them");
   }
   // Pins copy from GPU; what is on the store only comes back by an admission first.
-  bool in_memory = end->gpu.snapshot.valid() || end->host.has_snapshot();
+  bool in_memory = end->gpu.has_snapshot() || end->host.has_snapshot();
   for (const Node* n = end; !n->is_root(); n = n->parent) {
     in_memory = in_memory && (n->gpu.has_kv() || n->host.has_kv());
   }

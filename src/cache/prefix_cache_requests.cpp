@@ -54,8 +54,7 @@ Result<Admission> PrefixCache::admit_tokens(std::span<const T> prompt,
   std::size_t kv_tokens = 0;  // as match(): where the query leaves the cached KV path
   // Nodes with a snapshot on the KV-intact path, shallow first. Only the request's own
   // namespace is searched: no node is shared with another one.
-  const std::vector<Candidate> candidates =
-      candidates_along(root_of(options.ns), query, &kv_tokens);
+  std::vector<Candidate> candidates = candidates_along(root_of(options.ns), query, &kv_tokens);
   if constexpr (!std::is_same_v<T, Token>) {
     // The walk matched query[0, kv_tokens) to tree tokens: those are in range. The rest is
     // checked here, before the admission changes anything (poll() above only reaped).
@@ -79,6 +78,11 @@ Result<Admission> PrefixCache::admit_tokens(std::span<const T> prompt,
   std::optional<Admission> got;
   Status refused;
   bool fell_back = false;
+  // A resume needs a live slot to copy the cached snapshot into; without one free, the
+  // request recomputes (no candidate is tried).
+  GpuSlotId live;
+  if (!candidates.empty() && make_gpu_slot_room()) live = *gpu_.slots.take(Holder::kRequest);
+  if (!live.valid()) candidates.clear();
   for (auto it = candidates.rbegin(); it != candidates.rend(); ++it) {
     if (!worth_loading(*it, gpu_usable)) continue;
     Result<Admission> a = try_admit_at(it->node);
@@ -97,6 +101,7 @@ Result<Admission> PrefixCache::admit_tokens(std::span<const T> prompt,
   // room for it left it without KV). Prune only now: inside the loop, freeing it could free
   // a shallower candidate the loop still holds by pointer.
   if (fell_back) prune_path(root_of(options.ns), query);
+  if (live.valid() && target == nullptr) gpu_.slots.give_back(live);
   if (!refused.is_ok()) return refused;
   const LockId id = requests_.new_id();
   if (target == nullptr) {
@@ -110,7 +115,9 @@ Result<Admission> PrefixCache::admit_tokens(std::span<const T> prompt,
     return a;
   }
   Node* const root = root_of(options.ns);  // target's: its tree is alive while it is
-  const LockRecord& rec = requests_.add(id, LockRecord{target, target, root, options.priority});
+  LockRecord& rec = requests_.add(id, LockRecord{target, target, root, options.priority});
+  rec.live = live;
+  requests_.slot_owner.add(id, live);
   // Retention: what the request uses is kept at least at its priority (as the recency
   // refresh of try_admit_at: the KV of the whole path, the snapshot resumed from).
   for (Node* n : RadixTree::path_of(target)) raise_priority(n, options.priority, true, false);
@@ -121,6 +128,7 @@ Result<Admission> PrefixCache::admit_tokens(std::span<const T> prompt,
   poll();
   // A copy that already failed (a store record that failed its check, reaped by this poll)
   // needs wait() too: it resumes the request above the loss.
+  if (lock_state(rec) == TransferState::kDone) fill_live_slot(rec);
   a.promoting = lock_state(rec) != TransferState::kDone;
   stats_.hit_tokens_gpu += a.gpu_tokens;
   stats_.hit_tokens_host += a.host_tokens;
@@ -165,17 +173,14 @@ Result<Admission> PrefixCache::try_admit_at(Node* target) {
     }
     return pages;
   };
-  std::size_t need_pages = pages_needed();
-  bool need_slot = !target->gpu.snapshot.valid();
-  // A hopeless admission evicts nothing: decide for the pages and the slot together first.
+  // The KV pages missing on GPU and, when the snapshot is not there, its pages: one pool.
+  auto all_needed = [&] {
+    return pages_needed() + (target->gpu.has_snapshot() ? 0 : config_.snapshot_pages());
+  };
+  std::size_t need_pages = all_needed();
+  // A hopeless admission evicts nothing: decide for all of it first.
   if (need_pages > 0) {
     if (Status s = check_gpu_page_room(need_pages); !s) return undo(s);
-  }
-  if (need_slot) {
-    if (Status s = check_gpu_slot_room(); !s) {
-      ++stats_.snapshot_slot_misses;  // a host snapshot not promoted for want of a GPU slot
-      return undo(s);
-    }
   }
   // Making room waits on transfers. A promotion of another admission this path rides on may
   // fail meanwhile: its nodes are host-only again (the host copy stays) and need pages of
@@ -185,12 +190,8 @@ Result<Admission> PrefixCache::try_admit_at(Node* target) {
     if (need_pages > 0) {
       if (Status s = make_gpu_page_room(need_pages); !s) return undo(s);
     }
-    if (need_slot) {
-      if (Status s = make_gpu_slot_room(); !s) return undo(s);
-    }
-    need_pages = pages_needed();
-    need_slot = !target->gpu.snapshot.valid();
-    if (gpu_.pages.free_count() >= need_pages && (!need_slot || gpu_.slots.free_count() > 0)) break;
+    need_pages = all_needed();
+    if (gpu_.pages.free_count() >= need_pages) break;
     if (round > path.size()) {
       return undo(Status(ErrorCode::kFailedPrecondition,
                          "admit: promotions this path relied on kept failing while making room"));
@@ -225,7 +226,7 @@ Result<Admission> PrefixCache::try_admit_at(Node* target) {
   }
   if (target->snap_xfer == Xfer::kLoad || target->snap_xfer == Xfer::kStage) {
     a.snapshot_from_host = true;
-  } else if (!target->gpu.snapshot.valid()) {
+  } else if (!target->gpu.has_snapshot()) {
     (void)plan_up<Tier::kGpu>(target, Held::kSnapshot, promote);
     a.snapshot_from_host = true;
   }
@@ -245,7 +246,7 @@ TransferState PrefixCache::lock_state(const LockRecord& r) const {
   // that failed, under pages this request kept) must not move its lock (rule 9).
   if (r.snap_node == nullptr) return TransferState::kDone;
   bool pending = r.snap_node->snap_to_gpu();
-  bool lost = !r.snap_node->gpu.snapshot.valid();
+  bool lost = !r.snap_node->gpu.has_snapshot();
   for (const Node* n = r.snap_node; n != nullptr && !n->is_root(); n = n->parent) {
     pending |= n->kv_to_gpu();
     lost |= !n->gpu.has_kv();
@@ -255,10 +256,55 @@ TransferState PrefixCache::lock_state(const LockRecord& r) const {
 }
 
 Result<TransferState> PrefixCache::poll(LockId lock) {
-  auto rec = find_lock(lock);
-  if (!rec) return rec.status();
+  auto found = find_lock(lock);
+  if (!found) return found.status();
+  LockRecord& rec = requests_.at(lock);
   poll();
-  return lock_state(**rec);
+  if (lock_state(rec) == TransferState::kDone) fill_live_slot(rec);
+  return lock_state(rec);
+}
+
+void PrefixCache::fill_live_slot(LockRecord& rec) {
+  // Rule 6: the request gets its own copy of the state it resumes from (device to device);
+  // the cached pages are never computed in.
+  Node* n = rec.snap_node;
+  if (n == nullptr || rec.filled == n) return;
+  assert(rec.live.valid() && n->gpu.has_snapshot() && !n->snap_to_gpu());
+  TransferBatch fill;
+  fill.direction = Direction::kDeviceToDevice;
+  for (std::size_t i = 0; i < n->gpu.snapshot.size(); ++i)
+    fill.slot_pieces.push_back({rec.live, i * config_.page_bytes, n->gpu.snapshot[i], true});
+  if (copy_on_device(std::move(fill))) {
+    rec.filled = n;
+    return;
+  }
+  // The copy failed: nothing usable was handed out; the request resumes from the root.
+  Node* const old_node = rec.node;
+  lock_path(rec.root);
+  --n->snapshot_lock;
+  refresh(n);
+  unlock_path(old_node);
+  rec.node = rec.root;
+  rec.snap_node = nullptr;
+  remove_if_empty(old_node);
+}
+
+Status PrefixCache::copy_on_device(TransferBatch batch) {
+  std::uint64_t bytes = 0;
+  for (const SlotPieceCopy& p : batch.slot_pieces)
+    bytes += piece_bytes(p, config_.page_bytes, config_.snapshot_bytes);
+  Result<Ticket> ticket = gpu_.link->submit(std::move(batch));
+  if (!ticket) {
+    ++stats_.transfers_failed;
+    return Status(ErrorCode::kTransferFailed,
+                  "the transfer engine refused a device copy: " + ticket.status().message());
+  }
+  stats_.bytes_d2d += bytes;
+  if (ticket->wait() != TransferState::kDone) {
+    ++stats_.transfers_failed;
+    return Status(ErrorCode::kTransferFailed, "a device copy failed");
+  }
+  return Status::ok();
 }
 
 void PrefixCache::wait_promotions(const LockRecord& r) {
@@ -287,6 +333,7 @@ Result<std::size_t> PrefixCache::wait(LockId lock) {
     wait_promotions(rec);
     poll();
     if (lock_state(rec) != TransferState::kFailed) {
+      fill_live_slot(rec);  // may move the lock to the root (its copy failed)
       return rec.snap_node ? rec.snap_node->boundary : std::size_t{0};
     }
     if (Status s = resume_earlier(rec); !s) return s;
@@ -348,11 +395,11 @@ Result<GpuSlotId> PrefixCache::path_snapshot(LockId lock) const {
   if (!rec) return rec.status();
   const Node* n = (*rec)->snap_node;
   if (n == nullptr) return not_found("path_snapshot: the admission matched nothing");
-  if (!n->gpu.snapshot.valid() || n->snap_to_gpu()) {
+  if ((*rec)->filled != n) {
     return Status(ErrorCode::kFailedPrecondition,
                   "path_snapshot: the snapshot is not on GPU yet (wait() for the promotion)");
   }
-  return n->gpu.snapshot;
+  return (*rec)->live;
 }
 
 }  // namespace radixtier

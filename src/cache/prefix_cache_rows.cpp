@@ -17,8 +17,8 @@ void PrefixCache::release(HostPageId id) {
 void PrefixCache::release(RecordId id) {
   (void)host_.link->erase(id);
 }
-void PrefixCache::release(GpuSlotId id) {
-  gpu_.slots.give_back(id);
+void PrefixCache::release(const std::vector<GpuPageId>& ids) {
+  for (GpuPageId id : ids) gpu_.pages.give_back(id);
 }
 void PrefixCache::release(const std::vector<HostPageId>& ids) {
   for (HostPageId id : ids) host_.pages.give_back(id);
@@ -30,9 +30,10 @@ void PrefixCache::set_pages(Node* n, std::vector<typename Row<T>::Page> pages) {
   const bool had = row.has_kv();
   if constexpr (T == Tier::kGpu) {
     if (n->lock_count > 0) gpu_.locked_pages += pages.size() - row.pages.size();
-  } else if constexpr (T == Tier::kHost) {
-    host_.kv_held += pages.size();
-    host_.kv_held -= row.pages.size();
+  }
+  if constexpr (T != Tier::kStore) {
+    tier<T>().kv_held += pages.size();
+    tier<T>().kv_held -= row.pages.size();
   }
   row.pages = std::move(pages);
   if (had != row.has_kv() && n->parent) {
@@ -47,16 +48,23 @@ template <Tier T>
 void PrefixCache::set_snapshot(Node* n, typename Row<T>::Snapshot snapshot) {
   Row<T>& row = n->row<T>();
   const bool had = n->has_snapshot();
-  if constexpr (T == Tier::kHost) {
-    host_.snap_held += snapshot.size();
-    host_.snap_held -= row.snapshot.size();
-  } else if constexpr (T == Tier::kStore) {
+  if constexpr (T != Tier::kStore) {
+    tier<T>().snap_held += snapshot.size();
+    tier<T>().snap_held -= row.snapshot.size();
+  } else {
     store_tier_.snaps_held += std::size_t(snapshot.valid()) - std::size_t(row.snapshot.valid());
   }
   row.snapshot = std::move(snapshot);
   note_snapshot_change(n, had);
   refresh(n);
   if constexpr (T == Tier::kHost) note_host_usage();
+}
+
+std::vector<GpuPageId> PrefixCache::take_gpu_pages(std::size_t n) {
+  std::vector<GpuPageId> pages;
+  pages.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) pages.push_back(*gpu_.pages.take(Holder::kTransfer));
+  return pages;
 }
 
 template <Tier T>

@@ -42,7 +42,7 @@ Status PrefixCache::load_from_store(Node* target, std::span<Node* const> path,
     load_pages += n->page_count(config_.page_size);
     *store_tokens += n->tokens.size();
   }
-  const bool load_snapshot = !target->gpu.snapshot.valid() && !target->host.has_snapshot();
+  const bool load_snapshot = !target->gpu.has_snapshot() && !target->host.has_snapshot();
   if (load_pages == 0 && !load_snapshot) return Status::ok();
   // Whole: host pages for all of it are taken now, as the reads' destinations and the
   // promotions' sources (the GPU pages were made room for by the caller).
@@ -84,7 +84,7 @@ Status PrefixCache::start_staged_load(Node* target, std::span<Node* const> path)
   }
   load.first_page.push_back(total);
   load.cut = total;
-  const bool snapshot = !target->gpu.snapshot.valid() && !target->host.has_snapshot();
+  const bool snapshot = !target->gpu.has_snapshot() && !target->host.has_snapshot();
   // The window: kStageChunks slices of KV (all of it when less) and the snapshot, which is one
   // record read whole; else what host can give, at least one page and the snapshot.
   const std::size_t snap = snapshot ? config_.snapshot_pages() : 0;
@@ -123,7 +123,7 @@ Status PrefixCache::start_staged_load(Node* target, std::span<Node* const> path)
     load.target = target;
     target->snap_xfer = Xfer::kStage;
     target->snap_xfer_id = id;
-    set_snapshot<Tier::kGpu>(target, *gpu_.slots.take(Holder::kTransfer));
+    set_snapshot<Tier::kGpu>(target, take_gpu_pages(config_.snapshot_pages()));
   }
   StagedLoad& l = xfers_.staged.emplace(id, std::move(load)).first->second;
   const Status refused = pump_staged(l);
@@ -192,9 +192,9 @@ Status PrefixCache::submit_staged_read(StagedLoad& l, StagedChunk c) {
     if (c.count == 0) {
       Node* t = l.target;
       l.target = nullptr;
-      gpu_.slots.give_back(t->gpu.snapshot);
+      release(t->gpu.snapshot);
       t->snap_xfer = Xfer::kNone;
-      set_snapshot<Tier::kGpu>(t, GpuSlotId());
+      set_snapshot<Tier::kGpu>(t, {});
       prune_copied({t});
     } else {
       l.cut = std::min(l.cut, l.first_page[node_of(l.first_page, c.first)]);
@@ -224,7 +224,7 @@ bool PrefixCache::finish_staged_read(StagedLoad& l, StagedChunk& c) {
     if (arrived == 1) {
       ++stats_.snapshots_loaded;
       for (std::size_t i = 0; i < c.staging.size(); ++i) {
-        batch.pieces.push_back({t->gpu.snapshot, i * config_.page_bytes, c.staging[i]});
+        batch.pages.push_back({t->gpu.snapshot[i], c.staging[i]});
       }
       return submit_staged_copy(l, c, std::move(batch));
     }
@@ -234,9 +234,9 @@ bool PrefixCache::finish_staged_read(StagedLoad& l, StagedChunk& c) {
       set_snapshot<Tier::kStore>(t, RecordId());
     }
     l.target = nullptr;
-    gpu_.slots.give_back(t->gpu.snapshot);
+    release(t->gpu.snapshot);
     t->snap_xfer = Xfer::kNone;
-    set_snapshot<Tier::kGpu>(t, GpuSlotId());
+    set_snapshot<Tier::kGpu>(t, {});
     l.idle.insert(l.idle.end(), c.staging.begin(), c.staging.end());
     c.staging.clear();
     prune_copied({t});
@@ -308,12 +308,12 @@ void PrefixCache::finish_staged_copy(StagedLoad& l, StagedChunk& c, bool ok) {
     l.target = nullptr;
     t->snap_xfer = Xfer::kNone;
     if (ok) {
-      gpu_.slots.reassign(t->gpu.snapshot, Holder::kNode);
+      for (GpuPageId id : t->gpu.snapshot) gpu_.pages.reassign(id, Holder::kNode);
       ++stats_.snapshots_promoted;
       refresh(t);
     } else {  // the store copy stays, the slot is freed (rule 7)
-      gpu_.slots.give_back(t->gpu.snapshot);
-      set_snapshot<Tier::kGpu>(t, GpuSlotId());
+      release(t->gpu.snapshot);
+      set_snapshot<Tier::kGpu>(t, {});
       prune_copied({t});
     }
     return;
@@ -394,8 +394,8 @@ void PrefixCache::end_staged_load(std::uint32_t id) {
   }
   if (Node* t = l.target) {  // its read never started (not expected: it goes first)
     t->snap_xfer = Xfer::kNone;
-    gpu_.slots.give_back(t->gpu.snapshot);
-    set_snapshot<Tier::kGpu>(t, GpuSlotId());
+    release(t->gpu.snapshot);
+    set_snapshot<Tier::kGpu>(t, {});
     left.push_back(t);
   }
   for (HostPageId p : l.idle) host_.pages.give_back(p);

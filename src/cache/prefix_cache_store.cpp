@@ -205,7 +205,7 @@ void PrefixCache::plan_snapshot_load(Node* n, std::vector<HostPageId> host, Stor
   batch.reads.push_back({n->store.snapshot, host});
   n->snap_xfer = Xfer::kLoad;
   set_snapshot<Tier::kHost>(n, std::move(host));
-  set_snapshot<Tier::kGpu>(n, *gpu_.slots.take(Holder::kTransfer));
+  set_snapshot<Tier::kGpu>(n, take_gpu_pages(config_.snapshot_pages()));
   batch.ops.push_back({n, true, Xfer::kLoad});
 }
 
@@ -260,9 +260,9 @@ void PrefixCache::cancel_store_ops(std::span<const StoreOp> ops) {
     } else {
       n->snap_xfer = Xfer::kNone;
       for (HostPageId id : n->host.snapshot) host_.pages.give_back(id);
-      gpu_.slots.give_back(n->gpu.snapshot);
+      release(n->gpu.snapshot);
       set_snapshot<Tier::kHost>(n, {});
-      set_snapshot<Tier::kGpu>(n, GpuSlotId());
+      set_snapshot<Tier::kGpu>(n, {});
     }
   }
 }
@@ -388,15 +388,15 @@ bool PrefixCache::finish_store_read(const StoreOp& op, std::span<const Status> i
     for (HostPageId id : n->host.snapshot) host_.pages.reassign(id, Holder::kNode);
     ++stats_.snapshots_loaded;
     n->snap_xfer = Xfer::kPromote;
-    add_snapshot_pieces(promote.batch, n);
+    add_snapshot_pages(promote.batch, n);
     promote.ops.push_back({n, true, Xfer::kPromote});
     refresh(n);
     return true;
   }
   for (HostPageId id : n->host.snapshot) host_.pages.give_back(id);
-  gpu_.slots.give_back(n->gpu.snapshot);
+  release(n->gpu.snapshot);
   set_snapshot<Tier::kHost>(n, {});
-  set_snapshot<Tier::kGpu>(n, GpuSlotId());
+  set_snapshot<Tier::kGpu>(n, {});
   if (lost) {
     ++stats_.store_records_lost;
     (void)host_.link->erase(n->store.snapshot);
@@ -510,7 +510,7 @@ Status PrefixCache::persist() {
     const bool live = !cost_aware_ || n->kv_live();
     if (live && n->gpu.has_kv() && !n->host.has_kv() && !n->store.has_kv())
       (void)plan_down<Tier::kGpu>(n, Held::kKv, Xfer::kWriteThrough, stage);
-    if (n->gpu.snapshot.valid() && !n->host.has_snapshot() && !n->store.snapshot.valid())
+    if (n->gpu.has_snapshot() && !n->host.has_snapshot() && !n->store.snapshot.valid())
       (void)plan_down<Tier::kGpu>(n, Held::kSnapshot, Xfer::kWriteThrough, stage);
     std::optional<std::uint32_t> id;
     note(submit_link<Tier::kGpu>(std::move(stage), &id));

@@ -74,8 +74,8 @@ void PrefixCache::cancel_ops(std::span<const CopyOp> ops) {
     n->snap_xfer = Xfer::kNone;
     // Keys are made of the last use, so re-linking puts n back where it was.
     if (op.kind == Xfer::kPromote) {
-      gpu_.slots.give_back(n->gpu.snapshot);
-      set_snapshot<Tier::kGpu>(n, GpuSlotId());
+      release(n->gpu.snapshot);
+      set_snapshot<Tier::kGpu>(n, {});
     } else {
       for (HostPageId id : n->host.snapshot) host_.pages.give_back(id);
       set_snapshot<Tier::kHost>(n, {});
@@ -220,12 +220,12 @@ void PrefixCache::finish_op(const CopyOp& op, bool ok) {
   n->snap_xfer = Xfer::kNone;
   if (op.kind == Xfer::kPromote) {
     if (ok) {
-      gpu_.slots.reassign(n->gpu.snapshot, Holder::kNode);
+      for (GpuPageId id : n->gpu.snapshot) gpu_.pages.reassign(id, Holder::kNode);
       ++stats_.snapshots_promoted;
       refresh(n);
     } else {  // as for KV: the host copy stays, the GPU slot is freed
-      gpu_.slots.give_back(n->gpu.snapshot);
-      set_snapshot<Tier::kGpu>(n, GpuSlotId());
+      release(n->gpu.snapshot);
+      set_snapshot<Tier::kGpu>(n, {});
     }
     return;
   }

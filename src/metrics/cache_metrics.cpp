@@ -38,6 +38,7 @@ CacheMetrics::CacheMetrics(prometheus::Registry& r, const PrefixCache& cache, co
   mirror(hits, with(labels, "tier", "host"), &CacheStats::hit_tokens_host);
   auto& bytes = counter("radixtier_copy_bytes_total", "bytes copied, by direction");
   mirror(bytes, with(labels, "direction", "d2h"), &CacheStats::bytes_d2h);
+  mirror(bytes, with(labels, "direction", "d2d"), &CacheStats::bytes_d2d);
   mirror(bytes, with(labels, "direction", "h2d"), &CacheStats::bytes_h2d);
   auto& copies = counter("radixtier_copies_total", "copies (slices) submitted, by direction");
   mirror(copies, with(labels, "direction", "d2h"), &CacheStats::copies_d2h);

@@ -113,6 +113,7 @@ constexpr StatField kStatFields[] = {
     {"hit_tokens_gpu", &CacheStats::hit_tokens_gpu},
     {"hit_tokens_host", &CacheStats::hit_tokens_host},
     {"bytes_d2h", &CacheStats::bytes_d2h},
+    {"bytes_d2d", &CacheStats::bytes_d2d},
     {"bytes_h2d", &CacheStats::bytes_h2d},
     {"copies_d2h", &CacheStats::copies_d2h},
     {"copies_h2d", &CacheStats::copies_h2d},

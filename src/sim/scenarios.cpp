@@ -185,6 +185,10 @@ std::uint32_t gpu_snapshot_slots_for(std::size_t max_running) {
   return static_cast<std::uint32_t>(4 * max_running + std::max<std::size_t>(1, max_running) + 1);
 }
 
+std::uint32_t live_slots_for(std::size_t max_running) {
+  return static_cast<std::uint32_t>(2 * std::max<std::size_t>(1, max_running) + 1);
+}
+
 CacheConfig cache_config(const Budget& budget, const ModelGeometry& model,
                          std::uint32_t page_size) {
   CacheConfig c;

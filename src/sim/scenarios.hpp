@@ -38,6 +38,9 @@ struct Budget {
 /// The scheduler's GPU snapshot pool: 4 max_running + max(1, max_running) + 1 (index-tier.md,
 /// with ratio 1).
 std::uint32_t gpu_snapshot_slots_for(std::size_t max_running);
+/// The live slots a PrefixCache needs for max_running requests (it keeps cached snapshots in
+/// GPU pages): each request's resumed state and one it materializes, + 1.
+std::uint32_t live_slots_for(std::size_t max_running);
 
 /// The CacheConfig `budget` means for `model` (page_bytes and snapshot_bytes from the preset).
 CacheConfig cache_config(const Budget& budget, const ModelGeometry& model, std::uint32_t page_size);

@@ -118,9 +118,20 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
     base_config.host_pages = 0;
     base_config.host_snapshot_slots = 0;
   }
-  const CacheConfig config = config_for(o.cache, base_config);
+  CacheConfig config = config_for(o.cache, base_config);
+  if (o.cache == CacheKind::kNode) {
+    // Node keeps cached snapshots in pages of its GPU pool (issue 21): of the GPU snapshot
+    // bytes the budget gives, the live slots running requests compute in stay slots (a
+    // resumed state and one being materialized each, live_slots_for), the rest joins the pool.
+    const std::uint32_t live =
+        std::min(config.gpu_snapshot_slots, live_slots_for(s.max_running));
+    const std::uint64_t freed =
+        std::uint64_t{config.gpu_snapshot_slots - live} * config.snapshot_bytes;
+    config.gpu_pages += static_cast<std::uint32_t>(freed / config.page_bytes);
+    config.gpu_snapshot_slots = live;
+  }
   if (o.cache == CacheKind::kAttentionOnly || o.cache == CacheKind::kSglangLike ||
-      o.cache == CacheKind::kVllmLike) {
+      o.cache == CacheKind::kVllmLike || o.cache == CacheKind::kNode) {
     out.config = config;
   }
   const bool vllm = o.cache == CacheKind::kVllmLike;

@@ -70,6 +70,7 @@ struct CacheStats {
   std::uint64_t hit_tokens_gpu = 0;    ///< usable-match tokens already on GPU at admission
   std::uint64_t hit_tokens_host = 0;   ///< usable-match tokens promoted from host
   std::uint64_t bytes_d2h = 0;         ///< demotion + write-through bytes, KV and snapshots
+  std::uint64_t bytes_d2d = 0;         ///< device copies: live slots <-> GPU snapshot pages
   std::uint64_t bytes_h2d = 0;         ///< promotion bytes, KV and snapshots
   std::uint64_t copies_d2h = 0;        ///< slices submitted device-to-host
   std::uint64_t copies_h2d = 0;        ///< slices submitted host-to-device

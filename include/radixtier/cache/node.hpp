@@ -176,7 +176,7 @@ struct TierIds;
 template <>
 struct TierIds<Tier::kGpu> {
   using Page = GpuPageId;
-  using Snapshot = GpuSlotId;  ///< a GPU snapshot slot
+  using Snapshot = std::vector<GpuPageId>;  ///< snapshot_pages() pages of the GPU pool
 };
 template <>
 struct TierIds<Tier::kHost> {
@@ -208,14 +208,14 @@ struct Row {
 
   bool has_kv() const { return !pages.empty(); }
   bool has_snapshot() const {
-    if constexpr (T == Tier::kHost) {
-      return !snapshot.empty();
-    } else {
+    if constexpr (T == Tier::kStore) {
       return snapshot.valid();
+    } else {
+      return !snapshot.empty();
     }
   }
-  /// Pool pages the KV (h = kKv) or the snapshot takes on this row (a paged tier: host).
-  std::size_t held_pages(Held h) const requires(T == Tier::kHost) {
+  /// Pool pages the KV (h = kKv) or the snapshot takes on this row (a paged tier: GPU, host).
+  std::size_t held_pages(Held h) const requires(T != Tier::kStore) {
     return h == Held::kKv ? pages.size() : snapshot.size();
   }
   OrderHook& hook(Held h) { return h == Held::kKv ? kv_hook : snap_hook; }

@@ -324,7 +324,10 @@ class PrefixCache final : public CacheBackend {
   void release(GpuPageId id);
   void release(HostPageId id);
   void release(RecordId id);
-  void release(GpuSlotId id);
+  void release(const std::vector<GpuPageId>& ids);
+  /// n free GPU pages taken as a copy's destination (Holder::kTransfer; room made by the
+  /// caller).
+  std::vector<GpuPageId> take_gpu_pages(std::size_t n);
   void release(const std::vector<HostPageId>& ids);
   /// After n gained or lost its last snapshot: the counts of its ancestors (O(depth)).
   void note_snapshot_change(Node* n, bool had);
@@ -349,23 +352,24 @@ class PrefixCache final : public CacheBackend {
 
   // eviction; check_* decide, without evicting anything, whether make_* can succeed
   Status check_gpu_page_room(std::size_t n) const;
-  Status check_gpu_slot_room() const;
   Status make_gpu_page_room(std::size_t n);
+  /// A free live slot, waiting for device copies that hold one; kOutOfMemory when every slot
+  /// holds a running request's state (live slots are never cached data: nothing is evicted).
   Status make_gpu_slot_room();
-  /// Evicts until n GPU pages / slots are free, without the hopeless-request check (one
-  /// room-making round; see node.hpp on demotions that fail). kOutOfMemory: nothing is left.
+  /// Evicts until n GPU pages are free, without the hopeless-request check (one room-making
+  /// round; see node.hpp on demotions that fail). kOutOfMemory: nothing is left.
   Status reclaim_gpu_pages(std::size_t n);
-  Status reclaim_gpu_slots(std::size_t n);
-  /// The watermark step (config.hpp, docs/architecture.md): when free GPU pages / slots plus
-  /// those demotions in flight will free are below the low watermark, evicts the orders'
-  /// next victims, submitting their demotions without waiting, up to the high watermark.
+  /// The GPU pool's next victim (KV or snapshot, lowest key) not marked failed in `round`.
+  Node* gpu_victim_not_failed(std::uint64_t round, Held& h) const;
+  /// The watermark step (config.hpp, docs/architecture.md): when free GPU pages plus those
+  /// demotions in flight will free are below the low watermark, evicts the pool's next
+  /// victims, submitting their demotions without waiting, up to the high watermark.
   /// Run by poll(), so by every entry point that reaps (admit, insert, poll, wait, evict) and
   /// at the end of release(); never inside alloc_pages / alloc_snapshot_slot, whose refusal
   /// must change nothing.
   void demote_ahead();
-  /// GPU pages / slots that the demotions in flight free when they land.
+  /// GPU pages that the demotions in flight free when they land.
   std::size_t gpu_pages_demoting() const;
-  std::size_t gpu_slots_demoting() const;
   /// Reaps finished transfers without the watermark step (poll() = reap + demote_ahead()).
   void reap_transfers();
   /// Frees host pool pages until n can be taken for KV (for_snapshot: for a snapshot): the
@@ -379,7 +383,8 @@ class PrefixCache final : public CacheBackend {
   void plan_kv_to_host(Node* n, Xfer kind, PendingBatch& batch);
   /// Plans the copy of n's GPU snapshot into `dst` (take_host_snapshot_pages) in `batch`.
   void plan_snapshot_to_host(Node* n, std::vector<HostPageId> dst, Xfer kind, PendingBatch& batch);
-  void add_snapshot_pieces(TransferBatch& batch, const Node* n) const;
+  /// The page copies between n's GPU and host snapshot pages (either direction).
+  void add_snapshot_pages(TransferBatch& batch, const Node* n) const;
 
   // the transitions between a tier and the one below, written once (prefix_cache_links.cpp)
   /// What evict() did with its victim: freed it now, planned its copy down (the room comes
@@ -462,6 +467,14 @@ class PrefixCache final : public CacheBackend {
   /// and the counts of a pin added (+1) or removed (-1).
   std::size_t pin_cost(const Node* end) const;
   void add_pin_counts(Node* end, int delta);
+  /// Once the lock's snapshot is on GPU: copies it into the lock's live slot (device to
+  /// device); a copy that fails moves the lock to its root (the request recomputes).
+  void fill_live_slot(LockRecord& rec);
+  /// Copies `batch` (kDeviceToDevice) and waits for it; kTransferFailed when refused or failed.
+  Status copy_on_device(TransferBatch batch);
+  /// Copies the request's state in `slot` into fresh pages of the GPU pool (room made) as n's
+  /// GPU snapshot; false: no room or the copy failed (nothing changed).
+  bool materialize(Node* n, GpuSlotId slot);
   /// kPending / kDone / kFailed of a lock's path and snapshot, as poll(lock) without reaping.
   TransferState lock_state(const LockRecord& rec) const;
   void wait_promotions(const LockRecord& rec);

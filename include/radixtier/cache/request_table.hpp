@@ -35,6 +35,10 @@ struct LockRecord {
   Node* snap_node;  ///< node whose snapshot the request resumes from (nullptr: none)
   Node* root;       ///< the root of the request's namespace
   RetentionPriority priority;
+  /// The request's live slot for the state it resumes from (invalid: none yet); it is the
+  /// request's own (slot_owner), filled from snap_node's cached pages (rule 6).
+  GpuSlotId live{};
+  const Node* filled = nullptr;  ///< whose snapshot the live slot holds (nullptr: none yet)
 };
 
 class RequestTable {

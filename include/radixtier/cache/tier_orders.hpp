@@ -1,14 +1,14 @@
 // TierOrders<T>: the eviction part of one tier. It owns the tier's two eviction orders (the
 // nodes whose KV / snapshot is evictable on T now, node.hpp "Eviction orders"), the
-// GreedyDual ages of the tier's pools and the value per byte of a snapshot there.
+// GreedyDual age of the tier's pool and the value per byte of a snapshot there.
 //
 // Invariants it keeps (PrefixCache::check_invariants() checks them with the nodes):
 //   - a node is linked in order H iff node.evictable<T, H>() (rule 4), at the key its state
 //     gives (PrefixCache::key<T, H>); a key changes only while the node is unlinked;
-//   - the ages never decrease: a pool's age is the highest priority of a live victim taken
+//   - the age never decreases: the pool's age is the highest priority of a live victim taken
 //     from it (class 1), so a node's key stays comparable to those of nodes used later.
-// A tier whose KV and snapshots share one pool (host, store) has one age; the GPU keeps
-// them in two pools (pages and snapshot slots), each with its own.
+// Every tier keeps KV and snapshots in one pool (GPU and host pages, the store's slots), so
+// its two orders are one eviction order (victim(): the lower head) with one age.
 #pragma once
 
 #include <algorithm>
@@ -20,9 +20,6 @@ namespace radixtier {
 template <Tier T>
 class TierOrders {
  public:
-  /// One pool for both kinds (its victims compared across them), or one per kind.
-  static constexpr bool kSharedPool = T != Tier::kGpu;
-
   template <Held H>
   Order<T, H>& order() {
     if constexpr (H == Held::kKv) {
@@ -51,12 +48,12 @@ class TierOrders {
   }
 
   /// The age a use of a node's KV / snapshot records on the node's row.
-  double age(Held h) const { return age_[pool(h)]; }
+  double age(Held) const { return age_; }
   /// `victim`'s KV (h = kKv) or snapshot was taken from this tier for room: a live one (key
   /// class 1) raises its pool's age to the victim's priority.
   void aged_by(Held h, const Node& victim) {
     const OrderKey& key = victim.row<T>().key(h);
-    if (key.cls == 1) age_[pool(h)] = std::max(age_[pool(h)], key.priority);
+    if (key.cls == 1) age_ = std::max(age_, key.priority);
   }
 
   /// Re-links n on order H: in it iff `want`, at `key`.
@@ -85,10 +82,9 @@ class TierOrders {
   double snap_value = 0;
 
  private:
-  static constexpr std::size_t pool(Held h) { return !kSharedPool && h == Held::kSnapshot; }
   Order<T, Held::kKv> kv_;
   Order<T, Held::kSnapshot> snap_;
-  double age_[2] = {0, 0};
+  double age_ = 0;
 };
 
 }  // namespace radixtier

@@ -34,8 +34,10 @@ template <>
 struct TierPools<Tier::kGpu> {
   TierPools(std::uint32_t page_count, std::uint32_t slot_count, TransferEngine& engine)
       : pages(page_count), slots(slot_count), link(&engine) {}
-  IdPool<GpuPageId> pages;
-  IdPool<GpuSlotId> slots;
+  IdPool<GpuPageId> pages;  ///< the GPU pool: KV pages and cached snapshots' pages
+  IdPool<GpuSlotId> slots;  ///< live slots: running requests' state, never cached data
+  /// GPU pages held by KV and by snapshots (nodes and their in-flight copies).
+  std::size_t kv_held = 0, snap_held = 0;
   /// GPU pages of locked nodes (promotion destinations included): pages no eviction can
   /// reclaim. Every other node-held GPU page is reclaimable, leaf-first, because an unlocked
   /// node has no locked descendant.
