@@ -176,18 +176,21 @@ Result<std::unique_ptr<CudaTransferEngine>> CudaTransferEngine::create(
   }
   e.stats_.layer_groups = e.groups_;
 
-  // Copy streams at the lowest priority: the compute stream's kernels go first.
+  // Copy streams at the lowest priority: the compute stream's kernels go first. The
+  // device-to-device lane opens on first use (open_d2d_lane).
   int least = 0, greatest = 0;
   if (cudaError_t err = rt.device_get_stream_priority_range(&least, &greatest); err != cudaSuccess)
     least = 0;
-  for (cudaStream_t& s : e.streams_) {
+  for (std::size_t i : {index(Direction::kDeviceToHost), index(Direction::kHostToDevice)}) {
+    cudaStream_t& s = e.streams_[i];
     if (cudaError_t err = rt.stream_create_with_priority(&s, cudaStreamNonBlocking, least);
         err != cudaSuccess) {
       s = nullptr;
       return Status(ErrorCode::kFailedPrecondition, cuda_error("cudaStreamCreate", err));
     }
   }
-  for (Lane& lane : e.lanes_) {
+  for (std::size_t i : {index(Direction::kDeviceToHost), index(Direction::kHostToDevice)}) {
+    Lane& lane = e.lanes_[i];
     lane.ring.assign(e.options_.slices_in_flight, nullptr);
     for (cudaEvent_t& ev : lane.ring) {
       if (cudaError_t err = rt.event_create_with_flags(&ev, kEventFlags); err != cudaSuccess) {
@@ -227,9 +230,9 @@ Result<std::unique_ptr<CudaTransferEngine>> CudaTransferEngine::create(
                          : std::min(kDefaultKernelBlocks, std::max(1, sms));
   if (e.options_.slices_in_flight > 0) {
     try {
-      e.lanes_[0].feeder =
+      e.lanes_[index(Direction::kDeviceToHost)].feeder =
           std::thread(&CudaTransferEngine::feeder_loop, &e, Direction::kDeviceToHost);
-      e.lanes_[1].feeder =
+      e.lanes_[index(Direction::kHostToDevice)].feeder =
           std::thread(&CudaTransferEngine::feeder_loop, &e, Direction::kHostToDevice);
     } catch (const std::system_error& ex) {
       return Status(ErrorCode::kFailedPrecondition,
@@ -246,6 +249,65 @@ CudaTransferEngine::CudaTransferEngine(CudaPools pools, CudaEngineOptions option
       options_(std::move(options)),
       page_bytes_(pools_.gpu_kv.item_bytes()),
       snapshot_bytes_(pools_.gpu_snapshots.item_bytes()) {}
+
+// The third lane, on the first device-to-device submit() (on its thread, the engine's context
+// current): its stream at the lowest priority, its event ring, its feeder. On an error nothing
+// is left half made and the next device-to-device submit() tries again.
+Status CudaTransferEngine::open_d2d_lane() {
+  std::lock_guard lock(d2d_mu_);
+  if (d2d_open_) return Status::ok();
+  const std::size_t i = index(Direction::kDeviceToDevice);
+  Lane& lane = lanes_[i];
+  cudaStream_t stream = nullptr;
+  std::vector<cudaEvent_t> ring(options_.slices_in_flight, nullptr);
+  auto undo = [&](const char* what, cudaError_t err) {
+    for (cudaEvent_t ev : ring) {
+      if (ev != nullptr) (void)rt_.event_destroy(ev);
+    }
+    if (stream != nullptr) (void)rt_.stream_destroy(stream);
+    streams_[i] = nullptr;
+    std::lock_guard guard(mu_);
+    if (classify(err) == ErrorClass::kFatal) return mark_fatal(err, what);
+    return Status(ErrorCode::kTransferFailed,
+                  cuda_error(what, err) + " (the device-to-device stream); nothing enqueued");
+  };
+  int least = 0, greatest = 0;
+  if (rt_.device_get_stream_priority_range(&least, &greatest) != cudaSuccess) least = 0;
+  if (cudaError_t err = rt_.stream_create_with_priority(&stream, cudaStreamNonBlocking, least);
+      err != cudaSuccess) {
+    stream = nullptr;
+    return undo("cudaStreamCreate", err);
+  }
+  for (cudaEvent_t& ev : ring) {
+    if (cudaError_t err = rt_.event_create_with_flags(&ev, kEventFlags); err != cudaSuccess) {
+      ev = nullptr;
+      return undo("cudaEventCreate", err);
+    }
+  }
+  {
+    std::lock_guard lane_lock(lane.mu);
+    lane.ring = ring;
+  }
+  streams_[i] = stream;  // before the feeder starts: it reads it
+  if (options_.slices_in_flight > 0) {
+    try {
+      lane.feeder = std::thread(&CudaTransferEngine::feeder_loop, this, Direction::kDeviceToDevice);
+    } catch (const std::system_error& ex) {
+      {
+        std::lock_guard lane_lock(lane.mu);
+        lane.ring.clear();
+      }
+      for (cudaEvent_t ev : ring) (void)rt_.event_destroy(ev);
+      (void)rt_.stream_destroy(stream);
+      streams_[i] = nullptr;
+      return Status(ErrorCode::kTransferFailed,
+                    std::string("CUDA engine: cannot start the device-to-device feeder thread: ") +
+                        ex.what());
+    }
+  }
+  d2d_open_ = true;
+  return Status::ok();
+}
 
 CudaTransferEngine::~CudaTransferEngine() {
   for (Lane& lane : lanes_) {  // the feeders enqueue what is left, then stop

@@ -42,6 +42,7 @@ bool missing_kernel(cudaError_t err) {
 
 Status CudaTransferEngine::validate(const TransferBatch& b) const {
   std::ostringstream err;
+  if (const char* why = batch_shape_error(b)) err << why << "; ";
   for (const auto& p : b.pages) {
     if (p.gpu.value() >= pools_.gpu_kv.items) err << p.gpu << " out of range; ";
     if (p.host.value() >= pools_.host_pages) err << p.host << " out of range; ";
@@ -56,6 +57,12 @@ Status CudaTransferEngine::validate(const TransferBatch& b) const {
     if (p.offset >= snapshot_bytes_ || page_bytes_ == 0 || p.offset % page_bytes_ != 0)
       err << "snapshot piece offset " << p.offset
           << " is not a page multiple inside the snapshot; ";
+  }
+  for (const auto& p : b.slot_pieces) {
+    if (p.slot.value() >= pools_.gpu_snapshots.items) err << p.slot << " out of range; ";
+    if (p.page.value() >= pools_.gpu_kv.items) err << p.page << " out of range; ";
+    if (p.offset >= snapshot_bytes_ || page_bytes_ == 0 || p.offset % page_bytes_ != 0)
+      err << "slot piece offset " << p.offset << " is not a page multiple inside the snapshot; ";
   }
   if (err.tellp() > 0) return invalid_argument("transfer batch rejected: " + err.str());
   return Status::ok();
@@ -108,6 +115,7 @@ std::shared_ptr<CudaTransferEngine::Work> CudaTransferEngine::plan(TransferBatch
   w->pairs.reserve(b.pages.size());
   for (const PageCopy& p : b.pages) w->pairs.push_back({p.gpu.value(), p.host.value()});
   w->pieces = std::move(b.pieces);
+  w->slot_pieces = std::move(b.slot_pieces);
   if (!b.snapshots.empty()) {
     std::vector<ItemPair> snaps;
     for (const SnapshotCopy& s : b.snapshots) snaps.push_back({s.gpu.value(), s.host.value()});
@@ -139,6 +147,12 @@ std::shared_ptr<CudaTransferEngine::Work> CudaTransferEngine::plan(TransferBatch
     for (std::size_t k = 0; k < w->snapshot_chunks.size(); ++k)
       w->slices.push_back({SliceDesc::Kind::kSnapshots, 0, k, 1, false});
   };
+  if (b.direction == Direction::kDeviceToDevice) {  // slot pieces only (validated)
+    for (std::size_t first = 0; first < w->slot_pieces.size(); first += step)
+      w->slices.push_back({SliceDesc::Kind::kSlotPieces, 0, first,
+                           std::min(step, w->slot_pieces.size() - first), false});
+    return w;
+  }
   if (promote) {  // snapshots first: every layer's wait covers them
     add_pieces();
     add_snapshots();
@@ -224,6 +238,62 @@ cudaError_t CudaTransferEngine::enqueue_kernel(Direction dir, std::span<const It
   return cudaSuccess;
 }
 
+// Device to device: the window [offset, offset + n) of a slot's bytes (its segments in order)
+// against the bytes [0, n) of a GPU page (its segments in order, as in its host page), cut
+// where either side's segment ends; runs that continue the previous one on both sides merge.
+// One cudaMemcpyAsync(cudaMemcpyDeviceToDevice) per run on the D2D stream.
+cudaError_t CudaTransferEngine::enqueue_slot_pieces(std::span<const SlotPieceCopy> pieces,
+                                                    bool inject, SubmitCounts& counts) {
+  Lane& lane = lanes_[index(Direction::kDeviceToDevice)];  // its mutex is held
+  const cudaStream_t stream = streams_[index(Direction::kDeviceToDevice)];
+  const std::vector<StridedSegment>& slot_segs = pools_.gpu_snapshots.segments;
+  const std::vector<StridedSegment>& page_segs = pools_.gpu_kv.segments;
+  lane.dsts.clear();
+  lane.srcs.clear();
+  lane.sizes.clear();
+  for (const SlotPieceCopy& sp : pieces) {
+    const std::size_t n = piece_bytes(sp, page_bytes_, snapshot_bytes_);
+    std::size_t si = 0, s_at = 0;  // slot segment and its first logical byte
+    std::size_t ki = 0, k_at = 0;  // page segment and its first logical byte
+    for (std::size_t done = 0; done < n;) {
+      const std::size_t in_slot = sp.offset + done;
+      while (s_at + slot_segs[si].bytes <= in_slot) s_at += slot_segs[si++].bytes;
+      while (k_at + page_segs[ki].bytes <= done) k_at += page_segs[ki++].bytes;
+      const std::size_t run = std::min(
+          {n - done, s_at + slot_segs[si].bytes - in_slot, k_at + page_segs[ki].bytes - done});
+      const std::uintptr_t slot = slot_segs[si].base +
+                                  std::size_t{sp.slot.value()} * slot_segs[si].item_stride +
+                                  (in_slot - s_at);
+      const std::uintptr_t page = page_segs[ki].base +
+                                  std::size_t{sp.page.value()} * page_segs[ki].item_stride +
+                                  (done - k_at);
+      void* dst = reinterpret_cast<void*>(sp.to_slot ? slot : page);
+      const void* src = reinterpret_cast<const void*>(sp.to_slot ? page : slot);
+      const bool continues =
+          !lane.sizes.empty() &&
+          static_cast<std::byte*>(lane.dsts.back()) + lane.sizes.back() == dst &&
+          static_cast<const std::byte*>(lane.srcs.back()) + lane.sizes.back() == src;
+      if (continues) {
+        lane.sizes.back() += run;
+      } else {
+        lane.dsts.push_back(dst);
+        lane.srcs.push_back(src);
+        lane.sizes.push_back(run);
+      }
+      done += run;
+    }
+  }
+  counts.pieces += lane.sizes.size();
+  for (std::size_t i = 0; i < lane.sizes.size(); ++i) {
+    // Test hook: an invalid copy direction on the slice's first copy.
+    const auto kind = inject && i == 0 ? static_cast<cudaMemcpyKind>(-1) : cudaMemcpyDeviceToDevice;
+    const cudaError_t err =
+        rt_.memcpy_async(lane.dsts[i], lane.srcs[i], lane.sizes[i], kind, stream);
+    if (err != cudaSuccess) return err;
+  }
+  return cudaSuccess;
+}
+
 cudaError_t CudaTransferEngine::enqueue_slice(Work& w, const SliceDesc& d, bool inject) {
   Lane& lane = lanes_[index(w.dir)];  // its mutex is held
   SubmitCounts& counts = w.counts;
@@ -280,6 +350,9 @@ cudaError_t CudaTransferEngine::enqueue_slice(Work& w, const SliceDesc& d, bool 
     case SliceDesc::Kind::kSnapshots:
       // Large contiguous ranges, where the copy engines are at their best: always DMA.
       return enqueue_dma(w.dir, w.snapshot_chunks[d.first], pools_.host_snapshots, inject, counts);
+    case SliceDesc::Kind::kSlotPieces:
+      return enqueue_slot_pieces(
+          std::span<const SlotPieceCopy>(w.slot_pieces).subspan(d.first, d.count), inject, counts);
   }
   return cudaErrorInvalidValue;
 }

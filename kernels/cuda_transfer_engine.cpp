@@ -107,10 +107,17 @@ Result<Ticket> CudaTransferEngine::submit(TransferBatch batch) {
                       "invalidate it. Nothing was enqueued: submit before or after the capture");
   }
   const Direction dir = batch.direction;
-  const bool after_compute = dir == Direction::kDeviceToHost ? options_.demote_after_compute
-                                                             : options_.promote_after_compute;
+  if (dir == Direction::kDeviceToDevice) {
+    if (Status s = open_d2d_lane(); !s) return s;
+  }
+  // A device-to-device copy reads or writes slots and pages the model's kernels use: it always
+  // waits for the queued compute.
+  const bool after_compute = dir == Direction::kDeviceToHost   ? options_.demote_after_compute
+                             : dir == Direction::kHostToDevice ? options_.promote_after_compute
+                                                               : true;
   std::uint64_t bytes = batch.pages.size() * page_bytes_ + batch.snapshots.size() * snapshot_bytes_;
   for (const auto& p : batch.pieces) bytes += piece_bytes(p, page_bytes_, snapshot_bytes_);
+  for (const auto& p : batch.slot_pieces) bytes += piece_bytes(p, page_bytes_, snapshot_bytes_);
   // Plan without a lock (descriptors; snapshot chunks), then take an id and the events.
   std::shared_ptr<Work> w = plan(batch, TicketId());
   w->inject = inject;
@@ -140,7 +147,9 @@ Result<Ticket> CudaTransferEngine::submit(TransferBatch batch) {
     job.work = w;
     jobs_.emplace(w->id, std::move(job));
     ++stats_.batches;
-    (dir == Direction::kDeviceToHost ? stats_.bytes_d2h : stats_.bytes_h2d) += bytes;
+    (dir == Direction::kDeviceToHost   ? stats_.bytes_d2h
+     : dir == Direction::kHostToDevice ? stats_.bytes_h2d
+                                       : stats_.bytes_d2d) += bytes;
   }
   // compute -> copy: the event the copy stream waits on before the first slice.
   if (w->ready != nullptr) {
@@ -167,6 +176,12 @@ Result<Ticket> CudaTransferEngine::submit(TransferBatch batch) {
     lane.cv.notify_one();
   }
   return Ticket(this, id);
+}
+
+cudaStream_t CudaTransferEngine::stream(Direction dir) const {
+  if (dir != Direction::kDeviceToDevice) return streams_[index(dir)];
+  std::lock_guard lock(d2d_mu_);  // opened by a submit() on another thread, maybe
+  return streams_[index(dir)];
 }
 
 void CudaTransferEngine::recycle(Job& job) {

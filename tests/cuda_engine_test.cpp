@@ -569,5 +569,240 @@ TEST(CudaPinnedPoolFake, RefusesAPoolLargerThanTheHostCanBack) {
   EXPECT_TRUE(rt.registered.empty());  // refused before mapping or pinning anything
 }
 
+// --- device to device: live snapshot slots <-> GPU pages -------------------------------------
+
+/// Real "GPU" memory on the executing fake: a layer-first KV pool of 64-byte pages in four
+/// 16-byte segments and three GDN snapshot slots of 224 bytes in four segments (48, 64, 48, 64),
+/// so every piece is cut where either side's segment ends, and the last piece of a snapshot is
+/// 32 bytes of a 64-byte page.
+struct D2dRig {
+  static constexpr std::uint32_t kPages = 16, kSlots = 3;
+  static constexpr KvGeometry kKv{2, 2, 1, 4, 2};
+  static constexpr GdnGeometry kGdn{2, 1, 1, 4, 4, 3, 4, 2};
+  FakeRuntime rt;
+  std::vector<std::byte> kv = std::vector<std::byte>(kKv.page_bytes() * kPages);
+  std::vector<std::byte> conv = std::vector<std::byte>(kGdn.conv_bytes() * kGdn.layers * kSlots);
+  std::vector<std::byte> state = std::vector<std::byte>(kGdn.state_bytes() * kGdn.layers * kSlots);
+  std::vector<std::byte> host = std::vector<std::byte>(kKv.page_bytes() * 4);
+  CudaPools pools;
+
+  D2dRig() {
+    rt.execute = true;
+    for (auto* v : {&kv, &conv, &state})
+      rt.add_alloc(reinterpret_cast<std::uintptr_t>(v->data()), v->size(), 0);
+    pools.gpu_kv = kv_layer_first(reinterpret_cast<std::uintptr_t>(kv.data()), kKv, kPages);
+    pools.gpu_snapshots =
+        snapshot_layer_first(reinterpret_cast<std::uintptr_t>(conv.data()),
+                             reinterpret_cast<std::uintptr_t>(state.data()), kGdn, kSlots);
+    pools.host_kv = host.data();
+    pools.host_pages = 4;
+  }
+  std::unique_ptr<CudaTransferEngine> engine(std::size_t slices_in_flight) {
+    CudaEngineOptions o;
+    o.slice_pages = 3;
+    o.compute_stream = rt.compute();
+    o.d2h = o.h2d = CopyMethod::kDmaBatch;
+    o.slices_in_flight = slices_in_flight;
+    o.demote_after_compute = o.promote_after_compute = false;  // D2D waits all the same
+    o.log = [](const std::string&) {};
+    detail::EngineSeams seams;
+    seams.runtime = &rt;
+    auto e = CudaTransferEngine::create(pools, o, seams);
+    EXPECT_TRUE(e.is_ok()) << e.status().to_string();
+    return e.is_ok() ? std::move(e).value() : nullptr;
+  }
+  /// An item's bytes in its logical order (its segments one after the other, as in a host page).
+  static std::vector<std::byte> bytes_of(const DeviceLayout& layout, std::uint32_t item) {
+    std::vector<std::byte> out;
+    for (const StridedSegment& s : layout.segments) {
+      const auto* p = reinterpret_cast<const std::byte*>(s.base + item * s.item_stride);
+      out.insert(out.end(), p, p + s.bytes);
+    }
+    return out;
+  }
+  static TransferBatch pieces(std::uint32_t slot, std::span<const std::uint32_t> pages,
+                              bool to_slot) {
+    TransferBatch b;
+    b.direction = Direction::kDeviceToDevice;
+    for (std::size_t k = 0; k < pages.size(); ++k)
+      b.slot_pieces.push_back(
+          {GpuSlotId(slot), k * kKv.page_bytes(), GpuPageId(pages[k]), to_slot});
+    return b;
+  }
+};
+
+TEST(CudaEngineFake, DeviceToDeviceMaterializesAndResumesSlotsByteExact) {
+  for (std::size_t in_flight : {std::size_t{0}, std::size_t{2}}) {
+    SCOPED_TRACE("slices in flight " + std::to_string(in_flight));
+    D2dRig r;
+    const std::size_t page = D2dRig::kKv.page_bytes(), snap = D2dRig::kGdn.snapshot_bytes();
+    ASSERT_EQ(page, 64u);
+    ASSERT_EQ(snap, 224u);
+    std::fill(r.kv.begin(), r.kv.end(), std::byte{0x5A});
+    for (std::size_t i = 0; i < r.conv.size(); ++i) r.conv[i] = static_cast<std::byte>(i * 7 + 1);
+    for (std::size_t i = 0; i < r.state.size(); ++i)
+      r.state[i] = static_cast<std::byte>(i * 13 + 5);
+    auto engine = r.engine(in_flight);
+    ASSERT_NE(engine, nullptr);
+    EXPECT_EQ(engine->stream(Direction::kDeviceToDevice), nullptr);  // opened on first use
+    EXPECT_EQ(r.rt.priorities.size(), 2u);
+    r.rt.query_result = cudaSuccess;
+    const DeviceLayout& slots = r.pools.gpu_snapshots;
+    const DeviceLayout& kv = r.pools.gpu_kv;
+    const std::vector<std::byte> want = D2dRig::bytes_of(slots, 1);
+    const std::vector<std::byte> slot0 = D2dRig::bytes_of(slots, 0);
+
+    // Materialize slot 1 into four pages, not ascending (2 slices of 3 pieces).
+    const std::uint32_t pages[4] = {9, 2, 14, 5};
+    auto t = engine->submit(D2dRig::pieces(1, pages, false));
+    ASSERT_TRUE(t.is_ok()) << t.status().to_string();
+    ASSERT_EQ(t->wait(), TransferState::kDone);
+    const cudaStream_t d2d = engine->stream(Direction::kDeviceToDevice);
+    ASSERT_NE(d2d, nullptr);
+    EXPECT_NE(d2d, engine->stream(Direction::kDeviceToHost));
+    EXPECT_NE(d2d, engine->stream(Direction::kHostToDevice));
+    ASSERT_EQ(r.rt.priorities.size(), 3u);
+    EXPECT_EQ(r.rt.priorities[2], r.rt.least_priority);
+    for (std::uint32_t p = 0; p < D2dRig::kPages; ++p) {
+      const std::vector<std::byte> got = D2dRig::bytes_of(kv, p);
+      const auto at = std::find(std::begin(pages), std::end(pages), p);
+      std::size_t n = 0;
+      if (at != std::end(pages)) {
+        const std::size_t k = static_cast<std::size_t>(at - std::begin(pages));
+        n = std::min(page, snap - k * page);
+        EXPECT_TRUE(std::equal(got.begin(), got.begin() + n, want.begin() + k * page))
+            << "page " << p;
+      }
+      // Past the piece (all of a page no piece went to) the page is as it was.
+      EXPECT_TRUE(
+          std::all_of(got.begin() + n, got.end(), [](std::byte b) { return b == std::byte{0x5A}; }))
+          << "page " << p;
+    }
+    // Every copy went device to device on the D2D stream, after it waited for the compute
+    // stream (though demote/promote_after_compute are off).
+    {
+      auto lock = r.rt.lock();
+      EXPECT_EQ(r.rt.d2d_calls, r.rt.async_calls);
+      EXPECT_GT(r.rt.d2d_calls, 4);  // cut where the segments end
+      EXPECT_EQ(r.rt.batch_calls, 0);
+      bool waited = false;
+      for (const testing::Op& op : r.rt.ops) {
+        if (op.kind == testing::Op::kWait && op.stream == d2d) waited = true;
+        if (op.kind == testing::Op::kCopy) {
+          EXPECT_EQ(op.stream, d2d);
+          EXPECT_TRUE(waited) << "a copy before the wait for the compute stream";
+        }
+      }
+      EXPECT_TRUE(waited);
+    }
+
+    // Resume the pages into slot 2, the pieces in another order.
+    TransferBatch up = D2dRig::pieces(2, pages, true);
+    std::swap(up.slot_pieces[0], up.slot_pieces[3]);
+    auto u = engine->submit(std::move(up));
+    ASSERT_TRUE(u.is_ok()) << u.status().to_string();
+    ASSERT_EQ(u->wait(), TransferState::kDone);
+    EXPECT_EQ(D2dRig::bytes_of(slots, 2), want);
+    EXPECT_EQ(D2dRig::bytes_of(slots, 1), want);
+    EXPECT_EQ(D2dRig::bytes_of(slots, 0), slot0);
+    EXPECT_EQ(engine->stream(Direction::kDeviceToDevice), d2d);  // one stream, kept
+    EXPECT_EQ(r.rt.priorities.size(), 3u);
+
+    const CudaEngineStats s = engine->stats();
+    EXPECT_EQ(s.bytes_d2d, 2 * snap);
+    EXPECT_EQ(s.bytes_d2h, 0u);
+    EXPECT_EQ(s.bytes_h2d, 0u);
+    EXPECT_EQ(s.batches, 2u);
+    EXPECT_EQ(s.slices, 4u);
+    EXPECT_EQ(s.failed, 0u);
+    EXPECT_EQ(r.rt.peek_at_last_error(), cudaSuccess);
+  }
+}
+
+TEST(CudaEngineFake, DeviceToDeviceRejectsBadBatchesWholeAndCopiesNothing) {
+  D2dRig r;
+  auto engine = r.engine(0);
+  ASSERT_NE(engine, nullptr);
+  const SlotPieceCopy good{GpuSlotId(0), 64, GpuPageId(3), false};
+  auto d2d = [&](std::initializer_list<SlotPieceCopy> more) {
+    TransferBatch b;
+    b.direction = Direction::kDeviceToDevice;
+    b.slot_pieces = {good};
+    b.slot_pieces.insert(b.slot_pieces.end(), more);
+    return b;
+  };
+  std::vector<std::pair<std::string, TransferBatch>> bad;
+  bad.emplace_back("slot out of range", d2d({{GpuSlotId(3), 0, GpuPageId(1), false}}));
+  bad.emplace_back("page out of range", d2d({{GpuSlotId(1), 0, GpuPageId(16), true}}));
+  bad.emplace_back("offset not a page multiple", d2d({{GpuSlotId(1), 32, GpuPageId(1), true}}));
+  bad.emplace_back("offset past the snapshot", d2d({{GpuSlotId(1), 256, GpuPageId(1), false}}));
+  TransferBatch with_page = d2d({});
+  with_page.pages.push_back({GpuPageId(0), HostPageId(0)});
+  bad.emplace_back("D2D with a page", std::move(with_page));
+  TransferBatch with_piece = d2d({});
+  with_piece.pieces.push_back({GpuSlotId(0), 0, HostPageId(0)});
+  bad.emplace_back("D2D with a snapshot piece", std::move(with_piece));
+  for (Direction dir : {Direction::kDeviceToHost, Direction::kHostToDevice}) {
+    TransferBatch b;
+    b.direction = dir;
+    b.pages.push_back({GpuPageId(0), HostPageId(0)});
+    b.slot_pieces.push_back(good);
+    bad.emplace_back(std::string(to_string(dir)) + " with a slot piece", std::move(b));
+  }
+  const std::vector<std::byte> kv = r.kv, conv = r.conv, state = r.state, host = r.host;
+  for (auto& [why, batch] : bad) {
+    SCOPED_TRACE(why);
+    auto t = engine->submit(std::move(batch));
+    ASSERT_FALSE(t.is_ok());
+    EXPECT_EQ(t.status().code(), ErrorCode::kInvalidArgument);
+  }
+  EXPECT_EQ(r.rt.async_calls + r.rt.batch_calls, 0);
+  EXPECT_TRUE(r.rt.ops.empty());                                   // nothing enqueued
+  EXPECT_EQ(engine->stream(Direction::kDeviceToDevice), nullptr);  // nor opened
+  EXPECT_EQ(engine->stats().batches, 0u);
+  EXPECT_EQ(r.kv, kv);
+  EXPECT_EQ(r.conv, conv);
+  EXPECT_EQ(r.state, state);
+  EXPECT_EQ(r.host, host);
+  // The fake refuses a device-to-device copy with a host end, as CUDA does.
+  EXPECT_EQ(
+      r.rt.memcpy_async(r.host.data(), r.kv.data(), 16, cudaMemcpyDeviceToDevice, r.rt.compute()),
+      cudaErrorInvalidValue);
+  (void)r.rt.get_last_error();
+}
+
+TEST(CudaEngineFake, DeviceToDeviceFailureAfterTheFirstSliceFailsTheTicket) {
+  for (std::size_t in_flight : {std::size_t{0}, std::size_t{2}}) {
+    SCOPED_TRACE("slices in flight " + std::to_string(in_flight));
+    D2dRig r;
+    auto engine = r.engine(in_flight);
+    ASSERT_NE(engine, nullptr);
+    const std::uint32_t pages[4] = {1, 0, 7, 4};
+    engine->inject_error_on_next_submit(1);  // the second of two slices
+    auto t = engine->submit(D2dRig::pieces(2, pages, false));
+    ASSERT_TRUE(t.is_ok()) << t.status().to_string();
+    EXPECT_EQ(t->poll(), TransferState::kPending);  // its event is not done yet
+    r.rt.query_result = cudaSuccess;
+    EXPECT_EQ(t->wait(), TransferState::kFailed);
+    const CudaEngineStats s = engine->stats();
+    EXPECT_EQ(s.slices, 1u);  // the first slice was enqueued, the second refused
+    EXPECT_EQ(s.failed, 1u);
+    EXPECT_NE(s.last_error.find("cudaErrorInvalidMemcpyDirection"), std::string::npos)
+        << s.last_error;
+    EXPECT_TRUE(engine->health().is_ok());
+    {
+      // The ticket's event follows what was enqueued, on the D2D stream.
+      auto lock = r.rt.lock();
+      ASSERT_FALSE(r.rt.event_records.empty());
+      EXPECT_EQ(r.rt.event_records.back().second, engine->stream(Direction::kDeviceToDevice));
+    }
+    EXPECT_EQ(r.rt.peek_at_last_error(), cudaSuccess);
+    auto again = engine->submit(D2dRig::pieces(2, pages, false));
+    ASSERT_TRUE(again.is_ok());
+    EXPECT_EQ(again->wait(), TransferState::kDone);
+    EXPECT_EQ(engine->stats().failed, 1u);
+  }
+}
+
 }  // namespace
 }  // namespace radixtier::cuda

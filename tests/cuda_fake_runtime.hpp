@@ -27,7 +27,10 @@
 //   - device memory: add_alloc() declares device allocations (cudaPointerGetAttributes,
 //     cuMemGetAddressRange answer from them; any other pointer is mapped pinned host memory);
 //   - `execute`: copies and the gather/scatter kernel really move the bytes (device
-//     allocations are then real host memory), so a test can check every byte.
+//     allocations are then real host memory), so a test can check every byte;
+//   - cudaMemcpyAsync takes cudaMemcpyDefault, or cudaMemcpyDeviceToDevice between two device
+//     allocations (cudaErrorInvalidValue when an end is not device memory); any other kind is
+//     cudaErrorInvalidMemcpyDirection.
 #pragma once
 
 #include <cuda.h>
@@ -90,6 +93,7 @@ class FakeRuntime final : public detail::CudaRuntime {
 
   // --- records (read them with the engine idle, or under lock())
   int batch_calls = 0, async_calls = 0, launches = 0, queries = 0, records = 0, syncs = 0;
+  int d2d_calls = 0;  // cudaMemcpyAsync(cudaMemcpyDeviceToDevice) accepted (device to device)
   int capture_violations = 0;  // unsafe calls refused because of a capture
   std::vector<Copy> copies;    // every DMA copy enqueued, batch or per piece
   std::vector<std::uint32_t> launch_items;
@@ -364,7 +368,19 @@ class FakeRuntime final : public detail::CudaRuntime {
     std::lock_guard l(mu_);
     if (cudaError_t err = stream_op(s); err != cudaSuccess) return ret(err);
     ++async_calls;
-    if (kind != cudaMemcpyDefault) return ret(cudaErrorInvalidMemcpyDirection);
+    if (kind == cudaMemcpyDeviceToDevice) {
+      // Both ends must be device memory (cudaErrorInvalidValue otherwise), and inside one
+      // allocation each.
+      const auto d = reinterpret_cast<std::uintptr_t>(dst),
+                 r = reinterpret_cast<std::uintptr_t>(src);
+      const auto da = alloc_of(d), ra = alloc_of(r);
+      if (da == allocs_.end() || ra == allocs_.end() || d + bytes > da->first + da->second.first ||
+          r + bytes > ra->first + ra->second.first)
+        return ret(cudaErrorInvalidValue);
+      ++d2d_calls;
+    } else if (kind != cudaMemcpyDefault) {
+      return ret(cudaErrorInvalidMemcpyDirection);
+    }
     copy(dst, src, bytes, s);
     return ret(cudaSuccess);
   }

@@ -51,6 +51,46 @@ def test_engine_copies_the_bytes_a_tensor_wrote():
         s.engine.submit(rt.Direction.DEVICE_TO_HOST, pages=np.array([[99, 0]]))
 
 
+def test_device_to_device_materializes_a_slot_into_pages_and_resumes_it():
+    """DEVICE_TO_DEVICE slot pieces: a snapshot slot into scattered GPU pages (the last one
+    partly filled) and back into another slot, byte for byte; bad batches are refused whole."""
+    s = Stack(small_config(snapshot_bytes=150))  # 64-byte pages: pieces of 64, 64 and 22 bytes
+    kv, snaps = np.asarray(s.arenas.gpu_kv), np.asarray(s.arenas.gpu_snapshots)
+    kv[:] = 0x5A
+    snaps[1] = (np.arange(150) * 37 + 11) % 251 + 1
+    snaps[3] = 0
+    pages = [9, 2, 14]
+    down = np.array([[1, 64 * k, p, 0] for k, p in enumerate(pages)])
+    t = s.engine.submit(rt.Direction.DEVICE_TO_DEVICE, slot_pieces=down)
+    assert t.wait() == rt.TransferState.DONE
+    assert np.array_equal(kv[9], snaps[1][:64]) and np.array_equal(kv[2], snaps[1][64:128])
+    assert np.array_equal(kv[14][:22], snaps[1][128:]) and (kv[14][22:] == 0x5A).all()
+    assert (np.delete(kv, pages, axis=0) == 0x5A).all()
+    up = np.array([[3, 64 * k, p, 1] for k, p in reversed(list(enumerate(pages)))])
+    assert s.engine.submit(rt.Direction.DEVICE_TO_DEVICE, slot_pieces=up).wait() == \
+        rt.TransferState.DONE
+    assert np.array_equal(snaps[3], snaps[1])
+    st = s.engine.stats()
+    assert st.bytes_d2d == 300 and st.bytes_d2h == 0 and st.bytes_h2d == 0
+    before = (kv.copy(), snaps.copy())
+    for direction, pieces in [(rt.Direction.DEVICE_TO_HOST, [[1, 0, 9, 0]]),  # wrong direction
+                              (rt.Direction.DEVICE_TO_DEVICE, [[1, 0, 9, 0], [1, 5, 2, 0]]),
+                              (rt.Direction.DEVICE_TO_DEVICE, [[1, 0, 9, 0], [1, 192, 2, 0]]),
+                              (rt.Direction.DEVICE_TO_DEVICE, [[1, 0, 16, 1]]),
+                              (rt.Direction.DEVICE_TO_DEVICE, [[4, 0, 9, 1]])]:
+        with pytest.raises(rt.InvalidArgumentError, match="rejected"):
+            s.engine.submit(direction, slot_pieces=np.array(pieces))
+    with pytest.raises(rt.InvalidArgumentError, match="rejected"):
+        s.engine.submit(rt.Direction.DEVICE_TO_DEVICE, pages=np.array([[5, 9]]),
+                        slot_pieces=down)
+    with pytest.raises(rt.InvalidArgumentError, match="shape"):
+        s.engine.submit(rt.Direction.DEVICE_TO_DEVICE, slot_pieces=np.array([[1, 0, 9]]))
+    with pytest.raises(rt.InvalidArgumentError, match="to_slot"):
+        s.engine.submit(rt.Direction.DEVICE_TO_DEVICE, slot_pieces=np.array([[1, 0, 9, 2]]))
+    assert np.array_equal(kv, before[0]) and np.array_equal(snaps, before[1])
+    assert s.engine.stats().batches == 2
+
+
 def test_bytes_written_through_tensors_survive_demotion_and_promotion():
     """A request writes its pages and snapshot through torch views; other traffic pushes them
     to host; a later admission promotes them: the bytes are the ones written (rule 5)."""

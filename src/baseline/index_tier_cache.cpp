@@ -44,6 +44,7 @@ IndexTierCache::~IndexTierCache() = default;
 bool IndexTierCache::copy_pages(Direction dir, std::span<const GpuPageId> gpu,
                                 std::span<const HostPageId> host) {
   assert(gpu.size() == host.size());
+  assert(dir != Direction::kDeviceToDevice);  // GPU <-> host only
   const bool d2h = dir == Direction::kDeviceToHost;
   for (std::size_t first = 0; first < gpu.size(); first += config_.slice_pages) {
     const std::size_t last = std::min<std::size_t>(gpu.size(), first + config_.slice_pages);
@@ -61,6 +62,7 @@ bool IndexTierCache::copy_pages(Direction dir, std::span<const GpuPageId> gpu,
 }
 
 bool IndexTierCache::copy_snapshot(Direction dir, GpuSlotId gpu, HostSlotId host) {
+  assert(dir != Direction::kDeviceToDevice);  // GPU <-> host only
   const bool d2h = dir == Direction::kDeviceToHost;
   TransferBatch batch{dir, {}, {SnapshotCopy{gpu, host}}, {}, {}};
   ++(d2h ? stats_.copies_d2h : stats_.copies_h2d);

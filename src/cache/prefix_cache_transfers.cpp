@@ -21,6 +21,9 @@ Status PrefixCache::submit_batch(PendingBatch&& pending, std::optional<std::uint
   if (id_out) id_out->reset();
   if (pending.batch.empty()) return Status::ok();
   const TransferBatch& b = pending.batch;
+  // The links move bytes between the GPU and the host only: a device-to-device batch (slot
+  // pieces, issue 21) is not submitted through here, and the stats below have no D2D side.
+  assert(b.direction != Direction::kDeviceToDevice && b.slot_pieces.empty());
   std::uint64_t bytes = b.pages.size() * config_.page_bytes;
   for (const SnapshotPieceCopy& p : b.pieces)
     bytes += piece_bytes(p, config_.page_bytes, config_.snapshot_bytes);

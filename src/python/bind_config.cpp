@@ -85,7 +85,8 @@ void bind_config(py::module_& m) {
       .value("FAILED", TransferState::kFailed);
   py::enum_<Direction>(m, "Direction")
       .value("DEVICE_TO_HOST", Direction::kDeviceToHost)
-      .value("HOST_TO_DEVICE", Direction::kHostToDevice);
+      .value("HOST_TO_DEVICE", Direction::kHostToDevice)
+      .value("DEVICE_TO_DEVICE", Direction::kDeviceToDevice);
 
   const CacheConfig d;
   py::class_<CacheConfig>(m, "CacheConfig",

@@ -469,6 +469,7 @@ void bind_cuda(py::module_& m) {
         d["fatal"] = s.fatal;
         d["bytes_d2h"] = s.bytes_d2h;
         d["bytes_h2d"] = s.bytes_h2d;
+        d["bytes_d2d"] = s.bytes_d2d;
         d["failed"] = s.failed;
         d["last_error"] = s.last_error;
         return d;

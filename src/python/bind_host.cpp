@@ -30,17 +30,28 @@ ArenaView arena(py::object self, std::uint32_t items, std::size_t item_bytes,
   return view_of(std::move(self), first, items, item_bytes, name);
 }
 
-/// A batch from int64 arrays: pages [n, 2] (gpu, host) pairs, snapshots likewise.
-TransferBatch batch_from(Direction dir, const py::object& pages, const py::object& snapshots) {
+/// An int64 array of shape [n, width] (None: no rows), row-major.
+py::array_t<std::int64_t, py::array::c_style | py::array::forcecast> rows_of(const py::object& obj,
+                                                                             py::ssize_t width,
+                                                                             const char* what,
+                                                                             const char* shape) {
+  auto arr = py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>::ensure(obj);
+  if (!arr || arr.ndim() != 2 || arr.shape(1) != width) {
+    raise_invalid(std::string(what) + ": expected an integer array of shape " + shape);
+  }
+  return arr;
+}
+
+/// A batch from int64 arrays: pages [n, 2] (gpu, host) pairs, snapshots likewise; slot_pieces
+/// [n, 4] (slot, offset, page, to_slot) rows of a device-to-device batch.
+TransferBatch batch_from(Direction dir, const py::object& pages, const py::object& snapshots,
+                         const py::object& slot_pieces) {
   TransferBatch b;
   b.direction = dir;
   auto pairs = [](const py::object& obj, const char* what) {
     std::vector<std::pair<std::uint32_t, std::uint32_t>> out;
     if (obj.is_none()) return out;
-    auto arr = py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>::ensure(obj);
-    if (!arr || arr.ndim() != 2 || arr.shape(1) != 2) {
-      raise_invalid(std::string(what) + ": expected an integer array of shape [n, 2]");
-    }
+    auto arr = rows_of(obj, 2, what, "[n, 2]");
     const std::int64_t* p = arr.data();
     for (py::ssize_t i = 0; i < arr.shape(0); ++i) {
       out.emplace_back(count_from<std::uint32_t>(p[2 * i], what),
@@ -51,6 +62,18 @@ TransferBatch batch_from(Direction dir, const py::object& pages, const py::objec
   for (auto [g, h] : pairs(pages, "pages")) b.pages.push_back({GpuPageId(g), HostPageId(h)});
   for (auto [g, h] : pairs(snapshots, "snapshots"))
     b.snapshots.push_back({GpuSlotId(g), HostSlotId(h)});
+  if (!slot_pieces.is_none()) {
+    auto arr = rows_of(slot_pieces, 4, "slot_pieces", "[n, 4] (slot, offset, page, to_slot)");
+    const std::int64_t* p = arr.data();
+    for (py::ssize_t i = 0; i < arr.shape(0); ++i) {
+      const std::int64_t* row = p + 4 * i;
+      if (row[3] != 0 && row[3] != 1) raise_invalid("slot_pieces: to_slot must be 0 or 1");
+      b.slot_pieces.push_back({GpuSlotId(count_from<std::uint32_t>(row[0], "slot_pieces")),
+                               count_from<std::size_t>(row[1], "slot_pieces"),
+                               GpuPageId(count_from<std::uint32_t>(row[2], "slot_pieces")),
+                               row[3] == 1});
+    }
+  }
   return b;
 }
 
@@ -144,6 +167,7 @@ void bind_host(py::module_& m) {
       .field("slices", &HostEngineStats::slices)
       .field("bytes_d2h", &HostEngineStats::bytes_d2h)
       .field("bytes_h2d", &HostEngineStats::bytes_h2d)
+      .field("bytes_d2d", &HostEngineStats::bytes_d2d)
       .field("failed", &HostEngineStats::failed)
       .field("staging_bytes", &HostEngineStats::staging_bytes)
       .done(/*counters=*/true);
@@ -160,9 +184,9 @@ void bind_host(py::module_& m) {
       .def_property_readonly("slice_pages", &TransferEngine::slice_pages)
       .def(
           "submit",
-          [](TransferEngine& e, Direction dir, const py::object& pages,
-             const py::object& snapshots) {
-            TransferBatch b = batch_from(dir, pages, snapshots);
+          [](TransferEngine& e, Direction dir, const py::object& pages, const py::object& snapshots,
+             const py::object& slot_pieces) {
+            TransferBatch b = batch_from(dir, pages, snapshots, slot_pieces);
             Result<Ticket> t = [&] {
               py::gil_scoped_release nogil;
               return e.submit(std::move(b));
@@ -170,9 +194,12 @@ void bind_host(py::module_& m) {
             return std::make_unique<Ticket>(unwrap(std::move(t)));
           },
           py::arg("direction"), py::arg("pages") = py::none(), py::arg("snapshots") = py::none(),
-          py::keep_alive<0, 1>(),
+          py::arg("slot_pieces") = py::none(), py::keep_alive<0, 1>(),
           "Copies (gpu, host) page pairs and snapshot-slot pairs in one direction, sliced; "
-          "returns a Ticket. Not for ids a PrefixCache manages (it submits its own).")
+          "or, DEVICE_TO_DEVICE, slot_pieces rows (slot, offset, page, to_slot): bytes [offset, "
+          "offset + n) of a GPU snapshot slot to GPU page `page` (to_slot 0) or back (1), n = "
+          "min(page_bytes, snapshot_bytes - offset). Returns a Ticket. Not for ids a "
+          "PrefixCache manages (it submits its own).")
       .def(
           "poll",
           [](TransferEngine& e, std::int64_t id) {

@@ -17,6 +17,7 @@ CountingTransferEngine::CountingTransferEngine(const CacheConfig& c, Completion 
 
 Result<Ticket> CountingTransferEngine::submit(TransferBatch batch) {
   std::ostringstream err;
+  if (const char* why = batch_shape_error(batch)) err << why << "; ";
   for (const auto& p : batch.pages) {
     if (p.gpu.value() >= gpu_pages_) err << p.gpu << " out of range; ";
     if (p.host.value() >= host_pages_) err << p.host << " out of range; ";
@@ -32,20 +33,36 @@ Result<Ticket> CountingTransferEngine::submit(TransferBatch batch) {
     if (p.offset >= snapshot_bytes_) err << "snapshot piece offset " << p.offset << " too large; ";
     piece_total += piece_bytes(p, page_bytes_, snapshot_bytes_);
   }
+  for (const auto& p : batch.slot_pieces) {
+    if (p.slot.value() >= gpu_slots_) err << p.slot << " out of range; ";
+    if (p.page.value() >= gpu_pages_) err << p.page << " out of range; ";
+    if (p.offset >= snapshot_bytes_ || (page_bytes_ != 0 && p.offset % page_bytes_ != 0))
+      err << "slot piece offset " << p.offset << " is not a page multiple inside the snapshot; ";
+    piece_total += piece_bytes(p, page_bytes_, snapshot_bytes_);
+  }
   std::lock_guard lock(mu_);
   if (err.tellp() > 0) {
     ++stats_.rejected;
     return invalid_argument("transfer batch rejected: " + err.str());
   }
-  DirectionCounts& d = batch.direction == Direction::kDeviceToHost ? stats_.d2h : stats_.h2d;
-  ++d.batches;
-  d.slices += (batch.pages.size() + slice_pages_ - 1) / slice_pages_ + batch.snapshots.size() +
-              (batch.pieces.size() + slice_pages_ - 1) / slice_pages_;
-  d.pages += batch.pages.size();
-  d.snapshots += batch.snapshots.size();
-  for (const auto& p : batch.pieces) d.snapshots += p.offset == 0;
-  d.bytes +=
-      batch.pages.size() * page_bytes_ + batch.snapshots.size() * snapshot_bytes_ + piece_total;
+  if (batch.direction == Direction::kDeviceToDevice) {
+    DirectionCounts& d = stats_.d2d;
+    ++d.batches;
+    d.slices += (batch.slot_pieces.size() + slice_pages_ - 1) / slice_pages_;
+    d.pages += batch.slot_pieces.size();
+    for (const auto& p : batch.slot_pieces) d.snapshots += p.offset == 0;
+    d.bytes += piece_total;
+  } else {
+    DirectionCounts& d = batch.direction == Direction::kDeviceToHost ? stats_.d2h : stats_.h2d;
+    ++d.batches;
+    d.slices += (batch.pages.size() + slice_pages_ - 1) / slice_pages_ + batch.snapshots.size() +
+                (batch.pieces.size() + slice_pages_ - 1) / slice_pages_;
+    d.pages += batch.pages.size();
+    d.snapshots += batch.snapshots.size();
+    for (const auto& p : batch.pieces) d.snapshots += p.offset == 0;
+    d.bytes +=
+        batch.pages.size() * page_bytes_ + batch.snapshots.size() * snapshot_bytes_ + piece_total;
+  }
   const TicketId id(next_id_++);
   tickets_.emplace(
       id, completion_ == Completion::kImmediate ? TransferState::kDone : TransferState::kPending);

@@ -2,7 +2,8 @@
 //
 // It checks ids against the pool sizes of a CacheConfig (nothing else), counts what a real
 // engine would move per direction (pages, snapshots, bytes, batches, slices of at most
-// `slice_pages` pages; a snapshot counts as one slice), and completes every batch either at
+// `slice_pages` pages; a snapshot counts as one slice; device-to-device slot pieces in slices
+// of `slice_pages` pieces), and completes every batch either at
 // once (kImmediate) or when it is waited for (kAtWait: poll() says pending until then). So a
 // million-token scenario with 77 MB snapshots runs in a few megabytes of memory.
 // Thread-safe: one mutex guards the ticket table and the counters.
@@ -29,7 +30,10 @@ struct DirectionCounts {
 struct CountingStats {
   DirectionCounts d2h;
   DirectionCounts h2d;
-  std::uint64_t rejected = 0;  ///< batches refused for an out-of-range id
+  /// Device-to-device batches (slot pieces): `pages` counts the GPU pages touched (one per
+  /// piece), `snapshots` the pieces at offset 0.
+  DirectionCounts d2d;
+  std::uint64_t rejected = 0;  ///< batches refused for an out-of-range id (or a bad shape)
 };
 
 class CountingTransferEngine final : public TransferEngine {

@@ -82,6 +82,7 @@ EngineCapacity HostTransferEngine::capacity() const {
 
 Status HostTransferEngine::validate(const TransferBatch& b) const {
   std::ostringstream err;
+  if (const char* why = batch_shape_error(b)) err << why << "; ";
   for (const auto& p : b.pages) {
     if (p.gpu.value() >= memory_.gpu_pages()) err << p.gpu << " out of range; ";
     if (p.host.value() >= memory_.host_pages()) err << p.host << " out of range; ";
@@ -96,6 +97,13 @@ Status HostTransferEngine::validate(const TransferBatch& b) const {
     if (p.offset >= memory_.snapshot_bytes() || p.offset % memory_.page_bytes() != 0)
       err << "snapshot piece offset " << p.offset
           << " is not a page multiple inside the snapshot; ";
+  }
+  for (const auto& p : b.slot_pieces) {
+    if (p.slot.value() >= memory_.gpu_slots()) err << p.slot << " out of range; ";
+    if (p.page.value() >= memory_.gpu_pages()) err << p.page << " out of range; ";
+    if (p.offset >= memory_.snapshot_bytes() || memory_.page_bytes() == 0 ||
+        p.offset % memory_.page_bytes() != 0)
+      err << "slot piece offset " << p.offset << " is not a page multiple inside the snapshot; ";
   }
   if (err.tellp() > 0) return invalid_argument("transfer batch rejected: " + err.str());
   return Status::ok();
@@ -210,9 +218,13 @@ void HostTransferEngine::run_job(std::unique_lock<std::mutex>& lock, TicketId id
                       done.batch.snapshots.size() * memory_.snapshot_bytes();
   for (const auto& p : done.batch.pieces)
     bytes += piece_bytes(p, memory_.page_bytes(), memory_.snapshot_bytes());
+  for (const auto& p : done.batch.slot_pieces)
+    bytes += piece_bytes(p, memory_.page_bytes(), memory_.snapshot_bytes());
   if (!ok) ++stats_.failed;
-  (done.batch.direction == Direction::kDeviceToHost ? stats_.bytes_d2h : stats_.bytes_h2d) +=
-      ok ? bytes : 0;
+  const Direction dir = done.batch.direction;
+  (dir == Direction::kDeviceToHost   ? stats_.bytes_d2h
+   : dir == Direction::kHostToDevice ? stats_.bytes_h2d
+                                     : stats_.bytes_d2d) += ok ? bytes : 0;
   cv_.notify_all();
 }
 
@@ -244,8 +256,44 @@ void HostTransferEngine::copy_sliced(std::span<const std::byte> src, std::span<s
   }
 }
 
+// Device to device: slot pieces in slices of slice_pages_ pieces, each copied directly
+// between the GPU slot arena and the GPU page arena (no host staging, as on a GPU). A failing
+// copy stops after its first slice and poisons every destination of the batch.
+bool HostTransferEngine::run_device_copy(const TransferBatch& b, bool fail) {
+  const std::size_t pb = memory_.page_bytes();
+  auto slot_span = [&](const SlotPieceCopy& p) {
+    return memory_.gpu_snapshot(p.slot).subspan(p.offset,
+                                                piece_bytes(p, pb, memory_.snapshot_bytes()));
+  };
+  auto page_span = [&](const SlotPieceCopy& p) {
+    return memory_.gpu_page(p.page).first(piece_bytes(p, pb, memory_.snapshot_bytes()));
+  };
+  std::uint64_t slices = 0;
+  for (std::size_t first = 0; first < b.slot_pieces.size(); first += slice_pages_) {
+    const std::size_t last = std::min(b.slot_pieces.size(), first + slice_pages_);
+    for (std::size_t i = first; i < last; ++i) {
+      const SlotPieceCopy& p = b.slot_pieces[i];
+      const auto src = p.to_slot ? page_span(p) : slot_span(p);
+      const auto dst = p.to_slot ? slot_span(p) : page_span(p);
+      std::memcpy(dst.data(), src.data(), src.size());
+    }
+    ++slices;
+    if (fail) break;
+  }
+  if (fail) {
+    for (const SlotPieceCopy& p : b.slot_pieces) {
+      const auto dst = p.to_slot ? slot_span(p) : page_span(p);
+      std::fill(dst.begin(), dst.end(), kPoison);
+    }
+  }
+  std::lock_guard lock(mu_);
+  stats_.slices += slices;
+  return !fail;
+}
+
 bool HostTransferEngine::run_copy(const TransferBatch& b, bool fail) {
   std::lock_guard copy_lock(copy_mu_);
+  if (b.direction == Direction::kDeviceToDevice) return run_device_copy(b, fail);
   const bool d2h = b.direction == Direction::kDeviceToHost;
   auto& staging = d2h ? staging_d2h_ : staging_h2d_;
   const std::size_t pb = memory_.page_bytes();

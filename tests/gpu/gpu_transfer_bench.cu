@@ -65,7 +65,7 @@ std::vector<std::size_t> parse_list(const std::string& s) {
 }
 
 const char* dir_name(Direction d) {
-  return d == Direction::kDeviceToHost ? "D2H" : "H2D";
+  return d == Direction::kDeviceToHost ? "D2H" : d == Direction::kHostToDevice ? "H2D" : "D2D";
 }
 
 struct Bench {

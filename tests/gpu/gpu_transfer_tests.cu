@@ -18,7 +18,9 @@
 // (the server's graph stays valid), a global-mode capture on a side stream while a cache
 // thread uses the engine (issue 23), the legacy default stream as the compute stream, small
 // (8 KiB) pieces through kAuto, layer 0 readable after stream_wait_layer(0), device restore
-// (with 2+ GPUs), the stream rule.
+// (with 2+ GPUs), the stream rule, device-to-device slot pieces (a Qwen3-Next snapshot
+// materialized into scattered GPU pages and resumed into another slot, ordered after the
+// compute stream both ways).
 // `--fatal` runs the sticky-error case alone (it kills the process's context): a fault in
 // a compute-stream kernel must turn into kDeviceLost. `--contexts` runs alone too (it needs a
 // process where no context exists yet): no context on a device the caller did not use.
@@ -503,6 +505,119 @@ void run_snapshots(std::size_t register_chunk) {
   GPU_CHECK_MSG(bad == 0, "snapshot promotion: %llu bytes wrong",
                 static_cast<unsigned long long>(bad));
   GPU_CHECK((*engine)->stats().failed == 0);
+  t1->reset();
+  t2->reset();
+  engine->reset();
+  cudaStreamDestroy(compute);
+  cudaFree(conv);
+  cudaFree(state);
+  cudaFree(kvbuf);
+  std::printf("  %s\n", gpucheck::g_failed == failed_before ? "ok" : "FAILED");
+}
+
+// Device to device: a Qwen3-Next snapshot slot (72 segments) materialized into 50 scattered
+// pages of a layer-first KV pool (24 segments a page; the last page partly filled), then
+// resumed from them into another slot. The compute stream writes the slot (after a spin)
+// right before the materialization and poisons every slot right before the resume: a copy
+// that did not wait for it would read stale bytes or be overwritten.
+void run_device_to_device() {
+  std::printf("[device to device] qwen3-next snapshot <-> 50 scattered KV pages\n");
+  const int failed_before = gpucheck::g_failed;
+  const GdnGeometry g = GdnGeometry::qwen3_next();
+  const KvGeometry kv = KvGeometry::qwen3_next();
+  constexpr std::uint32_t kSlots = 3, kPages = 64;
+  void *conv = nullptr, *state = nullptr, *kvbuf = nullptr;
+  const std::size_t conv_all = g.conv_bytes() * g.layers * kSlots,
+                    state_all = g.state_bytes() * g.layers * kSlots,
+                    kv_all = kv.page_bytes() * kPages;
+  CUDA_OK(cudaMalloc(&conv, conv_all));
+  CUDA_OK(cudaMalloc(&state, state_all));
+  CUDA_OK(cudaMalloc(&kvbuf, kv_all));
+  cudaStream_t compute;
+  CUDA_OK(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
+  CudaPools pools;
+  pools.gpu_kv = kv_layer_first(reinterpret_cast<std::uintptr_t>(kvbuf), kv, kPages);
+  pools.gpu_snapshots = snapshot_layer_first(reinterpret_cast<std::uintptr_t>(conv),
+                                             reinterpret_cast<std::uintptr_t>(state), g, kSlots);
+  CudaEngineOptions opt;
+  opt.slice_pages = 8;
+  opt.compute_stream = compute;
+  auto engine = CudaTransferEngine::create(pools, opt);
+  GPU_CHECK_MSG(engine.is_ok(), "%s", engine.status().to_string().c_str());
+  if (!engine.is_ok()) return;
+  const std::size_t snap = g.snapshot_bytes(), page = kv.page_bytes(), chunk = kv.chunk_bytes();
+  const std::uint32_t pieces = static_cast<std::uint32_t>((snap + page - 1) / page);
+  GPU_CHECK(pieces == 50);
+  std::vector<std::uint32_t> pages;  // 37 is prime to 64: distinct, scattered
+  for (std::uint32_t k = 0; k < pieces; ++k) pages.push_back((k * 37 + 5) % kPages);
+
+  CUDA_OK(cudaMemsetAsync(kvbuf, kPoison, kv_all, compute));
+  launch_spin(10, compute);
+  launch_fill(conv, conv_all, kSeed1, compute);
+  launch_fill(state, state_all, kSeed2, compute);
+  TransferBatch down;
+  down.direction = Direction::kDeviceToDevice;
+  for (std::uint32_t k = 0; k < pieces; ++k)
+    down.slot_pieces.push_back({GpuSlotId(1), std::size_t{k} * page, GpuPageId(pages[k]), false});
+  auto t1 = (*engine)->submit(down);
+  GPU_CHECK(t1.is_ok() && t1->wait() == TransferState::kDone);
+
+  // Poison every slot, then resume slot 2 from the pages (pieces in reverse order).
+  launch_spin(10, compute);
+  CUDA_OK(cudaMemsetAsync(conv, kPoison, conv_all, compute));
+  CUDA_OK(cudaMemsetAsync(state, kPoison, state_all, compute));
+  TransferBatch up;
+  up.direction = Direction::kDeviceToDevice;
+  for (std::uint32_t k = pieces; k-- > 0;)
+    up.slot_pieces.push_back({GpuSlotId(2), std::size_t{k} * page, GpuPageId(pages[k]), true});
+  auto t2 = (*engine)->submit(up);
+  GPU_CHECK(t2.is_ok() && t2->wait() == TransferState::kDone);
+  CUDA_OK(cudaStreamSynchronize(compute));
+
+  // Slot 1's bytes in logical order (its segments one after the other), as the fill wrote them.
+  std::vector<unsigned char> want;
+  for (std::size_t l = 0; l < g.layers; ++l) {
+    const std::uint64_t co = (l * kSlots + 1) * g.conv_bytes(),
+                        so = (l * kSlots + 1) * g.state_bytes();
+    for (std::size_t b = 0; b < g.conv_bytes(); ++b) want.push_back(pattern_byte(kSeed1, co + b));
+    for (std::size_t b = 0; b < g.state_bytes(); ++b) want.push_back(pattern_byte(kSeed2, so + b));
+  }
+  std::vector<unsigned char> hkv(kv_all), hconv(conv_all), hstate(state_all);
+  CUDA_OK(cudaMemcpy(hkv.data(), kvbuf, kv_all, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(hconv.data(), conv, conv_all, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(hstate.data(), state, state_all, cudaMemcpyDeviceToHost));
+  // Pages: byte j of page p is chunk j / chunk of the page (layer-first: chunk c of page p at
+  // (c * kPages + p) * chunk); a piece's n bytes, then the poison.
+  std::vector<int> piece_of(kPages, -1);
+  for (std::uint32_t k = 0; k < pieces; ++k) piece_of[pages[k]] = static_cast<int>(k);
+  std::uint64_t bad = 0;
+  for (std::uint32_t p = 0; p < kPages; ++p) {
+    const std::size_t off = piece_of[p] < 0 ? 0 : std::size_t(piece_of[p]) * page;
+    const std::size_t n = piece_of[p] < 0 ? 0 : std::min(page, snap - off);
+    for (std::size_t j = 0; j < page; ++j) {
+      const unsigned char got = hkv[((j / chunk) * kPages + p) * chunk + j % chunk];
+      bad += got != (j < n ? want[off + j] : kPoison);
+    }
+  }
+  GPU_CHECK_MSG(bad == 0, "materialized pages: %llu bytes wrong",
+                static_cast<unsigned long long>(bad));
+  bad = 0;
+  for (std::uint32_t s = 0; s < kSlots; ++s) {
+    std::size_t at = 0;  // logical byte of the slot
+    for (std::size_t l = 0; l < g.layers; ++l) {
+      const std::uint64_t co = (l * kSlots + s) * g.conv_bytes(),
+                          so = (l * kSlots + s) * g.state_bytes();
+      for (std::size_t b = 0; b < g.conv_bytes(); ++b, ++at)
+        bad += hconv[co + b] != (s == 2 ? want[at] : kPoison);
+      for (std::size_t b = 0; b < g.state_bytes(); ++b, ++at)
+        bad += hstate[so + b] != (s == 2 ? want[at] : kPoison);
+    }
+  }
+  GPU_CHECK_MSG(bad == 0, "resumed slots: %llu bytes wrong", static_cast<unsigned long long>(bad));
+  const CudaEngineStats st = (*engine)->stats();
+  GPU_CHECK(st.bytes_d2d == 2 * snap);
+  GPU_CHECK(st.failed == 0);
+  GPU_CHECK((*engine)->stream(Direction::kDeviceToDevice) != nullptr);
   t1->reset();
   t2->reset();
   engine->reset();
@@ -1445,6 +1560,7 @@ int main(int argc, char** argv) {
   for (const RoundTrip& t : trips) run_round_trip(t, rng);
   run_snapshots(0);
   run_snapshots((std::size_t{5} << 20) + 4096);
+  run_device_to_device();
   run_errors(CopyMethod::kDmaBatch);
   run_errors(CopyMethod::kZeroCopyKernel);
   run_large_offsets();

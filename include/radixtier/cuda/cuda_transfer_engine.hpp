@@ -19,6 +19,16 @@
 // what remains first, so a GPU-side wait never waits on an event that is not recorded yet.
 // slices_in_flight = 0 enqueues every slice inside submit(), on the caller's thread.
 //
+// Device to device (Direction::kDeviceToDevice, TransferBatch::slot_pieces): a piece of a live
+// snapshot slot to or from a GPU KV page, one cudaMemcpyAsync(cudaMemcpyDeviceToDevice) per
+// contiguous run where the slot's segments and the page's segments meet (a page's bytes are
+// its segments in order, as in its host page: a snapshot materialized into GPU pages has the
+// same bytes as one demoted into host pages), slice_pages pieces per slice. Its stream (and
+// its feeder thread) is a third one, created by the first device-to-device submit(), so an
+// engine that never copies on the device has the two streams only. A device-to-device copy
+// always waits for the queued compute first (it reads or writes a slot or page the model's
+// kernels use), whatever demote_after_compute and promote_after_compute say.
+//
 // Slices: pages go in slices of at most slice_pages pages, snapshots in chunks of at most
 // slice_pages * page_bytes bytes. Each slice is one cudaMemcpyBatchAsync (kDmaBatch: the
 // copy engines, no SM time) or one gather/scatter kernel launch per 1,024 pages on mapped
@@ -184,6 +194,7 @@ struct CudaEngineStats {
   std::uint64_t urgent_feeds = 0;        ///< tickets whose rest was enqueued by wait/stream_wait
   std::uint64_t bytes_d2h = 0;
   std::uint64_t bytes_h2d = 0;
+  std::uint64_t bytes_d2d = 0;  ///< device-to-device (slot pieces)
   std::uint64_t failed = 0;
   std::uint64_t refused_captures = 0;  ///< submits refused: the compute stream was captured
   std::uint32_t layer_groups = 1;      ///< groups a promotion of pages is ordered in
@@ -238,7 +249,9 @@ class CudaTransferEngine final : public TransferEngine {
 
   CudaEngineStats stats() const;
   const CudaEngineOptions& options() const { return options_; }
-  cudaStream_t stream(Direction dir) const { return streams_[index(dir)]; }
+  /// The copy stream of a direction (kDeviceToDevice: nullptr until the first
+  /// device-to-device submit() created it).
+  cudaStream_t stream(Direction dir) const;
   std::size_t page_bytes() const { return page_bytes_; }
   std::size_t snapshot_bytes() const { return snapshot_bytes_; }
   /// Layers of the KV layout (0 when gpu_kv.segment_layers is not set).
@@ -255,9 +268,10 @@ class CudaTransferEngine final : public TransferEngine {
   // One slice of a batch, planned at submit (descriptors only: pieces are planned when the
   // slice is enqueued).
   struct SliceDesc {
-    enum class Kind : std::uint8_t { kPages, kPieces, kSnapshots } kind = Kind::kPages;
+    enum class Kind : std::uint8_t { kPages, kPieces, kSnapshots, kSlotPieces } kind = Kind::kPages;
     std::uint32_t group = 0;  ///< kPages: the layer group
-    std::size_t first = 0;    ///< kPages / kPieces: the first pair / piece; kSnapshots: chunk
+    std::size_t first = 0;    ///< kPages / kPieces / kSlotPieces: the first pair / piece;
+                              ///< kSnapshots: the chunk
     std::size_t count = 0;
     bool ends_group = false;  ///< kPages: the group's event is recorded after this slice
   };
@@ -267,6 +281,7 @@ class CudaTransferEngine final : public TransferEngine {
     Direction dir = Direction::kDeviceToHost;
     std::vector<ItemPair> pairs;
     std::vector<SnapshotPieceCopy> pieces;
+    std::vector<SlotPieceCopy> slot_pieces;  ///< kDeviceToDevice
     std::vector<std::vector<Piece>> snapshot_chunks;
     std::vector<SliceDesc> slices;
     std::size_t next = 0;             ///< the next slice to enqueue
@@ -319,8 +334,13 @@ class CudaTransferEngine final : public TransferEngine {
   static constexpr std::uint32_t kAllGroups = 0xFFFFFFFFu;  ///< SliceDesc::group: every segment
 
   CudaTransferEngine(CudaPools pools, CudaEngineOptions options, detail::CudaRuntime& rt);
-  static std::size_t index(Direction dir) { return dir == Direction::kDeviceToHost ? 0 : 1; }
+  static constexpr std::size_t kLanes = 3;  ///< D2H, H2D, D2D (the last one opened on demand)
+  static std::size_t index(Direction dir) {
+    return dir == Direction::kDeviceToHost ? 0 : dir == Direction::kHostToDevice ? 1 : 2;
+  }
   Status validate(const TransferBatch& batch) const;
+  /// Creates the device-to-device stream, its event ring and feeder on first use.
+  Status open_d2d_lane();
   std::shared_ptr<Work> plan(TransferBatch& batch, TicketId id) const;
   // Enqueue (under the work's lane mutex).
   void feed_slice(Lane& lane, Work& w);
@@ -331,6 +351,8 @@ class CudaTransferEngine final : public TransferEngine {
                           bool inject, SubmitCounts& counts);
   cudaError_t enqueue_kernel(Direction dir, std::span<const ItemPair> pairs, std::uint32_t group,
                              bool inject, SubmitCounts& counts);
+  cudaError_t enqueue_slot_pieces(std::span<const SlotPieceCopy> pieces, bool inject,
+                                  SubmitCounts& counts);
   void feeder_loop(Direction dir);
   std::size_t group_of_layer(std::uint32_t layer) const;
   void plan_pieces(std::span<const ItemPair> pairs, std::uint32_t group,
@@ -352,7 +374,7 @@ class CudaTransferEngine final : public TransferEngine {
   CUcontext ctx_ = nullptr;  ///< the device's primary context (retained)
   bool ctx_retained_ = false;
   cudaStream_t compute_ = nullptr;  ///< options_.compute_stream, nullptr as cudaStreamLegacy
-  cudaStream_t streams_[2] = {nullptr, nullptr};
+  cudaStream_t streams_[kLanes] = {nullptr, nullptr, nullptr};  ///< D2D: see open_d2d_lane
   void* device_segments_ = nullptr;  ///< the KV segment table for the kernels, group-major
   std::vector<std::uint32_t> group_first_, group_count_;    ///< per group: its table range
   std::vector<std::vector<std::uint32_t>> group_segments_;  ///< per group: its segments
@@ -365,7 +387,9 @@ class CudaTransferEngine final : public TransferEngine {
   std::atomic<std::int64_t> inject_slice_{-1};
   HostView host_view_{*this};
 
-  Lane lanes_[2];
+  Lane lanes_[kLanes];
+  mutable std::mutex d2d_mu_;  ///< guards the opening of the D2D lane (streams_[2], its feeder)
+  bool d2d_open_ = false;      // guarded by d2d_mu_
   mutable std::mutex mu_;
   std::unordered_map<TicketId, Job> jobs_;  // guarded by mu_
   std::vector<cudaEvent_t> free_events_;    // guarded by mu_

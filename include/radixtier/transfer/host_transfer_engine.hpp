@@ -9,7 +9,10 @@
 // HostTransferEngine copies between them. Every batch is cut into slices of at most
 // `slice_pages` pages (snapshots into chunks of slice_pages * page_bytes bytes); each slice
 // is copied source -> staging -> destination through one staging buffer per direction, so
-// staging memory is bounded by one slice per direction whatever the batch size.
+// staging memory is bounded by one slice per direction whatever the batch size. A
+// device-to-device batch (slot pieces between the "GPU" snapshot slots and the "GPU" KV
+// pages) is cut into slices of slice_pages pieces too, copied directly: a GPU copies it on
+// the device, without host staging.
 //
 // Modes:
 //   kThreaded: a worker thread runs batches in submission order (a delayed one is skipped
@@ -64,6 +67,7 @@ struct HostEngineStats {
   std::uint64_t slices = 0;
   std::uint64_t bytes_d2h = 0;
   std::uint64_t bytes_h2d = 0;
+  std::uint64_t bytes_d2d = 0;  ///< device-to-device (slot pieces)
   std::uint64_t failed = 0;
   std::size_t staging_bytes = 0;  ///< bytes of the two staging buffers (bounded by the slice)
 };
@@ -115,6 +119,8 @@ class HostTransferEngine final : public TransferEngine {
   void worker_loop();
   // Runs the copy; mu_ must NOT be held (copies run unlocked). Returns success.
   bool run_copy(const TransferBatch& batch, bool fail);
+  // The device-to-device part of run_copy (copy_mu_ held).
+  bool run_device_copy(const TransferBatch& batch, bool fail);
   void copy_sliced(std::span<const std::byte> src, std::span<std::byte> dst,
                    std::vector<std::byte>& staging);
   void run_job(std::unique_lock<std::mutex>& lock, TicketId id);

@@ -1,7 +1,8 @@
 // The transfer engine: moves KV pages and snapshots between the GPU and the host tier.
 //
 // A batch names page copies and snapshot copies (whole, or in host-page pieces) in one
-// direction. submit() hands back a
+// direction, or (kDeviceToDevice) slot pieces between live snapshot slots and GPU pages.
+// submit() hands back a
 // move-only Ticket at once; the copy runs asynchronously, split by the engine into slices of
 // at most `slice_pages` pages (a snapshot is cut into chunks of the same byte size), so the
 // staging memory an engine needs is one slice per direction, never a whole prefix.
@@ -91,6 +92,20 @@ inline std::size_t piece_bytes(const SnapshotPieceCopy& p, std::size_t page_byte
 inline std::size_t piece_bytes(const SlotPieceCopy& p, std::size_t page_bytes,
                                std::size_t snapshot_bytes) {
   return p.offset >= snapshot_bytes ? 0 : std::min(page_bytes, snapshot_bytes - p.offset);
+}
+
+/// Why a batch holds what its direction does not allow (a kDeviceToDevice batch holds
+/// slot_pieces only; a D2H or H2D batch holds none), or nullptr. Every engine rejects such a
+/// batch whole (kInvalidArgument), like one with an out-of-range id.
+inline const char* batch_shape_error(const TransferBatch& b) {
+  if (b.direction == Direction::kDeviceToDevice) {
+    if (!b.pages.empty() || !b.snapshots.empty() || !b.pieces.empty())
+      return "a device-to-device batch holds slot pieces only (no pages, snapshots or snapshot "
+             "pieces)";
+    return nullptr;
+  }
+  if (!b.slot_pieces.empty()) return "slot pieces belong in a device-to-device batch only";
+  return nullptr;
 }
 
 enum class TransferState { kPending, kDone, kFailed };
