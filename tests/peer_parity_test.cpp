@@ -37,13 +37,16 @@ TEST(PeerParityItem5, FailedDemotionKeepsTheGpuCopyAndTheNextVictimMakesTheRoom)
   ASSERT_EQ(h.serve(q, snaps).error, "");
   h.engine.fail_nth_submission(0);  // P's demotion fails when it runs
   const auto pages = take_pages(h, h.cache->occupancy().gpu_pages_free + 2);
-  ASSERT_EQ(pages.size(), h.config.gpu_pages - 4 + 2);
+  // 4 KV pages and two cached snapshots of snapshot_pages() = 5 GPU pages each.
+  ASSERT_EQ(pages.size(), h.config.gpu_pages - 4 - 2 * 5 + 2);
   ASSERT_INVARIANTS(h);
   EXPECT_EQ(h.cache->stats().transfers_failed, 1u);
   ASSERT_EQ(h.cache->inspect(p).size(), 1u);
   EXPECT_EQ(h.cache->inspect(p)[0].kv, Residency::kGpu);  // kept, not dropped
   EXPECT_EQ(h.cache->inspect(p)[0].snapshot, Residency::kGpu);
-  EXPECT_EQ(h.cache->inspect(q)[0].kv, Residency::kHost);  // the next victim made the room
+  // The next victim made the room: in the one GPU pool that is Q's snapshot (5 pages >= 2).
+  EXPECT_EQ(h.cache->inspect(q)[0].snapshot, Residency::kHost);
+  EXPECT_EQ(h.cache->inspect(q)[0].kv, Residency::kGpu);
   EXPECT_EQ(h.cache->stats().kv_pages_dropped_gpu, 0u);
   give_pages(h, pages);
   const CacheStats before = h.cache->stats();
@@ -54,24 +57,28 @@ TEST(PeerParityItem5, FailedDemotionKeepsTheGpuCopyAndTheNextVictimMakesTheRoom)
   ASSERT_INVARIANTS(h);
 }
 
-// The same for a snapshot slot: the failed snapshot keeps its slot, the next one leaves.
+// The same for a cached GPU snapshot (pages of the GPU pool): the snapshot whose demotion
+// failed keeps its GPU pages, the next one in the snapshot order leaves instead.
 TEST(PeerParityItem5, FailedSnapshotDemotionKeepsTheGpuSnapshot) {
   Harness h(small_config());
   std::vector<std::vector<Token>> prompts;
   const std::size_t snaps[] = {8};
-  for (Token i = 0; i < 4; ++i) {  // four snapshots in four GPU slots, oldest first
+  for (Token i = 0; i < 4; ++i) {  // four snapshots of 5 GPU pages each, oldest first
     prompts.push_back(seq({{Token(100 * (i + 1)), 8}, {1, 1}}));
     ASSERT_EQ(h.serve(prompts.back(), snaps).error, "");
   }
-  ASSERT_EQ(h.cache->occupancy().gpu_slots_free, 0u);
+  ASSERT_EQ(h.cache->sizes().gpu.snapshots_evictable, 4u);
   h.engine.fail_nth_submission(0);
-  const GpuSlotId slot = take_slot(h);
-  ASSERT_TRUE(slot.valid());
+  const std::uint32_t free_before = h.cache->occupancy().gpu_pages_free;
+  auto freed = h.cache->evict({0, 1, Tier::kGpu});
+  ASSERT_TRUE(freed) << freed.status().to_string();
+  EXPECT_EQ(freed->snapshots, 1u);
+  EXPECT_EQ(h.cache->occupancy().gpu_pages_free, free_before + 5);
+  EXPECT_EQ(h.cache->stats().transfers_failed, 1u);
   ASSERT_INVARIANTS(h);
   EXPECT_EQ(h.cache->inspect(prompts[0])[0].snapshot, Residency::kGpu);  // its copy failed
   EXPECT_EQ(h.cache->inspect(prompts[1])[0].snapshot, Residency::kHost);
   EXPECT_EQ(h.cache->stats().snapshots_dropped, 0u);
-  give_slot(h, slot);
   auto again = h.serve(prompts[0], snaps);
   EXPECT_EQ(again.cached, 8u);
   EXPECT_TRUE(again.bytes_ok);
@@ -166,7 +173,8 @@ TEST(PeerParityItem6, EvictFreesWhatItIsAskedOnEachTierAndSizesTellWhatIsLeft) {
   EXPECT_EQ(s.gpu.kv_pages_evictable, 4u);
   EXPECT_EQ(s.gpu.kv_pages_locked, 0u);
   EXPECT_EQ(s.gpu.snapshots_evictable, 2u);
-  EXPECT_EQ(s.gpu.bytes_evictable, 4u * 48 + 2u * 200);
+  // A cached GPU snapshot spans snapshot_pages() = 5 GPU pages of the one pool.
+  EXPECT_EQ(s.gpu.bytes_evictable, 4u * 48 + 2u * 5u * 48);
   EXPECT_EQ(s.host, TierSizes{});
 
   auto a = h.cache->admit(p);  // a running request pins P
@@ -176,7 +184,7 @@ TEST(PeerParityItem6, EvictFreesWhatItIsAskedOnEachTierAndSizesTellWhatIsLeft) {
   EXPECT_EQ(s.gpu.kv_pages_evictable, 2u);
   EXPECT_EQ(s.gpu.snapshots_locked, 1u);
   EXPECT_EQ(s.gpu.snapshots_evictable, 1u);
-  EXPECT_EQ(s.gpu.bytes_locked, 2u * 48 + 200);
+  EXPECT_EQ(s.gpu.bytes_locked, (2u + 5u) * 48);
 
   const CacheStats stats = h.cache->stats();
   auto none = h.cache->evict({0, 0, Tier::kGpu});
@@ -184,12 +192,22 @@ TEST(PeerParityItem6, EvictFreesWhatItIsAskedOnEachTierAndSizesTellWhatIsLeft) {
   EXPECT_EQ(*none, EvictResult{});
   EXPECT_EQ(h.cache->stats(), stats);
 
-  // 5 tokens round up to 2 pages: Q's node; its snapshot leaves the GPU with its KV.
-  auto freed = h.cache->evict({5, 0, Tier::kGpu});
+  // 5 tokens round up to 2 pages: Q's node. KV and snapshots share the GPU pool but are
+  // asked for apart: KV alone leaves Q's snapshot on the GPU.
+  auto kv_only = h.cache->evict({5, 0, Tier::kGpu});
+  ASSERT_TRUE(kv_only) << kv_only.status().to_string();
+  EXPECT_EQ(kv_only->kv_pages, 2u);
+  EXPECT_EQ(kv_only->snapshots, 0u);
+  EXPECT_EQ(kv_only->bytes, 2u * 48);
+  ASSERT_INVARIANTS(h);
+  EXPECT_EQ(h.cache->inspect(q)[0].snapshot, Residency::kGpu);
+  // One snapshot: the only unlocked one is Q's (P's is pinned); its 5 pages go to host.
+  auto freed = h.cache->evict({0, 1, Tier::kGpu});
   ASSERT_TRUE(freed) << freed.status().to_string();
-  EXPECT_EQ(freed->kv_pages, 2u);
+  EXPECT_EQ(freed->kv_pages, 0u);
   EXPECT_EQ(freed->snapshots, 1u);
-  EXPECT_EQ(freed->bytes, 2u * 48 + 200);
+  EXPECT_EQ(freed->bytes, 5u * 48);
+  EXPECT_EQ(h.cache->inspect(q)[0].snapshot, Residency::kHost);
   ASSERT_INVARIANTS(h);
   EXPECT_EQ(h.cache->inspect(q)[0].kv, Residency::kHost);
   EXPECT_EQ(h.cache->inspect(p)[0].kv, Residency::kGpu);
@@ -263,8 +281,18 @@ TEST(PeerParityItem6, HostCopiesOfALockedPathAreLocked) {
 void serve_then_demote_the_leaf(Harness& h, const std::vector<Token>& p) {
   const std::size_t snaps[] = {8, 16};
   ASSERT_EQ(h.serve(p, snaps).error, "");
-  give_pages(h, take_pages(h, h.cache->occupancy().gpu_pages_free + 2));
+  // GPU snapshots are pages of the one GPU pool: push out exactly the leaf's KV and its
+  // snapshot at 16, with [0, 8) and its snapshot pinned by a request meanwhile.
+  auto hold = h.cache->admit(std::span(p).first(9));
+  ASSERT_TRUE(hold);
+  ASSERT_EQ(hold->cached_tokens, 8u);
+  auto freed = h.cache->evict({1, 1, Tier::kGpu});
+  ASSERT_TRUE(freed) << freed.status().to_string();
+  ASSERT_EQ(freed->kv_pages, 2u);
+  ASSERT_EQ(freed->snapshots, 1u);
+  ASSERT_TRUE(h.cache->release(hold->lock));
   ASSERT_EQ(h.cache->match(p).host_tokens, 8u);
+  ASSERT_FALSE(h.cache->match(p).snapshot_on_gpu);
 }
 
 TEST(PeerParityItem7, PeekReportsHostHitsWithoutPromotingOrRefreshing) {
@@ -292,8 +320,10 @@ TEST(PeerParityItem7, PeekReportsHostHitsWithoutPromotingOrRefreshing) {
   EXPECT_EQ(h.cache->inspect(p), path);
   EXPECT_TRUE(h.engine.pending().empty());
   EXPECT_EQ(h.cache->in_flight(), 0u);
-  // Recency untouched: P's GPU page pair [0, 8) is older than Q's and leaves first.
-  give_pages(h, take_pages(h, h.cache->occupancy().gpu_pages_free + 2));
+  // Recency untouched: P's GPU page pair [0, 8) is older than Q's and leaves first (KV order).
+  auto freed = h.cache->evict({1, 0, Tier::kGpu});
+  ASSERT_TRUE(freed);
+  EXPECT_EQ(freed->kv_pages, 2u);
   EXPECT_EQ(h.cache->inspect(p)[0].kv, Residency::kHost);
   EXPECT_EQ(h.cache->inspect(q)[0].kv, Residency::kGpu);
   // The last token is computed: peek on 9 tokens matches 8.
