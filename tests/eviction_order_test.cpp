@@ -12,7 +12,6 @@ using testing::Harness;
 using testing::seq;
 using testing::small_config;
 using testing::take_pages;
-using testing::take_slot;
 
 #define ASSERT_INVARIANTS(h) ASSERT_EQ((h).cache->check_invariants(), "")
 
@@ -33,16 +32,19 @@ TEST(EvictionOrder, ExposedParentKeepsTheRecencyOfItsLastUse) {
     const std::size_t p_snaps[] = {8, 16}, q_snaps[] = {8};
     ASSERT_EQ(h.serve(p, p_snaps).error, "");
     ASSERT_EQ(h.serve(q, q_snaps).error, "");  // used after P
-    // X and Q were used as often (one insert each): only recency decides.
-    auto first = take_pages(h, h.cache->occupancy().gpu_pages_free + 2);  // Y leaves
+    // X and Q were used as often (one insert each): only recency decides. KV is asked for
+    // alone (the GPU pool also holds the snapshots, which have their own order in it).
+    auto first = h.cache->evict({1, 0, Tier::kGpu});  // Y leaves
+    ASSERT_TRUE(first);
+    EXPECT_EQ(first->kv_pages, 2u);
     ASSERT_INVARIANTS(h);
     EXPECT_EQ(h.cache->inspect(p).at(1).kv, Residency::kHost);
-    auto second = take_pages(h, h.cache->occupancy().gpu_pages_free + 2);  // X, not Q
+    auto second = h.cache->evict({1, 0, Tier::kGpu});  // X, not Q
+    ASSERT_TRUE(second);
+    EXPECT_EQ(second->kv_pages, 2u);
     ASSERT_INVARIANTS(h);
     EXPECT_EQ(h.cache->inspect(p).at(0).kv, Residency::kHost);
     EXPECT_EQ(h.cache->inspect(q).at(0).kv, Residency::kGpu);
-    ASSERT_TRUE(h.cache->free_pages(h.side_lock(), first));
-    ASSERT_TRUE(h.cache->free_pages(h.side_lock(), second));
   }
 }
 
@@ -61,14 +63,14 @@ TEST(EvictionOrder, AdmissionRefreshesOnlyTheSnapshotItResumesFrom) {
     ASSERT_TRUE(a);
     ASSERT_EQ(a->cached_tokens, 16u);
     ASSERT_TRUE(h.cache->release(a->lock));
-    // Three snapshots in four GPU slots: the second slot taken evicts one.
-    const GpuSlotId s1 = take_slot(h), s2 = take_slot(h);
+    // Three snapshots in GPU pages: the first one asked for is P's intermediate.
+    auto freed = h.cache->evict({0, 1, Tier::kGpu});
+    ASSERT_TRUE(freed);
+    EXPECT_EQ(freed->snapshots, 1u);
     ASSERT_INVARIANTS(h);
     EXPECT_NE(h.cache->inspect(p).at(0).snapshot, Residency::kGpu);  // P's intermediate left
     EXPECT_EQ(h.cache->inspect(p).at(1).snapshot, Residency::kGpu);
     EXPECT_TRUE(h.cache->match(r).snapshot_on_gpu);
-    ASSERT_TRUE(h.cache->free_snapshot_slot(h.side_lock(), s1));
-    ASSERT_TRUE(h.cache->free_snapshot_slot(h.side_lock(), s2));
   }
 }
 
@@ -84,10 +86,9 @@ TEST(EvictionOrder, DeadKvLeavesFirstAndIsNotDemoted) {
   // P's snapshot goes to host and is dropped there; Q's stays pinned on the GPU meanwhile.
   auto hold = h.cache->admit(q);
   ASSERT_TRUE(hold);
-  std::vector<GpuSlotId> slots;
-  while (h.cache->occupancy().gpu_slots_free > 0) slots.push_back(take_slot(h));
-  slots.push_back(take_slot(h));
-  for (GpuSlotId s : slots) ASSERT_TRUE(h.cache->free_snapshot_slot(h.side_lock(), s));
+  auto freed = h.cache->evict({0, 1, Tier::kGpu});  // P's snapshot, Q's is locked
+  ASSERT_TRUE(freed);
+  ASSERT_EQ(freed->snapshots, 1u);
   h.cache->drop_host();
   ASSERT_TRUE(h.cache->release(hold->lock));
   ASSERT_INVARIANTS(h);
@@ -102,18 +103,22 @@ TEST(EvictionOrder, DeadKvLeavesFirstAndIsNotDemoted) {
   ASSERT_TRUE(h.cache->free_pages(h.side_lock(), pages));
 }
 
-// Item 4: when a node's KV is demoted to host its snapshot does not keep a GPU slot.
+// Item 4 (issue 21): a cached GPU snapshot is 5 pages of the one GPU pool; a side request
+// that needs the whole pool pushes the node's KV and snapshot to host and gets all 7 pages,
+// and no live slot is taken or freed by it.
 TEST(EvictionOrder, SnapshotLeavesTheGpuWithItsKv) {
   Harness h(small_config());
   const auto p = seq({{1, 8}, {50, 1}});
   const std::size_t snaps[] = {8};
   ASSERT_EQ(h.serve(p, snaps).error, "");
   const std::uint32_t slots_free = h.cache->occupancy().gpu_slots_free;
-  auto pages = take_pages(h, h.cache->occupancy().gpu_pages_free + 2);
+  ASSERT_EQ(h.cache->occupancy().gpu_pages_free, h.config.gpu_pages - 2 - 5);
+  auto pages = take_pages(h, h.config.gpu_pages);
+  ASSERT_EQ(pages.size(), h.config.gpu_pages);
   ASSERT_INVARIANTS(h);
   ASSERT_EQ(h.cache->inspect(p).at(0).kv, Residency::kHost);
   EXPECT_EQ(h.cache->inspect(p).at(0).snapshot, Residency::kHost);
-  EXPECT_EQ(h.cache->occupancy().gpu_slots_free, slots_free + 1);
+  EXPECT_EQ(h.cache->occupancy().gpu_slots_free, slots_free);
   ASSERT_TRUE(h.cache->free_pages(h.side_lock(), pages));
   auto again = h.serve(p, snaps);  // and both come back byte-exact
   EXPECT_EQ(again.cached, 8u);
@@ -129,7 +134,7 @@ TEST(EvictionOrder, HostSnapshotsAndKvShareOnePool) {
   const auto p = seq({{1, 8}, {50, 1}});
   const std::size_t snaps[] = {8};
   ASSERT_EQ(h.serve(p, snaps).error, "");
-  auto pages = take_pages(h, h.cache->occupancy().gpu_pages_free + 2);
+  auto pages = take_pages(h, h.config.gpu_pages);  // KV and snapshot leave the GPU
   ASSERT_INVARIANTS(h);
   EXPECT_EQ(h.cache->inspect(p).at(0).snapshot, Residency::kHost);  // 5 pages of the pool
   EXPECT_EQ(h.cache->occupancy().host_pages_free, 64u - 2u - 5u);
