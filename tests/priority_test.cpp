@@ -13,7 +13,6 @@ using testing::Harness;
 using testing::seq;
 using testing::small_config;
 using testing::take_pages;
-using testing::take_slot;
 
 #define ASSERT_INVARIANTS(h) ASSERT_EQ((h).cache->check_invariants(), "")
 
@@ -46,15 +45,19 @@ TEST(Priority, LowPriorityKvLeavesTheGpuFirstWhateverItsRecency) {
     ASSERT_EQ(h.serve(lo, snaps).cached, 8u);
     EXPECT_EQ(h.cache->inspect(hi).at(0).kv_priority, 80);
     EXPECT_EQ(h.cache->inspect(lo).at(0).kv_priority, 10);
-    auto room = take_pages(h, h.cache->occupancy().gpu_pages_free + 2);
+    // KV and snapshots share the GPU pool: room for 2 + 5 more pages takes both of lo's
+    // (its KV and its 5-page snapshot), none of hi's.
+    auto room = take_pages(h, h.cache->occupancy().gpu_pages_free + 2 + 5);
     ASSERT_INVARIANTS(h);
     EXPECT_EQ(h.cache->inspect(lo).at(0).kv, Residency::kHost);
+    EXPECT_EQ(h.cache->inspect(lo).at(0).snapshot, Residency::kHost);
     EXPECT_EQ(h.cache->inspect(hi).at(0).kv, Residency::kGpu);
+    EXPECT_EQ(h.cache->inspect(hi).at(0).snapshot, Residency::kGpu);
     ASSERT_TRUE(h.cache->free_pages(h.side_lock(), room));
   }
 }
 
-TEST(Priority, LowPrioritySnapshotLeavesItsSlotFirst) {
+TEST(Priority, LowPrioritySnapshotLeavesTheGpuFirst) {
   for (SnapshotEviction e : kAll) {
     SCOPED_TRACE(to_string(e));
     Harness h(config(e));
@@ -68,14 +71,14 @@ TEST(Priority, LowPrioritySnapshotLeavesItsSlotFirst) {
     ASSERT_EQ(h.serve(lo, snaps).error, "");
     h.request_options = at(kDefaultPriority);
     ASSERT_EQ(h.serve(other, snaps).error, "");
-    // Three snapshots in four GPU slots: the second slot taken evicts one, the lowest.
-    const GpuSlotId s1 = take_slot(h), s2 = take_slot(h);
+    // Three snapshots in GPU pages: the one evicted is the lowest priority's.
+    auto freed = h.cache->evict({0, 1, Tier::kGpu});
+    ASSERT_TRUE(freed);
+    EXPECT_EQ(freed->snapshots, 1u);
     ASSERT_INVARIANTS(h);
     EXPECT_NE(h.cache->inspect(lo).at(0).snapshot, Residency::kGpu);
     EXPECT_EQ(h.cache->inspect(hi).at(0).snapshot, Residency::kGpu);
     EXPECT_EQ(h.cache->inspect(other).at(0).snapshot, Residency::kGpu);
-    ASSERT_TRUE(h.cache->free_snapshot_slot(h.side_lock(), s1));
-    ASSERT_TRUE(h.cache->free_snapshot_slot(h.side_lock(), s2));
   }
 }
 
@@ -95,9 +98,12 @@ TEST(Priority, LowPriorityLeavesTheHostPoolFirst) {
   h.request_options = at(kDefaultPriority);
   ASSERT_EQ(h.serve(third, snaps).error, "");
   // Everything to host, then the host pool full: the low-priority copies go.
+  // One node's KV and snapshot (pages of the one GPU pool) to host per round.
   for (int round = 0; round < 3; ++round) {
-    auto room = take_pages(h, h.cache->occupancy().gpu_pages_free + 2);
-    ASSERT_TRUE(h.cache->free_pages(h.side_lock(), room));
+    auto freed = h.cache->evict({1, 1, Tier::kGpu});
+    ASSERT_TRUE(freed);
+    ASSERT_EQ(freed->kv_pages, 2u);
+    ASSERT_EQ(freed->snapshots, 1u);
   }
   ASSERT_INVARIANTS(h);
   EXPECT_EQ(h.cache->match(lo).usable_tokens, 0u);
@@ -122,10 +128,13 @@ TEST(Priority, ANodeKeepsTheHighestPriorityOfItsUsers) {
   EXPECT_EQ(m[0].snapshot_priority, 60);
   EXPECT_EQ(s[1].kv_priority, 5);
   EXPECT_EQ(s[1].snapshot_priority, 5);
-  auto room = take_pages(h, h.cache->occupancy().gpu_pages_free + 2);
+  // Room for 2 + 5 pages in the one GPU pool: the side's own KV and snapshot leave.
+  auto room = take_pages(h, h.cache->occupancy().gpu_pages_free + 2 + 5);
   ASSERT_INVARIANTS(h);
   EXPECT_EQ(h.cache->inspect(side).at(1).kv, Residency::kHost);  // the newest, but lowest
+  EXPECT_EQ(h.cache->inspect(side).at(1).snapshot, Residency::kHost);
   EXPECT_EQ(h.cache->inspect(main).at(1).kv, Residency::kGpu);
+  EXPECT_EQ(h.cache->inspect(main).at(1).snapshot, Residency::kGpu);
   ASSERT_TRUE(h.cache->free_pages(h.side_lock(), room));
 }
 
