@@ -26,9 +26,9 @@ void demote_all_kv(Harness& h) {
 }
 /// Pushes every unpinned snapshot out of the GPU.
 void demote_all_snapshots(Harness& h) {
-  std::vector<GpuSlotId> slots;
-  for (std::uint32_t i = 0; i < h.config.gpu_snapshot_slots; ++i) slots.push_back(take_slot(h));
-  for (GpuSlotId s : slots) give_slot(h, s);
+  // Cached GPU snapshots are pages of the GPU pool (issue 21): ask for all of them.
+  auto freed = h.cache->evict({0, 1u << 20, Tier::kGpu});
+  ASSERT_TRUE(freed) << freed.status().to_string();
 }
 
 CacheConfig two_slot_config() {
@@ -148,20 +148,19 @@ TEST(CacheHardeningBug3, WriteThroughCompletionKeepsTheRecencyOfUse) {
   ASSERT_TRUE(h.engine.complete(pending[0]));
   h.cache->poll();
   ASSERT_INVARIANTS(h);
-  // Making room for one node's pages evicts the least recently used: A.
-  const auto pages = take_pages(h, h.cache->occupancy().gpu_pages_free + 1);
+  // Evicting one node's KV evicts the least recently used: A.
+  auto kv = h.cache->evict({1, 0, Tier::kGpu});
+  ASSERT_TRUE(kv);
   ASSERT_INVARIANTS(h);
   EXPECT_EQ(h.cache->match(a).host_tokens, 8u) << "A was used first and must go first";
   EXPECT_EQ(h.cache->match(b).host_tokens, 0u);
-  // The same for snapshots.
-  std::vector<GpuSlotId> slots;
-  while (h.cache->occupancy().gpu_slots_free > 0) slots.push_back(take_slot(h));
-  slots.push_back(take_slot(h));
+  // The same for snapshots (pages of the one GPU pool, their own order).
+  auto snap = h.cache->evict({0, 1, Tier::kGpu});
+  ASSERT_TRUE(snap);
+  EXPECT_EQ(snap->snapshots, 1u);
   ASSERT_INVARIANTS(h);
   EXPECT_FALSE(h.cache->match(a).snapshot_on_gpu);
   EXPECT_TRUE(h.cache->match(b).snapshot_on_gpu);
-  give_pages(h, pages);
-  for (GpuSlotId s : slots) give_slot(h, s);
   auto back = h.serve(a, snaps);
   EXPECT_EQ(back.cached, 8u);
   EXPECT_TRUE(back.bytes_ok);
@@ -399,8 +398,8 @@ TEST(CacheHardeningItem6, FailedKvPromotionResumesAboveTheLostNode) {
   const auto p = seq({{1, 16}, {9, 1}});
   const std::size_t snaps[] = {8, 16};
   ASSERT_EQ(h.serve(p, snaps).error, "");
-  // Evict the leaf's 2 pages only: [0, 8) stays on GPU, [8, 16) goes to host.
-  give_pages(h, take_pages(h, h.cache->occupancy().gpu_pages_free + 2));
+  // Evict the leaf only (KV and snapshot): [0, 8) stays on GPU, [8, 16) goes to host.
+  demote_leaf_below(h, p, 8);
   ASSERT_INVARIANTS(h);
   ASSERT_EQ(h.cache->match(p).host_tokens, 8u);
   auto a = h.cache->admit(p);
@@ -434,8 +433,9 @@ TEST(CacheHardeningItem7, InspectReportsEveryNodeOnThePathAndChangesNothing) {
   const auto p = seq({{1, 16}, {9, 1}});
   const std::size_t snaps[] = {8, 16};
   ASSERT_EQ(h.serve(p, snaps).error, "");
-  // [0, 8) stays on GPU, [8, 16) goes to host; then an admission starts promoting it.
-  give_pages(h, take_pages(h, h.cache->occupancy().gpu_pages_free + 2));
+  // [0, 8) stays on GPU, [8, 16) and its snapshot go to host; then an admission starts
+  // promoting them.
+  demote_leaf_below(h, p, 8);
   auto a = h.cache->admit(p);
   ASSERT_TRUE(a);
   ASSERT_TRUE(a->promoting);
@@ -457,7 +457,7 @@ TEST(CacheHardeningItem7, InspectReportsEveryNodeOnThePathAndChangesNothing) {
   EXPECT_EQ(leaf.boundary, 16u);
   EXPECT_EQ(leaf.kv, Residency::kHost);  // the GPU side is the copy's destination
   EXPECT_EQ(leaf.kv_copy, Xfer::kPromote);
-  // Its snapshot left the GPU with its KV (issue 15 item 4) and comes back with it.
+  // Its snapshot was pushed out of the GPU pool with its KV and comes back with it.
   EXPECT_EQ(leaf.snapshot, Residency::kHost);
   EXPECT_EQ(leaf.snapshot_copy, Xfer::kPromote);
   EXPECT_EQ(leaf.locks, 1u);
@@ -510,7 +510,9 @@ TEST(CacheHardeningItem7, FlushDropsEveryUnpinnedCopyOnEveryTier) {
   EXPECT_EQ(path[1].kv, Residency::kBoth);
   EXPECT_NE(path[1].snapshot, Residency::kNone);
   EXPECT_EQ(h.cache->occupancy().nodes, 3u);  // root + the path
-  EXPECT_EQ(h.cache->occupancy().gpu_pages_free, h.config.gpu_pages - 4 - 2);
+  // The path's 4 KV pages, its pinned snapshot's 5 GPU pages (issue 21: cached snapshots are
+  // pages of the GPU pool) and the 2 pages the side request holds.
+  EXPECT_EQ(h.cache->occupancy().gpu_pages_free, h.config.gpu_pages - 4 - 5 - 2);
   auto table = h.cache->path_pages(a->lock);
   ASSERT_TRUE(table);
   for (std::size_t i = 0; i < table->size(); ++i) EXPECT_TRUE(h.page_ok((*table)[i], keep, i));
