@@ -14,7 +14,8 @@ using testing::Harness;
 using testing::seq;
 using testing::small_config;
 
-/// 14 pages of a conversation with a snapshot at its end, then held by a running request.
+/// 14 pages of a conversation with a snapshot at its end (5 more GPU pages: issue 21), then
+/// held by a running request: 19 GPU pages pinned.
 struct HeldConversation {
   std::vector<Token> prompt = seq({{100, 56}, {7, 1}});
   LockId lock;
@@ -31,22 +32,22 @@ struct HeldConversation {
 
 TEST(CacheHarness, ServeFreesDuplicatePagesAsSoonAsInsertHandsThemBack) {
   CacheConfig c = small_config();
-  c.gpu_pages = 24;
+  c.gpu_pages = 29;
   Harness h(c);
-  HeldConversation held(h);  // pins 14 of the 24 pages
+  HeldConversation held(h);  // pins 14 + 5 of the 29 pages
   // Shares the first 10 pages with the held conversation but not its snapshot: it recomputes
   // them, and insert hands back each of those 10 pages (the tree has them, pinned).
   const auto branch = seq({{100, 40}, {900, 16}, {7, 1}});
   const std::size_t snaps[] = {56};
   const auto before = h.cache->occupancy();
   auto r = h.serve(branch, snaps, 2);
-  // Keeping the duplicates until the end needs 14 + 10 + 4 pages of 24.
+  // Keeping the duplicates until the end needs 19 + 10 + 4 pages (+ 5 for its snapshot) of 29.
   EXPECT_EQ(r.error, "");
   EXPECT_FALSE(r.refused);
   EXPECT_TRUE(r.bytes_ok);
   EXPECT_EQ(r.cached, 0u);
-  // The branch's own 4 pages stayed in the tree; every duplicate went back.
-  EXPECT_EQ(h.cache->occupancy().gpu_pages_free, before.gpu_pages_free - 4);
+  // The branch's own 4 pages and its snapshot's 5 stayed in the tree; every duplicate went back.
+  EXPECT_EQ(h.cache->occupancy().gpu_pages_free, before.gpu_pages_free - 4 - 5);
   EXPECT_EQ(h.cache->check_invariants(), "");
   EXPECT_TRUE(h.cache->release(held.lock));
   // The branch is reusable, its bytes intact.
@@ -57,14 +58,14 @@ TEST(CacheHarness, ServeFreesDuplicatePagesAsSoonAsInsertHandsThemBack) {
 
 TEST(CacheHarness, AFullGpuPoolIsAClearRefusalThatChangedNothing) {
   CacheConfig c = small_config();
-  c.gpu_pages = 16;
+  c.gpu_pages = 21;
   Harness h(c);
-  HeldConversation held(h);  // pins 14 of the 16 pages
+  HeldConversation held(h);  // pins 14 + 5 of the 21 pages
   const auto other = seq({{500, 16}, {7, 1}});
   const std::size_t snaps[] = {16};
   auto r = h.serve(other, snaps, 1);  // 2 pages fit, the third cannot
   EXPECT_TRUE(r.refused);
-  EXPECT_NE(r.error.find("GPU KV pool"), std::string::npos) << r.error;
+  EXPECT_NE(r.error.find("GPU pool"), std::string::npos) << r.error;
   EXPECT_EQ(r.refusal_changed, "");
   EXPECT_TRUE(r.bytes_ok);
   EXPECT_EQ(h.cache->check_invariants(), "");
