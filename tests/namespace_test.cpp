@@ -69,11 +69,20 @@ TEST(Namespaces, EvictionStaysGlobalAcrossNamespaces) {
   ASSERT_EQ(h.serve(p, snaps).error, "");  // older
   h.request_options = in(2);
   ASSERT_EQ(h.serve(q, snaps).error, "");
-  auto room = take_pages(h, h.cache->occupancy().gpu_pages_free + 2);  // asked by the default ns
+  // Eviction takes no namespace: the GPU pool's orders are global. KV first, then a
+  // snapshot (pages of the same pool): P's leave each time, Q's stay.
+  auto kv = h.cache->evict({1, 0, Tier::kGpu});
+  ASSERT_TRUE(kv);
+  EXPECT_EQ(kv->kv_pages, 2u);
   ASSERT_INVARIANTS(h);
   EXPECT_EQ(h.cache->inspect(p, NamespaceId(1)).at(0).kv, Residency::kHost);
   EXPECT_EQ(h.cache->inspect(q, NamespaceId(2)).at(0).kv, Residency::kGpu);
-  ASSERT_TRUE(h.cache->free_pages(h.side_lock(), room));
+  auto snap = h.cache->evict({0, 1, Tier::kGpu});
+  ASSERT_TRUE(snap);
+  EXPECT_EQ(snap->snapshots, 1u);
+  ASSERT_INVARIANTS(h);
+  EXPECT_EQ(h.cache->inspect(p, NamespaceId(1)).at(0).snapshot, Residency::kHost);
+  EXPECT_EQ(h.cache->inspect(q, NamespaceId(2)).at(0).snapshot, Residency::kGpu);
   h.request_options = in(1);
   auto back = h.serve(p, snaps);  // promoted back, byte-exact
   EXPECT_EQ(back.cached, 8u);
