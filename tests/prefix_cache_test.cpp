@@ -258,7 +258,8 @@ TEST(PrefixCacheWriteThrough, CopiesInBackgroundSoEvictionIsFree) {
   EXPECT_FALSE(h.engine.pending().empty()) << "write-through should be in flight";
   h.settle();
   const std::uint64_t d2h = h.cache->stats().bytes_d2h;
-  EXPECT_EQ(d2h, 10 * h.config.page_bytes + h.config.snapshot_bytes);
+  // The snapshot is copied as its snapshot_pages() whole GPU pages (issue 21).
+  EXPECT_EQ(d2h, (10 + h.config.snapshot_pages()) * h.config.page_bytes);
   auto pages = h.cache->alloc_pages(h.side_lock(), 32);  // evicts every page of the prompt
   ASSERT_TRUE(pages);
   EXPECT_EQ(h.cache->stats().bytes_d2h, d2h) << "eviction of clean pages must copy nothing";
@@ -439,23 +440,28 @@ TEST(PrefixCacheRegression, BadInsertDoesNotRunPendingCopies) {
 
 TEST(PrefixCacheRegression, HopelessAllocationEvictsNothing) {
   Harness h{small_config()};
-  auto p = seq({{1, 40}, {2, 1}});  // 10 pages, unlocked in the tree
+  // 10 KV pages and a 5-page snapshot (issue 21: pages of the one GPU pool), unlocked.
+  auto p = seq({{1, 40}, {2, 1}});
   const std::size_t snaps[] = {40};
   h.serve(p, snaps);
-  auto held = h.cache->alloc_pages(h.side_lock(), 20);  // a running request holds 20 of the 32
+  ASSERT_EQ(h.cache->occupancy().gpu_pages_free, 32u - 15u);
+  auto held = h.cache->alloc_pages(h.side_lock(), 15);  // a running request holds 15 of the 32
   ASSERT_TRUE(held);
-  // 2 free + 10 reclaimable < 13: refused before the tree loses anything.
-  auto r = h.cache->alloc_pages(h.side_lock(), 13);
+  // 2 free + 15 reclaimable < 18: refused before the tree loses anything.
+  auto r = h.cache->alloc_pages(h.side_lock(), 18);
   EXPECT_EQ(r.status().code(), ErrorCode::kOutOfMemory);
   EXPECT_EQ(h.cache->stats().kv_pages_demoted, 0u);
+  EXPECT_EQ(h.cache->stats().snapshots_demoted, 0u);
   EXPECT_EQ(h.cache->match(p).host_tokens, 0u);
-  // Every slot held by requests: refused, the tree's snapshot stays on GPU.
+  EXPECT_TRUE(h.cache->match(p).snapshot_on_gpu);
+  // Every live slot held by requests: refused, and the tree's snapshot stays on GPU (live
+  // slots never evict cached snapshots).
   std::vector<GpuSlotId> slots;
   while (h.cache->occupancy().gpu_slots_free > 0)
     slots.push_back(*h.cache->alloc_snapshot_slot(h.side_lock()));
-  EXPECT_TRUE(
-      h.cache->alloc_snapshot_slot(h.side_lock()));  // evicts the tree's one snapshot (unpinned)
   EXPECT_EQ(h.cache->alloc_snapshot_slot(h.side_lock()).status().code(), ErrorCode::kOutOfMemory);
+  EXPECT_TRUE(h.cache->match(p).snapshot_on_gpu);
+  EXPECT_EQ(h.cache->stats().snapshots_demoted, 0u);
   EXPECT_EQ(h.cache->check_invariants(), "");
 }
 
