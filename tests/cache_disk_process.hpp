@@ -21,7 +21,10 @@ constexpr std::size_t kPromptTokens = 32;  // 8 pages of 4 tokens, a snapshot at
 /// go to disk.
 inline CacheConfig tiny_config() {
   CacheConfig c = small_config();
-  c.gpu_pages = 12;
+  // 12 pages of KV and room for two cached snapshots of snapshot_pages() = 5 pages each (issue
+  // 21: cached GPU snapshots are pages of the GPU pool; the slots are live slots only), the
+  // GPU bytes of the 12 pages and 2 snapshot slots this config had before.
+  c.gpu_pages = 12 + 2 * 5;
   c.gpu_snapshot_slots = 2;
   c.host_pages = 16;
   c.host_snapshot_slots = 2;
