@@ -86,11 +86,23 @@ TEST(TierOrders, ASharedPoolTakesTheLowerHeadAndItsAgeOnlyRises) {
   host.aged_by(Held::kKv, *v);
   EXPECT_EQ(host.age(Held::kKv), 4.0) << "a dead victim (class 0) does not age the pool";
 
+  // The GPU is one pool too (issue 21: cached snapshots are pages of the GPU pool): the lower
+  // head of the two orders is the victim and both kinds share one age.
   TierOrders<Tier::kGpu> gpu;
+  gpu.sync<Held::kKv>(*a, true, OrderKey{1, 5.0, 1, 0});
+  gpu.sync<Held::kSnapshot>(*b, true, OrderKey{1, 3.0, 2, 0});
+  EXPECT_EQ(gpu.victim(snapshot), b);
+  EXPECT_TRUE(snapshot) << "the snapshot's key is lower";
   v->gpu.snap_key = OrderKey{1, 6.0, 0, 0};
   gpu.aged_by(Held::kSnapshot, *v);
   EXPECT_EQ(gpu.age(Held::kSnapshot), 6.0);
-  EXPECT_EQ(gpu.age(Held::kKv), 0.0) << "the GPU's two pools age apart";
+  EXPECT_EQ(gpu.age(Held::kKv), 6.0) << "one GPU pool, one age";
+  v->gpu.kv_key = OrderKey{1, 2.0, 0, 0};
+  gpu.aged_by(Held::kKv, *v);
+  EXPECT_EQ(gpu.age(Held::kKv), 6.0) << "ages never fall";
+  gpu.sync<Held::kKv>(*a, false, {});
+  gpu.sync<Held::kSnapshot>(*b, false, {});
+  EXPECT_EQ(gpu.victim(snapshot), nullptr);
 
   host.sync<Held::kKv>(*a, false, {});
   host.sync<Held::kSnapshot>(*b, false, {});
