@@ -135,15 +135,20 @@ void PrefixCache::demote_ahead() {
   // As kswapd: below the low watermark, evict what the order takes next (nothing else, so
   // nothing that would have stayed) until the high watermark is free or on its way; the
   // copies land while the scheduler computes and are reaped by the next entry point.
-  // The free room kept is what the running requests may ask for next: each of them its
-  // largest allocation seen so far (pages) and a snapshot's pages, within the configured
-  // shares of the pool. Room kept free beyond that is cache capacity lost: a share of a large
-  // pool (2% of a 1M-token pool) pushed a scarce tier's contents out (the compaction
-  // regression, docs/results.md).
+  // The free room kept is what the running requests may ask for next: each of them one step,
+  // its largest allocation seen so far (pages) and a snapshot's pages (insert materializes it
+  // into the pool), within the configured shares of the pool. Room kept free beyond that is
+  // cache capacity lost: a share of a large pool (2% of a 1M-token pool) pushed a scarce tier's
+  // contents out (the compaction regression, docs/results.md). One request's step is kept free
+  // even where it is above the share (a snapshot is larger than 2% of a small pool): below it
+  // every materialized snapshot would wait for a copy.
+  if (config_.gpu_free_low_watermark <= 0) return;
+  const std::size_t cap = gpu_.pages.capacity();
   const std::size_t running = std::max<std::size_t>(1, requests_.size());
-  const std::size_t page_need =
-      running * (std::max<std::size_t>(1, requests_.alloc_burst()) + config_.snapshot_pages());
-  const std::size_t page_low = std::min(config_.low_watermark(gpu_.pages.capacity()), page_need);
+  const std::size_t step =
+      std::max<std::size_t>(1, requests_.alloc_burst()) + config_.snapshot_pages();
+  const std::size_t page_need = running * step;
+  const std::size_t page_low = std::min(page_need, std::max(config_.low_watermark(cap), step));
   // Free room alone at or above the low watermark is the common case: it returns before
   // walking the copies in flight (poll() runs this on every entry point).
   if (gpu_.pages.free_count() >= page_low) return;
@@ -154,7 +159,7 @@ void PrefixCache::demote_ahead() {
   PendingBatch demote = down_batch<Tier::kGpu>();
   std::uint64_t evicted = 0;
   const std::size_t high =
-      std::min(config_.high_watermark(gpu_.pages.capacity()), std::max(page_low, 2 * page_need));
+      std::min(std::max(config_.high_watermark(cap), 2 * step), std::max(page_low, 2 * page_need));
   const std::size_t demoting = pages_coming - gpu_.pages.free_count();
   while (gpu_.pages.free_count() + demoting + demote.batch.pages.size() < high) {
     Node* victim = tier<Tier::kGpu>().victim(snapshot);

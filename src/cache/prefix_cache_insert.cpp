@@ -248,6 +248,9 @@ Result<InsertResult> PrefixCache::insert(LockId lock, std::span<const Token> tok
   if (config_.write_policy == WritePolicy::kWriteThrough) {
     write_through(adopted, out.snapshot_taken ? n : nullptr);
   }
+  // The snapshot's pages came out of the free room: the watermark step tops it up now, so
+  // the copies land while the next request computes (the poll() above ran before them).
+  if (out.snapshot_taken) demote_ahead();
   return out;
 }
 
