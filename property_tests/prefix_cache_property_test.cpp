@@ -202,7 +202,7 @@ struct Serve : Cmd {
     // requests and this one. It must be a clear out-of-memory that changed nothing; the
     // serve stops there, so from now on the model only knows which boundaries are possible.
     if (r.refused) {
-      RC_ASSERT(r.error.find("GPU KV pool") != std::string::npos);
+      RC_ASSERT(r.error.find("GPU pool") != std::string::npos);
       RC_ASSERT(r.refusal_changed == "");
       s.refused = true;
     } else {
@@ -397,8 +397,11 @@ struct Evict : Cmd {
     RC_ASSERT(r.is_ok());
     if (!host) {
       const Occupancy after = s.h.cache->occupancy();
-      RC_ASSERT(after.gpu_pages_free - before.gpu_pages_free == r->kv_pages);
-      RC_ASSERT(after.gpu_slots_free - before.gpu_slots_free == r->snapshots);
+      // One GPU pool: a snapshot frees its pages; live slots hold requests and never evict.
+      const std::size_t snap_pages = s.h.cache->config().snapshot_pages();
+      RC_ASSERT(after.gpu_pages_free - before.gpu_pages_free ==
+                r->kv_pages + r->snapshots * snap_pages);
+      RC_ASSERT(after.gpu_slots_free == before.gpu_slots_free);
       RC_ASSERT(r->kv_pages >= std::min(pages, sizes.gpu.kv_pages_evictable));
     }
     check_invariants(s);

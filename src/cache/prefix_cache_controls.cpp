@@ -33,7 +33,8 @@ Result<EvictResult> PrefixCache::evict(const EvictRequest& request) {
   EvictResult out;
   if (request.tier == Tier::kGpu) {
     // As making room does (demote, or drop), each kind from its own order, lowest key first;
-    // a victim whose demotion fails is not taken again in this call.
+    // a victim whose demotion fails is not taken again in this call, and when every victim
+    // left has failed, the room wins: the first is dropped (reclaim_gpu_pages).
     const std::size_t per = std::max<std::size_t>(1, config_.snapshot_pages());
     const std::size_t kv_before = gpu_.kv_held, snap_before = gpu_.snap_held;
     const std::size_t free_before = gpu_.pages.free_count();
@@ -49,7 +50,21 @@ Result<EvictResult> PrefixCache::evict(const EvictRequest& request) {
       victim = h == Held::kKv
                    ? pick(tier<Tier::kGpu>().order<Held::kKv>(), &Node::kv_demote_failed)
                    : pick(tier<Tier::kGpu>().order<Held::kSnapshot>(), &Node::snap_demote_failed);
-      if (victim == nullptr) return out_of_memory("nothing left to evict");
+      if (victim == nullptr) {
+        const bool order_empty = h == Held::kKv
+                                     ? tier<Tier::kGpu>().order<Held::kKv>().empty()
+                                     : tier<Tier::kGpu>().order<Held::kSnapshot>().empty();
+        if (order_empty) {
+          // What the watermark step is demoting is on its way out: it counts when it lands.
+          if (xfers_.copies.empty()) return out_of_memory("nothing left to evict");
+          (void)wait_any_transfer();
+          return Status::ok();
+        }
+        drop_victim<Tier::kGpu>(h == Held::kKv ? tier<Tier::kGpu>().head<Held::kKv>()
+                                               : tier<Tier::kGpu>().head<Held::kSnapshot>(),
+                                h);
+        return Status::ok();
+      }
       tier<Tier::kGpu>().aged_by(h, *victim);
       PendingBatch demote = down_batch<Tier::kGpu>();
       (void)evict<Tier::kGpu>(victim, h, demote, false);
