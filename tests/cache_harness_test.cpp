@@ -34,7 +34,7 @@ TEST(CacheHarness, ServeFreesDuplicatePagesAsSoonAsInsertHandsThemBack) {
   CacheConfig c = small_config();
   c.gpu_pages = 29;
   Harness h(c);
-  HeldConversation held(h);  // pins 14 + 5 of the 29 pages
+  HeldConversation held(h);  // locks 14 of the 29 pages
   // Shares the first 10 pages with the held conversation but not its snapshot: it recomputes
   // them, and insert hands back each of those 10 pages (the tree has them, pinned).
   const auto branch = seq({{100, 40}, {900, 16}, {7, 1}});
@@ -60,10 +60,12 @@ TEST(CacheHarness, AFullGpuPoolIsAClearRefusalThatChangedNothing) {
   CacheConfig c = small_config();
   c.gpu_pages = 21;
   Harness h(c);
-  HeldConversation held(h);  // pins 14 + 5 of the 21 pages
-  const auto other = seq({{500, 16}, {7, 1}});
-  const std::size_t snaps[] = {16};
-  auto r = h.serve(other, snaps, 1);  // 2 pages fit, the third cannot
+  // Locks 14 of the 21 pages; its cached snapshot's 5 are not locked (the request has its
+  // own copy in its live slot, issue 21).
+  HeldConversation held(h);
+  const auto other = seq({{500, 32}, {7, 1}});
+  const std::size_t snaps[] = {32};
+  auto r = h.serve(other, snaps, 1);  // 2 free pages and the snapshot's 5 fit, the 8th cannot
   EXPECT_TRUE(r.refused);
   EXPECT_NE(r.error.find("GPU pool"), std::string::npos) << r.error;
   EXPECT_EQ(r.refusal_changed, "");

@@ -177,14 +177,16 @@ TEST(PeerParityItem6, EvictFreesWhatItIsAskedOnEachTierAndSizesTellWhatIsLeft) {
   EXPECT_EQ(s.gpu.bytes_evictable, 4u * 48 + 2u * 5u * 48);
   EXPECT_EQ(s.host, TierSizes{});
 
-  auto a = h.cache->admit(p);  // a running request pins P
+  // A running request locks P's KV. Its snapshot is copied into the request's live slot at
+  // admission (issue 21), so the cached one is not locked.
+  auto a = h.cache->admit(p);
   ASSERT_TRUE(a);
   s = h.cache->sizes();
   EXPECT_EQ(s.gpu.kv_pages_locked, 2u);
   EXPECT_EQ(s.gpu.kv_pages_evictable, 2u);
-  EXPECT_EQ(s.gpu.snapshots_locked, 1u);
-  EXPECT_EQ(s.gpu.snapshots_evictable, 1u);
-  EXPECT_EQ(s.gpu.bytes_locked, (2u + 5u) * 48);
+  EXPECT_EQ(s.gpu.snapshots_locked, 0u);
+  EXPECT_EQ(s.gpu.snapshots_evictable, 2u);
+  EXPECT_EQ(s.gpu.bytes_locked, 2u * 48);
 
   const CacheStats stats = h.cache->stats();
   auto none = h.cache->evict({0, 0, Tier::kGpu});
@@ -201,7 +203,8 @@ TEST(PeerParityItem6, EvictFreesWhatItIsAskedOnEachTierAndSizesTellWhatIsLeft) {
   EXPECT_EQ(kv_only->bytes, 2u * 48);
   ASSERT_INVARIANTS(h);
   EXPECT_EQ(h.cache->inspect(q)[0].snapshot, Residency::kGpu);
-  // One snapshot: the only unlocked one is Q's (P's is pinned); its 5 pages go to host.
+  // One snapshot: the least recent is Q's (the admission refreshed P's); its 5 pages go to
+  // host.
   auto freed = h.cache->evict({0, 1, Tier::kGpu});
   ASSERT_TRUE(freed) << freed.status().to_string();
   EXPECT_EQ(freed->kv_pages, 0u);
@@ -217,12 +220,13 @@ TEST(PeerParityItem6, EvictFreesWhatItIsAskedOnEachTierAndSizesTellWhatIsLeft) {
   EXPECT_EQ(s.host.snapshots_evictable, 1u);
   EXPECT_EQ(s.host.bytes_evictable, (2u + 5u) * 48);  // a host snapshot spans 5 pages
 
-  // Asking for more than is unlocked frees what there is (nothing here): not an error.
+  // Asking for more than is unlocked frees what there is (P's snapshot): not an error.
   auto more = h.cache->evict({1000, 9, Tier::kGpu});
   ASSERT_TRUE(more);
   EXPECT_EQ(more->kv_pages, 0u);
-  EXPECT_EQ(more->snapshots, 0u);
+  EXPECT_EQ(more->snapshots, 1u);
   EXPECT_EQ(h.cache->inspect(p)[0].kv, Residency::kGpu);  // the locked path stays
+  EXPECT_EQ(h.cache->inspect(p)[0].snapshot, Residency::kHost);
 
   // Host: the snapshot alone first, then the KV.
   auto host_snap = h.cache->evict({0, 1, Tier::kHost});
@@ -236,13 +240,14 @@ TEST(PeerParityItem6, EvictFreesWhatItIsAskedOnEachTierAndSizesTellWhatIsLeft) {
   EXPECT_EQ(host_kv->kv_pages, 2u);
   EXPECT_TRUE(h.cache->inspect(q).empty());
   ASSERT_INVARIANTS(h);
-  EXPECT_EQ(h.cache->sizes().host, TierSizes{});
+  EXPECT_EQ(h.cache->sizes().host.kv_pages_evictable, 0u);
+  EXPECT_EQ(h.cache->sizes().host.snapshots_evictable, 1u);  // P's
 
   ASSERT_TRUE(h.cache->release(a->lock));
   s = h.cache->sizes();
   EXPECT_EQ(s.gpu.kv_pages_locked, 0u);
   EXPECT_EQ(s.gpu.kv_pages_evictable, 2u);
-  EXPECT_EQ(s.gpu.snapshots_evictable, 1u);
+  EXPECT_EQ(s.gpu.snapshots_evictable, 0u);  // P's is on host
   // Bad input changes nothing.
   auto bad = h.cache->evict({4, 0, static_cast<Tier>(7)});
   ASSERT_FALSE(bad);

@@ -73,8 +73,11 @@ Result<EvictResult> PrefixCache::evict(const EvictRequest& request) {
       if (id) wait_link<Tier::kGpu>(*id);
       return Status::ok();
     };
+    // Each kind as far as it goes: no KV left to evict does not stop the snapshots.
     Status s = Status::ok();
     while (s && kv_before - std::min(kv_before, gpu_.kv_held) < pages) s = evict_one(Held::kKv);
+    if (!s && s.code() != ErrorCode::kOutOfMemory) return Status(s.code(), "evict: " + s.message());
+    s = Status::ok();
     while (s && (snap_before - std::min(snap_before, gpu_.snap_held)) / per < request.snapshots)
       s = evict_one(Held::kSnapshot);
     if (!s && s.code() != ErrorCode::kOutOfMemory) return Status(s.code(), "evict: " + s.message());
@@ -149,7 +152,7 @@ CacheSizes PrefixCache::sizes() const {
   }
   std::unordered_set<const Node*> pinned;
   for (const auto& [id, rec] : requests_) {
-    if (rec.snap_node != nullptr) pinned.insert(rec.snap_node);
+    if (rec.holds_snapshot()) pinned.insert(rec.snap_node);
   }
   std::unordered_set<const Node*> host_pinned;
   for (const auto& [id, pin] : pins_) host_pinned.insert(pin.node);

@@ -17,7 +17,7 @@ Status PrefixCache::check_gpu_page_room(std::size_t n) const {
   // snapshots running requests resume from.
   std::size_t locked = gpu_.locked_pages;
   for (const auto& [id, rec] : requests_) {
-    if (rec.snap_node != nullptr) locked += rec.snap_node->gpu.snapshot.size();
+    if (rec.holds_snapshot()) locked += rec.snap_node->gpu.snapshot.size();
   }
   const std::size_t held = gpu_.pages.count(Holder::kNode) + gpu_.pages.count(Holder::kTransfer);
   const std::size_t reclaimable = held - std::min(held, locked);

@@ -279,7 +279,7 @@ Status PrefixCache::release(LockId lock) {
   // What the request still owns goes back to the free lists (rule 9).
   for (GpuPageId id : requests_.page_owner.take_all(lock)) gpu_.pages.give_back(id);
   for (GpuSlotId id : requests_.slot_owner.take_all(lock)) gpu_.slots.give_back(id);
-  if (rec.snap_node) {
+  if (rec.holds_snapshot()) {
     --rec.snap_node->snapshot_lock;
     refresh(rec.snap_node);
   }

@@ -90,7 +90,7 @@ std::string PrefixCache::check_invariants() const {
   for (const auto& [id, rec] : requests_) {
     if (top_of(rec.node) != rec.root) return "a lock lies outside its namespace's tree";
     for (const Node* p = rec.node; p != nullptr; p = p->parent) ++locks[p];
-    if (rec.snap_node) ++snap_locks[rec.snap_node];
+    if (rec.holds_snapshot()) ++snap_locks[rec.snap_node];
     if (rec.priority > kMaxPriority) return "a lock's priority is above the maximum";
   }
   for (const auto& [id, rec] : pins_) {

@@ -245,6 +245,7 @@ TransferState PrefixCache::lock_state(const LockRecord& r) const {
   // inserted below it is its own: a tombstone there (a promotion another admission started
   // that failed, under pages this request kept) must not move its lock (rule 9).
   if (r.snap_node == nullptr) return TransferState::kDone;
+  if (r.filled == r.snap_node) return TransferState::kDone;  // in the live slot, its KV locked
   bool pending = r.snap_node->snap_to_gpu();
   bool lost = !r.snap_node->gpu.has_snapshot();
   for (const Node* n = r.snap_node; n != nullptr && !n->is_root(); n = n->parent) {
@@ -275,7 +276,10 @@ void PrefixCache::fill_live_slot(LockRecord& rec) {
   for (std::size_t i = 0; i < n->gpu.snapshot.size(); ++i)
     fill.slot_pieces.push_back({rec.live, i * config_.page_bytes, n->gpu.snapshot[i], true});
   if (copy_on_device(std::move(fill))) {
+    // The request has its copy: the cached one need not stay on GPU for it any more.
     rec.filled = n;
+    --n->snapshot_lock;
+    refresh(n);
     return;
   }
   // The copy failed: nothing usable was handed out; the request resumes from the root.
@@ -362,7 +366,7 @@ Status PrefixCache::resume_earlier(LockRecord& rec) {
   }
   // try_admit_at locked and pinned the new target; now leave the old position.
   if (target == nullptr) lock_path(rec.root);
-  if (old_snap) {
+  if (old_snap && rec.filled != old_snap) {
     --old_snap->snapshot_lock;
     refresh(old_snap);
   }

@@ -39,6 +39,9 @@ struct LockRecord {
   /// request's own (slot_owner), filled from snap_node's cached pages (rule 6).
   GpuSlotId live{};
   const Node* filled = nullptr;  ///< whose snapshot the live slot holds (nullptr: none yet)
+  /// snap_node's cached snapshot is locked (Node::snapshot_lock) until the live slot holds
+  /// its copy; from then on the request computes in its slot and the cached pages may leave.
+  bool holds_snapshot() const { return snap_node != nullptr && filled != snap_node; }
 };
 
 class RequestTable {
