@@ -103,18 +103,13 @@ Status PrefixCache::reclaim_gpu_pages(std::size_t n) {
 }
 
 Status PrefixCache::make_gpu_slot_room() {
-  // Live slots hold running requests' state, never cached data: nothing to evict. A slot a
-  // device copy holds comes back when it lands.
-  while (gpu_.slots.free_count() == 0) {
-    if (xfers_.copies.empty()) {
-      ++stats_.snapshot_slot_misses;
-      return out_of_memory(
-          "GPU live snapshot slots: none free (every slot holds a running request's state); "
-          "config.gpu_snapshot_slots bounds the requests that resume or materialize at once");
-    }
-    (void)wait_any_transfer();
-  }
-  return Status::ok();
+  // Live slots hold running requests' state, never cached data: nothing to evict or wait for
+  // (the device copies in and out of them are done when they return).
+  if (gpu_.slots.free_count() > 0) return Status::ok();
+  ++stats_.snapshot_slot_misses;
+  return out_of_memory(
+      "GPU live snapshot slots: none free (every slot holds a running request's state); "
+      "config.gpu_snapshot_slots bounds the requests that resume or materialize at once");
 }
 
 // ---------------------------------------------------------------------------------------

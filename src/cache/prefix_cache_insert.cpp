@@ -76,8 +76,22 @@ Status PrefixCache::free_snapshot_slot(LockId lock, GpuSlotId slot) {
   if (!gpu_.slots.in_range(slot))
     return invalid_argument("free_snapshot_slot: " + describe(slot) + " out of range");
   if (Status s = requests_.slot_owner.check_owner(lock, slot, "free_snapshot_slot"); !s) return s;
+  LockRecord& rec = requests_.at(lock);
+  if (Status s = check_live_slot(rec, slot, "free_snapshot_slot"); !s) return s;
+  if (rec.live == slot) rec.live = GpuSlotId();  // given back: nothing refers to it any more
   requests_.slot_owner.remove(slot);
   gpu_.slots.give_back(slot);
+  return Status::ok();
+}
+
+Status PrefixCache::check_live_slot(const LockRecord& rec, GpuSlotId slot, const char* call) const {
+  // The live slot is the request's from admission, but its copy lands in poll()/wait(): until
+  // then the request has not been told the slot (path_snapshot refuses) and may not hand it on.
+  if (slot == rec.live && rec.holds_snapshot()) {
+    return invalid_argument(std::string(call) + ": " + describe(slot) +
+                            " is the live slot the resumed snapshot is being copied into; "
+                            "call wait() first");
+  }
   return Status::ok();
 }
 
@@ -111,6 +125,7 @@ Status PrefixCache::validate_insert(LockId lock, const LockRecord& rec,
     if (!gpu_.slots.in_range(*snapshot))
       return invalid_argument("insert: " + describe(*snapshot) + " out of range");
     if (Status s = requests_.slot_owner.check_owner(lock, *snapshot, "insert"); !s) return s;
+    if (Status s = check_live_slot(rec, *snapshot, "insert"); !s) return s;
   }
   new_page_list();
   for (GpuPageId id : pages) {
@@ -231,6 +246,7 @@ Result<InsertResult> PrefixCache::insert(LockId lock, std::span<const Token> tok
   }
   if (snapshot && !n->gpu.has_snapshot() && materialize(n, *snapshot)) {
     // The request's state is in pages of the GPU pool now; its slot goes back to the pool.
+    if (rec.live == *snapshot) rec.live = GpuSlotId();
     requests_.slot_owner.remove(*snapshot);
     gpu_.slots.give_back(*snapshot);
     out.snapshot_taken = true;

@@ -244,6 +244,7 @@ TransferState PrefixCache::lock_state(const LockRecord& r) const {
   // Only the reused prefix (root to the resume snapshot) is waited for. What the request
   // inserted below it is its own: a tombstone there (a promotion another admission started
   // that failed, under pages this request kept) must not move its lock (rule 9).
+  if (r.fill_failed) return TransferState::kFailed;
   if (r.snap_node == nullptr) return TransferState::kDone;
   if (r.filled == r.snap_node) return TransferState::kDone;  // in the live slot, its KV locked
   bool pending = r.snap_node->snap_to_gpu();
@@ -282,7 +283,9 @@ void PrefixCache::fill_live_slot(LockRecord& rec) {
     refresh(n);
     return;
   }
-  // The copy failed: nothing usable was handed out; the request resumes from the root.
+  // The copy failed: nothing usable was handed out; the request resumes from the root (and
+  // learns it from wait()).
+  rec.fill_failed = true;
   Node* const old_node = rec.node;
   lock_path(rec.root);
   --n->snapshot_lock;
@@ -332,12 +335,17 @@ Result<std::size_t> PrefixCache::wait(LockId lock) {
   auto found = find_lock(lock);
   if (!found) return found.status();
   LockRecord& rec = requests_.at(lock);
+  if (rec.fill_failed) {  // the lock is at the root already
+    rec.fill_failed = false;
+    return std::size_t{0};
+  }
   // Each resume moves the lock to a strictly shallower boundary, so this ends.
   for (;;) {
     wait_promotions(rec);
     poll();
     if (lock_state(rec) != TransferState::kFailed) {
-      fill_live_slot(rec);  // may move the lock to the root (its copy failed)
+      fill_live_slot(rec);      // may move the lock to the root (its copy failed)
+      rec.fill_failed = false;  // told here: it resumes from the root
       return rec.snap_node ? rec.snap_node->boundary : std::size_t{0};
     }
     if (Status s = resume_earlier(rec); !s) return s;
@@ -402,6 +410,11 @@ Result<GpuSlotId> PrefixCache::path_snapshot(LockId lock) const {
   if ((*rec)->filled != n) {
     return Status(ErrorCode::kFailedPrecondition,
                   "path_snapshot: the snapshot is not on GPU yet (wait() for the promotion)");
+  }
+  if (!(*rec)->live.valid()) {
+    return Status(ErrorCode::kFailedPrecondition,
+                  "path_snapshot: the request gave its live slot back (free_snapshot_slot or "
+                  "insert)");
   }
   return (*rec)->live;
 }

@@ -233,8 +233,9 @@ LockId Driver::page_owner(GpuPageId id) const {
 }
 
 LockId Driver::slot_owner(GpuSlotId id) const {
+  // The slot a request resumed from is its own live slot (issue 21), read-only here.
   for (const Request& r : live_)
-    if (r.slots.count(id)) return r.lock;
+    if (r.slots.count(id) || r.resume == id) return r.lock;
   if (std::find(pressure_slots_.begin(), pressure_slots_.end(), id) != pressure_slots_.end())
     return h_.side_;
   return LockId();
@@ -780,8 +781,11 @@ void Driver::evict(Reader& in) {
                  req.tokens, req.snapshots, to_string(req.tier), freed->kv_pages, freed->snapshots);
   if (req.tier == Tier::kHost) return;
   const Occupancy after = h_.cache->occupancy();
-  expect(after.gpu_pages_free - before.gpu_pages_free == freed->kv_pages &&
-             after.gpu_slots_free - before.gpu_slots_free == freed->snapshots,
+  // One GPU pool (issue 21): a snapshot frees its pages; live slots never evict.
+  const std::size_t snap_pages = h_.cache->config().snapshot_pages();
+  expect(after.gpu_pages_free - before.gpu_pages_free ==
+                 freed->kv_pages + freed->snapshots * snap_pages &&
+             after.gpu_slots_free == before.gpu_slots_free,
          "evict: what it reports freed is not what the free counts show");
   expect(freed->kv_pages >= std::min(std::size_t{n % 16u}, sizes.gpu.kv_pages_evictable),
          "evict freed less GPU KV than was asked and evictable");

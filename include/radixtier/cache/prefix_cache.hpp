@@ -367,6 +367,8 @@ class PrefixCache final : public CacheBackend {
   /// Run by poll(), so by every entry point that reaps (admit, insert, poll, wait, evict) and
   /// at the end of release(); never inside alloc_pages / alloc_snapshot_slot, whose refusal
   /// must change nothing.
+  /// Refuses `slot` for `call` while it is the request's live slot still being filled.
+  Status check_live_slot(const LockRecord& rec, GpuSlotId slot, const char* call) const;
   void demote_ahead();
   /// GPU pages that the demotions in flight free when they land.
   std::size_t gpu_pages_demoting() const;

@@ -39,6 +39,9 @@ struct LockRecord {
   /// request's own (slot_owner), filled from snap_node's cached pages (rule 6).
   GpuSlotId live{};
   const Node* filled = nullptr;  ///< whose snapshot the live slot holds (nullptr: none yet)
+  /// The copy into the live slot failed and the lock moved to the root: reported as kFailed
+  /// until wait() tells the request it resumes from nothing.
+  bool fill_failed = false;
   /// snap_node's cached snapshot is locked (Node::snapshot_lock) until the live slot holds
   /// its copy; from then on the request computes in its slot and the cached pages may leave.
   bool holds_snapshot() const { return snap_node != nullptr && filled != snap_node; }
