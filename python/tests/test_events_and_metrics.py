@@ -119,7 +119,7 @@ def replay_all(ctx, endpoint, router, start=0):
 
 
 def test_router_rebuilds_the_contents_from_zmq_events():
-    st = Stack(small_config(gpu_pages=24, host_pages=48))
+    st = Stack(small_config(gpu_pages=32, host_pages=48))
     pub = rt.EventPublisher(st.cache, "tcp://127.0.0.1:*", "tcp://127.0.0.1:*",
                             snapshot_endpoint="tcp://127.0.0.1:*",
                             snapshot_replay_endpoint="tcp://127.0.0.1:*")
