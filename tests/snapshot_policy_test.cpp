@@ -193,6 +193,9 @@ TEST(SnapshotPolicy, AdaptiveKeepsTheAlignedTailAndTheBranchPointAndCutsThere) {
   q.boundary = 896;
   EXPECT_TRUE(a.keep(q));
   q.boundary = 960;
+  EXPECT_EQ(SnapshotPolicy::tail_boundary(q), 960u);
+  EXPECT_TRUE(a.keep(q));  // the chunk tail (issue 21: eviction weighs it in the one GPU pool)
+  q.boundary = 832;
   EXPECT_FALSE(a.keep(q));  // a chunk end, but no reason to keep it
   // One page of alignment (natural text): the tail is the prompt end, nothing extra.
   q.alignment = 16;

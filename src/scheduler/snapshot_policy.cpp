@@ -291,7 +291,11 @@ bool SnapshotPolicy::keep_base(const SnapshotQuery& q) const {
       return std::binary_search(chosen.begin(), chosen.end(), q.boundary);
     }
     case Kind::kAdaptive: {
-      if (q.boundary > 0 && (q.boundary == aligned_tail(q) || q.boundary == branch_point(q)))
+      // The chunk tail too (issue 21): with cached snapshots in the one GPU pool, eviction
+      // weighs each against the KV it displaces, so a boundary that may be resumed is offered
+      // and kept only while it is worth its bytes.
+      if (q.boundary > 0 && (q.boundary == aligned_tail(q) || q.boundary == branch_point(q) ||
+                             q.boundary == tail_boundary(q)))
         return true;
       const auto chosen = plan(q);
       return std::binary_search(chosen.begin(), chosen.end(), q.boundary);

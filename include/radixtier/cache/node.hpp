@@ -5,8 +5,8 @@
 //
 // Residency rows. The tiers are GPU, host and store (the disk), fastest first. A node holds
 // one Row<T> per tier: its KV there (`pages`: empty, or one id per page of `tokens`, all or
-// nothing), its snapshot there (GPU: a slot; host: snapshot_pages() pages of the one host
-// pool, host.snapshot[i] holding bytes [i * page_bytes, ...); store: one record), the keys
+// nothing), its snapshot there (GPU and host: snapshot_pages() pages of the tier's one pool,
+// snapshot[i] holding bytes [i * page_bytes, ...); store: one record), the keys
 // and hooks of the tier's two eviction orders, the tier's ages at the node's last uses and
 // the count of children that hold KV on the tier. A row's ids are its tier's (GpuPageId,
 // HostPageId, RecordId). "Gone" (a tombstone) is every row empty; "None" is a snapshot on no

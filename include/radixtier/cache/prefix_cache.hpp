@@ -2,18 +2,20 @@
 //
 // One radix tree over token ids at page granularity. Every node carries the residency of
 // its own KV pages and of the snapshot at its boundary as one row per tier (node.hpp: the
-// rows and the one table of transitions between adjacent tiers). Pools: GPU KV pages, GPU
-// snapshot slots, one host pool of pages that holds KV and snapshots alike (a snapshot spans
-// config.snapshot_pages() pages), and the store's slots below host, so the split between
-// KV and snapshots on host and store is decided by eviction at every moment.
+// rows and the one table of transitions between adjacent tiers). Pools: one GPU pool and one
+// host pool of pages that each hold KV and cached snapshots alike (a snapshot spans
+// config.snapshot_pages() pages), and the store's slots below host, so the split between KV
+// and snapshots on every tier is decided by eviction at every moment. GPU snapshot slots are
+// live slots only, the running requests' state: a resume copies the cached pages into the
+// request's slot and insert copies a slot into pages (device to device; docs/architecture.md,
+// "The GPU pool").
 //
 // The cache is composed of parts, each owning its state and stating its invariants:
 //   RadixTree      (radix_tree.hpp)    the nodes, the namespace roots, walks and splits
 //   TierPart<T>    (tier_part.hpp)     per tier: the KV and snapshot eviction orders (the
 //                                      nodes evictable there now, lowest key first), the
-//                                      pools' ages, the pools and the held counters; host
-//                                      and store take the lower of the two heads, the GPU
-//                                      has a pool per kind
+//                                      pools' ages, the pools and the held counters; every
+//                                      tier takes the lower of its two heads
 //   RequestTable   (request_table.hpp) the locks and the ids requests hold (rule 9)
 //   PinTable       (pin_table.hpp)     the host pins and the pages they hold
 //   TransfersInFlight (transfers_in_flight.hpp) the copies in flight: GPU-host batches,
@@ -37,15 +39,15 @@
 //     in-flight transfer (IdPool records the holder; counts add up to capacity).
 //  3. a lock pins the KV of every node on the request's path (lock_count, so a parent is
 //     locked at least as often as a child) and the snapshot the request resumes from
-//     (snapshot_lock); pinned resources are never demoted or dropped; release() restores
-//     the exact prior counts. Snapshots at other boundaries of a locked path stay evictable:
-//     a running request no longer needs them and GPU snapshot slots are few.
+//     (snapshot_lock) until its live slot holds the copy; pinned resources are never demoted
+//     or dropped; release() restores the exact prior counts. Snapshots at other boundaries
+//     of a locked path stay evictable: a running request no longer needs them.
 //  4. order membership == the evictable predicates of node.hpp, refreshed at every change;
 //     every linked key equals the key the node's state gives (check_invariants()).
 //  5. sources and destinations of a copy stay held until it completes, so recycling an id
 //     can never mix bytes.
-//  6. path_snapshot() hands out the cached slot read-only; the caller copies it into its
-//     own live state (the cache never gives a request a slot it still references).
+//  6. path_snapshot() hands out the request's own live slot, filled device to device from the
+//     cached pages; the cached copy is never computed in.
 //  7. a failed demotion or promotion frees its destination and keeps the intact source (the
 //     GPU copy / the host copy; eviction then takes the next victim); wait() resumes the
 //     request at the deepest boundary of its path that is still usable on GPU (KV that
@@ -353,8 +355,8 @@ class PrefixCache final : public CacheBackend {
   // eviction; check_* decide, without evicting anything, whether make_* can succeed
   Status check_gpu_page_room(std::size_t n) const;
   Status make_gpu_page_room(std::size_t n);
-  /// A free live slot, waiting for device copies that hold one; kOutOfMemory when every slot
-  /// holds a running request's state (live slots are never cached data: nothing is evicted).
+  /// A free live slot; kOutOfMemory when every slot holds a running request's state (live
+  /// slots are never cached data: nothing is evicted or waited for).
   Status make_gpu_slot_room();
   /// Evicts until n GPU pages are free, without the hopeless-request check (one room-making
   /// round; see node.hpp on demotions that fail). kOutOfMemory: nothing is left.

@@ -31,7 +31,9 @@
 //                 third one hits
 // Both are chunk multiples, so the scheduler's chunking already ends a chunk there.
 //   adaptive      the default: the prompt end; the finish boundary while continuations
-//                 resume there (SnapshotQuery::keep_finish); the aligned tail
+//                 resume there (SnapshotQuery::keep_finish); the chunk tail (as +tail:
+//                 since cached GPU snapshots are pages of the one GPU pool, issue 21, eviction
+//                 weighs it against the KV it displaces); the aligned tail
 //                 floor(L / G) * G, G = the learned alignment of branch points
 //                 (SnapshotQuery::alignment); the branch point itself, at page granularity
 //                 (branch_tokens, when above the usable match); and the budgeted plan's
