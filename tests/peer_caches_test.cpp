@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "radixtier/scheduler/snapshot_policy.hpp"
+#include "sim/cost_model.hpp"
 #include "sim/router.hpp"
 #include "sim/scenarios.hpp"
 #include "sim/simulator.hpp"
@@ -208,9 +209,14 @@ TEST(SglangLike, StatePoolFromTheMemoryRatioAndItsChunkSize) {
   o.instances = 1;
   auto r = simulate(s, o);
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  // The memory ratio sizes SGLang's state pool (rest x r / (1 + r), r = 0.9) out of the same
+  // GPU bytes; PrefixCache keeps cached states in pages of its GPU pool (issue 21), so of
+  // those slots only the live ones stay slots and the rest joins the pool: the same bytes.
   const double state = double(r->config.gpu_snapshot_slots) * double(r->config.snapshot_bytes);
   const double kv = double(r->config.gpu_pages) * double(r->config.page_bytes);
-  EXPECT_NEAR(state / kv, 0.9, 0.01);   // mamba_full_memory_ratio
+  const double device = double(*gpu_cache_bytes(*find_hardware("h200-gen5"), m));
+  EXPECT_EQ(r->config.gpu_snapshot_slots, live_slots_for(s.max_running));
+  EXPECT_NEAR((state + kv) / device, 1.0, 0.01);
   EXPECT_EQ(r->config.host_pages, 0u);  // HiCache off without host bytes
   EXPECT_EQ(r->policy, "sglang-no-buffer");
   EXPECT_EQ(r->eviction, "lru");
