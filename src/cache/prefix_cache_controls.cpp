@@ -55,9 +55,9 @@ Result<EvictResult> PrefixCache::evict(const EvictRequest& request) {
                                      ? tier<Tier::kGpu>().order<Held::kKv>().empty()
                                      : tier<Tier::kGpu>().order<Held::kSnapshot>().empty();
         if (order_empty) {
-          // What the watermark step is demoting is on its way out: it counts when it lands.
-          if (xfers_.copies.empty()) return out_of_memory("nothing left to evict");
-          (void)wait_any_transfer();
+          // What the watermark step is demoting is on its way out, and a node whose store
+          // write is in flight is off the order until it lands: wait, as making room does.
+          if (!wait_any_transfer()) return out_of_memory("nothing left to evict");
           return Status::ok();
         }
         drop_victim<Tier::kGpu>(h == Held::kKv ? tier<Tier::kGpu>().head<Held::kKv>()
