@@ -39,30 +39,22 @@ Result<EvictResult> PrefixCache::evict(const EvictRequest& request) {
     const std::size_t kv_before = gpu_.kv_held, snap_before = gpu_.snap_held;
     const std::size_t free_before = gpu_.pages.free_count();
     const std::uint64_t round = ++room_round_;
-    auto evict_one = [&](Held h) -> Status {
+    auto evict_one = [&](auto& order, std::uint64_t Node::*failed, Held h) -> Status {
+      if (order.empty()) {
+        // What the watermark step is demoting is on its way out, and a node whose store
+        // write is in flight is off the order until it lands: wait, as making room does.
+        if (!wait_any_transfer()) return out_of_memory("nothing left to evict");
+        return Status::ok();
+      }
       Node* victim = nullptr;
-      auto pick = [&](auto& order, std::uint64_t Node::*failed) {
-        for (Node& n : order) {
-          if (n.*failed != round) return &n;
+      for (Node& n : order) {
+        if (n.*failed != round) {
+          victim = &n;
+          break;
         }
-        return static_cast<Node*>(nullptr);
-      };
-      victim = h == Held::kKv
-                   ? pick(tier<Tier::kGpu>().order<Held::kKv>(), &Node::kv_demote_failed)
-                   : pick(tier<Tier::kGpu>().order<Held::kSnapshot>(), &Node::snap_demote_failed);
-      if (victim == nullptr) {
-        const bool order_empty = h == Held::kKv
-                                     ? tier<Tier::kGpu>().order<Held::kKv>().empty()
-                                     : tier<Tier::kGpu>().order<Held::kSnapshot>().empty();
-        if (order_empty) {
-          // What the watermark step is demoting is on its way out, and a node whose store
-          // write is in flight is off the order until it lands: wait, as making room does.
-          if (!wait_any_transfer()) return out_of_memory("nothing left to evict");
-          return Status::ok();
-        }
-        drop_victim<Tier::kGpu>(h == Held::kKv ? tier<Tier::kGpu>().head<Held::kKv>()
-                                               : tier<Tier::kGpu>().head<Held::kSnapshot>(),
-                                h);
+      }
+      if (victim == nullptr) {  // every victim left failed this round: the room wins
+        drop_victim<Tier::kGpu>(&*order.begin(), h);
         return Status::ok();
       }
       tier<Tier::kGpu>().aged_by(h, *victim);
@@ -73,13 +65,16 @@ Result<EvictResult> PrefixCache::evict(const EvictRequest& request) {
       if (id) wait_link<Tier::kGpu>(*id);
       return Status::ok();
     };
+    auto& kv_order = tier<Tier::kGpu>().order<Held::kKv>();
+    auto& snap_order = tier<Tier::kGpu>().order<Held::kSnapshot>();
     // Each kind as far as it goes: no KV left to evict does not stop the snapshots.
     Status s = Status::ok();
-    while (s && kv_before - std::min(kv_before, gpu_.kv_held) < pages) s = evict_one(Held::kKv);
+    while (s && kv_before - std::min(kv_before, gpu_.kv_held) < pages)
+      s = evict_one(kv_order, &Node::kv_demote_failed, Held::kKv);
     if (!s && s.code() != ErrorCode::kOutOfMemory) return Status(s.code(), "evict: " + s.message());
     s = Status::ok();
     while (s && (snap_before - std::min(snap_before, gpu_.snap_held)) / per < request.snapshots)
-      s = evict_one(Held::kSnapshot);
+      s = evict_one(snap_order, &Node::snap_demote_failed, Held::kSnapshot);
     if (!s && s.code() != ErrorCode::kOutOfMemory) return Status(s.code(), "evict: " + s.message());
     out.kv_pages = kv_before - std::min(kv_before, gpu_.kv_held);
     out.snapshots =

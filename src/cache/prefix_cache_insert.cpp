@@ -78,9 +78,7 @@ Status PrefixCache::free_snapshot_slot(LockId lock, GpuSlotId slot) {
   if (Status s = requests_.slot_owner.check_owner(lock, slot, "free_snapshot_slot"); !s) return s;
   LockRecord& rec = requests_.at(lock);
   if (Status s = check_live_slot(rec, slot, "free_snapshot_slot"); !s) return s;
-  if (rec.live == slot) rec.live = GpuSlotId();  // given back: nothing refers to it any more
-  requests_.slot_owner.remove(slot);
-  gpu_.slots.give_back(slot);
+  give_back_slot(rec, slot);
   return Status::ok();
 }
 
@@ -246,9 +244,7 @@ Result<InsertResult> PrefixCache::insert(LockId lock, std::span<const Token> tok
   }
   if (snapshot && !n->gpu.has_snapshot() && materialize(n, *snapshot)) {
     // The request's state is in pages of the GPU pool now; its slot goes back to the pool.
-    if (rec.live == *snapshot) rec.live = GpuSlotId();
-    requests_.slot_owner.remove(*snapshot);
-    gpu_.slots.give_back(*snapshot);
+    give_back_slot(rec, *snapshot);
     out.snapshot_taken = true;
     ++stats_.snapshots_inserted;
   }  // else a duplicate (the tree keeps its own) or no room: the caller keeps its slot

@@ -286,7 +286,7 @@ void PrefixCache::fill_live_slot(LockRecord& rec) {
   // The copy failed: nothing usable was handed out; the request resumes from the root (and
   // learns it from wait()).
   rec.fill_failed = true;
-  give_back_live_slot(rec);  // nothing to resume: the request was never told this slot
+  give_back_slot(rec, rec.live);  // nothing to resume: the request was never told this slot
   Node* const old_node = rec.node;
   lock_path(rec.root);
   --n->snapshot_lock;
@@ -297,11 +297,10 @@ void PrefixCache::fill_live_slot(LockRecord& rec) {
   remove_if_empty(old_node);
 }
 
-void PrefixCache::give_back_live_slot(LockRecord& rec) {
-  if (!rec.live.valid()) return;
-  requests_.slot_owner.remove(rec.live);
-  gpu_.slots.give_back(rec.live);
-  rec.live = GpuSlotId();
+void PrefixCache::give_back_slot(LockRecord& rec, GpuSlotId slot) {
+  if (rec.live == slot) rec.live = GpuSlotId();  // nothing refers to it any more
+  requests_.slot_owner.remove(slot);
+  gpu_.slots.give_back(slot);
 }
 
 Status PrefixCache::copy_on_device(TransferBatch batch) {
@@ -383,7 +382,7 @@ Status PrefixCache::resume_earlier(LockRecord& rec) {
   // try_admit_at locked and pinned the new target; now leave the old position.
   if (target == nullptr) {
     lock_path(rec.root);
-    give_back_live_slot(rec);  // resumes from nothing: no state to copy in
+    if (rec.live.valid()) give_back_slot(rec, rec.live);  // resumes from nothing
   }
   if (old_snap && rec.filled != old_snap) {
     --old_snap->snapshot_lock;

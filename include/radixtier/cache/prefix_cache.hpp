@@ -474,8 +474,8 @@ class PrefixCache final : public CacheBackend {
   /// Once the lock's snapshot is on GPU: copies it into the lock's live slot (device to
   /// device); a copy that fails moves the lock to its root (the request recomputes).
   void fill_live_slot(LockRecord& rec);
-  /// The request resumes from nothing: its live slot (if any) goes back to the free list.
-  void give_back_live_slot(LockRecord& rec);
+  /// A slot the request owns goes back to the free list (its live slot: rec.live is cleared).
+  void give_back_slot(LockRecord& rec, GpuSlotId slot);
   /// Copies `batch` (kDeviceToDevice) and waits for it; kTransferFailed when refused or failed.
   Status copy_on_device(TransferBatch batch);
   /// Copies the request's state in `slot` into fresh pages of the GPU pool (room made) as n's
