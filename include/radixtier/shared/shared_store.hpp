@@ -1,0 +1,61 @@
+// SharedStore: the one interface the shared tier (shared_tier.hpp) talks to: a key-value
+// store shared by every instance of a fleet. RedisCluster (redis_cluster.hpp) implements it on
+// a Redis 7 Cluster; another engine (Mooncake Store, Valkey) would implement the same three
+// calls.
+//
+// Every call is pipelined (one round per shard where the engine has shards) and ends by an
+// absolute deadline: a key the store did not answer by then, or answered with an error, is
+// kFailed. kFailed is a miss to the caller and never a wrong value: a reply that arrives after
+// its call returned is discarded with its connection, never matched to a later call.
+//
+// Threading: every call may come from any thread; calls on one engine may run concurrently
+// (the engine serializes what must be serialized, per connection).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace radixtier::shared {
+
+using Clock = std::chrono::steady_clock;
+/// An absolute deadline: a call returns by then, whatever the store does.
+using Deadline = Clock::time_point;
+
+/// What a call learned about one key.
+enum class KeyState : std::uint8_t {
+  kFound,    ///< exists (EXISTS), its value came back (GET), written (SET)
+  kMissing,  ///< the store answered: no such key (EXISTS, GET); SET never reports it
+  kFailed,   ///< no answer by the deadline, a shard down or its breaker open, an error reply
+};
+
+const char* to_string(KeyState state);
+
+/// One key's GET: the value when kFound (empty otherwise).
+struct GetReply {
+  KeyState state = KeyState::kFailed;
+  std::string value;
+};
+
+/// One key-value pair to SET (views: valid until set() returns).
+struct SetItem {
+  std::string_view key;
+  std::string_view value;
+};
+
+class SharedStore {
+ public:
+  virtual ~SharedStore() = default;
+  /// Which of `keys` exist (small replies: the probe connections).
+  virtual std::vector<KeyState> exists(std::span<const std::string> keys, Deadline deadline) = 0;
+  /// The values of `keys`, in order (bulk replies: the fetch connections).
+  virtual std::vector<GetReply> get(std::span<const std::string> keys, Deadline deadline) = 0;
+  /// Writes every item (plain SET: content-addressed keys make a rewrite harmless); per item
+  /// kFound (written) or kFailed.
+  virtual std::vector<KeyState> set(std::span<const SetItem> items, Deadline deadline) = 0;
+};
+
+}  // namespace radixtier::shared
