@@ -209,6 +209,21 @@ class PrefixCache final : public CacheBackend {
   /// The store tier (nullptr: none).
   StoreEngine* store() const { return host_.link; }
 
+  // --- the shared tier (radixtier::shared; prefix_cache_import.cpp) -----------------------
+  /// The usable host copies along `tokens` (whole pages of `ns`): the KV pages from the root
+  /// while each has one, and the host snapshots at node ends among them. Read-only; the ids
+  /// are valid until the next call into the cache.
+  HostCopies host_copies(std::span<const Token> tokens, NamespaceId ns = kDefaultNamespace) const;
+  /// Enters bytes fetched from elsewhere (another instance) as host-resident data: the KV of
+  /// every page of `tokens` (whole pages from the root of `ns`) that the tree has no KV for,
+  /// and the snapshot at the end of `tokens` unless the tree has one there. Takes the host
+  /// pages (making room as eviction does, the tree's KV before them kept), calls fill() to
+  /// write them, then enters them as host-only nodes, as a finished demotion would leave them;
+  /// the next admission promotes them. Errors change nothing: kInvalidArgument (not whole
+  /// pages), kOutOfMemory (no host room), kFailedPrecondition (fill() returned false).
+  Result<ImportResult> import_host(std::span<const Token> tokens, NamespaceId ns,
+                                   const ImportFill& fill);
+
   // --- observation (events.hpp, timing_hooks.hpp; prefix_cache_events.cpp) --------------
   /// Attaches a sink (not owned; it must outlive its attachment). It first receives
   /// AllBlocksCleared and then what the cache holds now, as stored events, so its copy of the

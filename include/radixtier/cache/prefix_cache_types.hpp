@@ -4,6 +4,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
 
 #include "radixtier/cache/node.hpp"
 #include "radixtier/cache/tier.hpp"
@@ -96,6 +99,35 @@ struct NodeInfo {
   bool snapshot_on_store = false;
 
   bool operator==(const NodeInfo&) const = default;
+};
+
+/// A host snapshot along a path (PrefixCache::host_copies()).
+struct HostSnapshotCopy {
+  std::size_t boundary = 0;
+  std::vector<HostPageId> pages;  ///< snapshot_pages() pages, bytes [i * page_bytes, ...)
+};
+
+/// The usable host copies along a path, read-only: what a publisher may copy out now, before
+/// the cache runs again (after that, the pages may hold other bytes).
+struct HostCopies {
+  /// kv[i]: the host page of the path's page i, for the leading pages whose KV has a usable
+  /// host copy (it stops at the first page that has none).
+  std::vector<HostPageId> kv;
+  /// The host snapshots at node ends within those pages, shallow first.
+  std::vector<HostSnapshotCopy> snapshots;
+};
+
+/// Writes fetched bytes into the host pages import_host() took: kv[i] is the path's page
+/// first_page + i; snapshot is empty when the tree has a snapshot there already. Returns
+/// false when it cannot (nothing is entered then).
+using ImportFill = std::function<bool(std::size_t first_page, std::span<const HostPageId> kv,
+                                      std::span<const HostPageId> snapshot)>;
+
+/// What import_host() entered.
+struct ImportResult {
+  std::size_t first_page = 0;  ///< the first page the tree lacked (the fill's first_page)
+  std::size_t kv_pages = 0;    ///< KV pages entered as host-resident
+  bool snapshot = false;       ///< a host snapshot entered at the path's end
 };
 
 }  // namespace radixtier
