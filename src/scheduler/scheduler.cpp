@@ -146,6 +146,12 @@ Status Scheduler::admit(Request request, RequestResult res) {
                                 std::to_string(res.transfer_failures) + " failed promotions, " +
                                 std::to_string(res.preemptions) + " preemptions)"));
     }
+    if (shared_ != nullptr) {
+      const SharedFetch f = shared_->before_admit(request.id, request.prompt, request.ns);
+      res.shared_tokens = f.tokens;
+      res.shared_bytes = f.bytes;
+      res.shared_s = f.seconds;
+    }
     const CacheStats before = cache_.stats();
     auto a = cache_.admit(request.prompt, RequestOptions{request.ns, request.priority});
     if (!a) return give_up(a.status());
@@ -442,6 +448,9 @@ Scheduler::Outcome Scheduler::finish(Running& r) {
   }
   r.res.finished_s = now_;
   stop(r);
+  if (shared_ != nullptr) {
+    shared_->after_finish(r.req.id, std::span<const Token>(r.seq).first(r.inserted), r.req.ns);
+  }
   ++stats_.finished;
   results_[r.req.id] = std::move(r.res);
   hold_admission_ = false;

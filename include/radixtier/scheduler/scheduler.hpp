@@ -53,6 +53,7 @@
 #include "radixtier/cache/cache_backend.hpp"
 #include "radixtier/scheduler/executor.hpp"
 #include "radixtier/scheduler/placement_learner.hpp"
+#include "radixtier/scheduler/shared_hook.hpp"
 #include "radixtier/scheduler/snapshot_policy.hpp"
 
 namespace radixtier::sched {
@@ -116,6 +117,10 @@ struct RequestResult {
   std::uint64_t admit_store_reads = 0;
   std::uint64_t admit_bytes_from_store = 0;
   std::size_t store_cached_tokens = 0;
+  /// The shared tier (set_shared_hook): what its before_admit() brought for this admission.
+  std::size_t shared_tokens = 0;
+  std::uint64_t shared_bytes = 0;
+  double shared_s = 0;
 
   // --- totals over the request's life (every admission) -----------------------------------
   std::size_t computed_tokens = 0;  ///< every token forwarded, prefill and decode
@@ -198,6 +203,9 @@ class Scheduler {
   const SchedulerConfig& config() const { return config_; }
   /// What the adaptive placement has learned (alignment, finish continuations).
   const PlacementLearner& learner() const { return learner_; }
+  /// Attaches a shared tier (not owned; nullptr detaches): before_admit() runs before every
+  /// admission, after_finish() after every finished request (shared_hook.hpp).
+  void set_shared_hook(SharedHook* hook) { shared_ = hook; }
 
  private:
   struct Running;
@@ -231,6 +239,7 @@ class Scheduler {
   std::vector<std::unique_ptr<Running>> running_;        ///< admission order
   std::map<RequestId, RequestResult> results_;
   std::set<RequestId> known_ids_;
+  SharedHook* shared_ = nullptr;
   bool hold_admission_ = false;  ///< after a preemption: admit nothing until one finishes
   double now_ = 0.0;
   SchedulerStats stats_;
