@@ -59,8 +59,13 @@ radixtier::cli::CommandRun setup_demo(CLI::App& app) {
   auto args = std::make_shared<DemoArgs>();
   app.add_option("--scenario", args->names,
                  "churn | flush | compaction | agent | restart (repeatable; "
-                 "default: all, in order)")
-      ->check(CLI::IsMember(radixtier::demo::scenario_names()));
+                 "default: all, in order) | shared (two processes on a Redis Cluster it "
+                 "starts: needs redis-server; only when asked)")
+      ->check(CLI::IsMember([] {
+        auto names = radixtier::demo::scenario_names();
+        for (auto& n : radixtier::demo::optional_scenario_names()) names.push_back(n);
+        return names;
+      }()));
   app.add_option("--policy", args->policy_text,
                  "snapshot placement: end-only | every-chunk | interval:N | budgeted[:BYTES], "
                  "each optionally +tail and/or +branch")

@@ -39,6 +39,7 @@ nlohmann::ordered_json json_row(const Row& r) {
   o["output_tokens"] = r.output_tokens;
   o["cached_tokens"] = r.cached_tokens;
   o["host_cached_tokens"] = r.host_cached_tokens;
+  o["shared_tokens"] = r.shared_tokens;
   o["recomputed_tokens"] = r.recomputed_tokens;
   o["baseline_recomputed_tokens"] = r.baseline_recomputed;
   o["bytes_promoted"] = r.bytes_promoted;
@@ -105,6 +106,20 @@ std::string format_table(const ScenarioReport& rep) {
         static_cast<unsigned long long>(c.store_records_lost));
     os << line;
   }
+  if (rep.shared.ran) {
+    const auto& sh = rep.shared;
+    char line[512];
+    std::snprintf(line, sizeof line,
+                  "shared tier: process 1 published %llu keys (%s); process 2 fetched %llu "
+                  "times (%s), entered %llu into its cache reaching %llu tokens, %llu values "
+                  "rejected\n",
+                  static_cast<unsigned long long>(sh.published_keys),
+                  bytes(sh.published_bytes).c_str(), static_cast<unsigned long long>(sh.fetches),
+                  bytes(sh.bytes_fetched).c_str(), static_cast<unsigned long long>(sh.imports),
+                  static_cast<unsigned long long>(sh.imported_tokens),
+                  static_cast<unsigned long long>(sh.values_rejected));
+    os << line;
+  }
   return os.str();
 }
 
@@ -145,6 +160,16 @@ std::string format_json(const std::vector<ScenarioReport>& reports) {
       rs["hit_tokens_store"] = c.hit_tokens_store;
       rs["bytes_from_store"] = c.bytes_from_store;
       rs["store_records_lost"] = c.store_records_lost;
+    }
+    if (r.shared.ran) {
+      nlohmann::ordered_json& sh = o["shared"];
+      sh["published_keys"] = r.shared.published_keys;
+      sh["published_bytes"] = r.shared.published_bytes;
+      sh["fetches"] = r.shared.fetches;
+      sh["imports"] = r.shared.imports;
+      sh["imported_tokens"] = r.shared.imported_tokens;
+      sh["bytes_fetched"] = r.shared.bytes_fetched;
+      sh["values_rejected"] = r.shared.values_rejected;
     }
     o["preemptions"] = r.sched.preemptions;
     nlohmann::ordered_json& rows = o["rows"] = nlohmann::ordered_json::array();

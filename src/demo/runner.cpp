@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "demo/scenarios.hpp"
+#include "demo/shared_run.hpp"
 #include "model/model_executor.hpp"
 #include "radixtier/cache/prefix_cache.hpp"
 #include "radixtier/disk/disk_store.hpp"
@@ -17,10 +18,6 @@
 namespace radixtier::demo {
 
 namespace {
-
-/// The demo's virtual clock: 0.1 ms per forwarded token, so arrival-time scheduling is the
-/// same on every machine (wall time is reported separately).
-constexpr double kSecondsPerToken = 1e-4;
 
 bool same_floats(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() &&
@@ -82,29 +79,6 @@ void add_stats(sched::SchedulerStats& to, const sched::SchedulerStats& s) {
   to.copy_wait_s += s.copy_wait_s;
 }
 
-/// Plays requests [begin, end) of `w` through a scheduler over `cache` (one process's life)
-/// and adds their results to `out`.
-Status play(const Workload& w, std::size_t begin, std::size_t end, CacheBackend& cache,
-            sched::Executor& executor, const sched::SchedulerConfig& sc, const std::string& phase,
-            const ProgressFn& progress, RunOutcome& out) {
-  auto made = sched::Scheduler::create(cache, executor, sc);
-  if (!made) return made.status();
-  sched::Scheduler& s = **made;
-  for (std::size_t i = begin; i < end; ++i) {
-    if (Status st = s.submit(w.requests[i]); !st) return st;
-  }
-  Status st = s.run_until_idle([&](const sched::Progress& p) {
-    if (progress) progress(phase, p);
-  });
-  for (const auto& [id, r] : s.results()) out.results[id] = r;
-  add_stats(out.sched, s.stats());
-  if (!st) return st;
-  if (std::string err = cache.check_invariants(); !err.empty()) {
-    return Status(ErrorCode::kFailedPrecondition, "cache invariant broken: " + err);
-  }
-  return Status::ok();
-}
-
 /// The cache run of a workload with a restart: requests before w.restart_before, persist(),
 /// then the cache, its disk store and the engine and memory destroyed (a process exit), then
 /// everything made afresh on the same store directory for the rest.
@@ -156,6 +130,31 @@ void run_with_restart(const Workload& w, const model::TinyHybridModel& model, co
 }
 
 }  // namespace
+
+/// One process's life: requests [begin, end) of `w` through a scheduler over `cache`
+/// (the demo's virtual clock: 0.1 ms per forwarded token, so arrival-time scheduling is the
+/// same on every machine; wall time is reported separately); their results go to `out`.
+Status play(const Workload& w, std::size_t begin, std::size_t end, CacheBackend& cache,
+            sched::Executor& executor, const sched::SchedulerConfig& sc, const std::string& phase,
+            const ProgressFn& progress, RunOutcome& out, sched::SharedHook* shared) {
+  auto made = sched::Scheduler::create(cache, executor, sc);
+  if (!made) return made.status();
+  sched::Scheduler& s = **made;
+  s.set_shared_hook(shared);
+  for (std::size_t i = begin; i < end; ++i) {
+    if (Status st = s.submit(w.requests[i]); !st) return st;
+  }
+  Status st = s.run_until_idle([&](const sched::Progress& p) {
+    if (progress) progress(phase, p);
+  });
+  for (const auto& [id, r] : s.results()) out.results[id] = r;
+  add_stats(out.sched, s.stats());
+  if (!st) return st;
+  if (std::string err = cache.check_invariants(); !err.empty()) {
+    return Status(ErrorCode::kFailedPrecondition, "cache invariant broken: " + err);
+  }
+  return Status::ok();
+}
 
 sched::RequestResult reference_run(const model::TinyHybridModel& model,
                                    const sched::Request& request) {
@@ -210,6 +209,11 @@ RunOutcome run_workload(const Workload& w, const model::TinyHybridModel& model, 
   }
   sched::SchedulerConfig sc = w.sched;
   sc.kv_bytes_per_token = c.page_bytes / c.page_size;
+  if (reuse && w.shared_before > 0) {
+    run_with_shared(w, model, c, sc, out);
+    out.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return out;
+  }
   if (reuse && w.restart_before > 0) {
     run_with_restart(w, model, c, sc, progress, out);
     out.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -254,6 +258,7 @@ ScenarioReport run_scenario(const Workload& w, const ProgressFn& progress) {
   rep.cache = with.cache;
   rep.restarted = with.restarted;
   rep.before_restart = with.before_restart;
+  rep.shared = with.shared;
   rep.sched = with.sched;
   rep.cache_wall_s = with.wall_s;
   rep.baseline_wall_s = base.wall_s;
@@ -277,6 +282,7 @@ ScenarioReport run_scenario(const Workload& w, const ProgressFn& progress) {
       row.output_tokens = ra.output.size();
       row.cached_tokens = ra.cached_tokens;
       row.host_cached_tokens = ra.host_cached_tokens;
+      row.shared_tokens = ra.shared_tokens;
       row.recomputed_tokens = ra.recomputed_tokens;
       row.baseline_recomputed = rb.recomputed_tokens;
       row.bytes_promoted = ra.bytes_h2d;

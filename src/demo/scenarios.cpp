@@ -16,6 +16,10 @@
 //   restart     churn's turn 1, then a graceful restart (persist(), the cache, its disk store
 //               and the engine destroyed, the store reopened), then turn 2: its prefix comes
 //               from disk.
+//   shared      (not in the default set: it needs redis-server) two processes on one Redis
+//               Cluster: the first serves churn's turn 1 and a document and publishes them to
+//               the shared tier; the second starts empty and serves turn 2 and a question on
+//               the document from it (shared_run.hpp).
 #include <algorithm>
 
 #include "demo/scenarios.hpp"
@@ -176,7 +180,30 @@ Workload restart(const sched::SnapshotPolicy& policy) {
   return b.w;
 }
 
+Workload shared(const sched::SnapshotPolicy& policy) {
+  Builder b = base("shared",
+                   "two processes on one Redis Cluster: the first serves turn 1 (1,500 tokens) "
+                   "and a 1,000-token document and publishes them; the second, with an empty "
+                   "cache, serves turn 2 and a question on the document from the shared tier",
+                   policy);
+  b.w.cache.write_policy = WritePolicy::kWriteThrough;  // host copies to publish from
+  const auto vocab = b.w.model.vocab;
+  const auto turn1 = synth(1, 1500, vocab);
+  const auto doc = synth(6, 1000, vocab);
+  b.add("turn 1", turn1, 12);
+  b.add("document", cat(doc, synth(7, 20, vocab)), 4);
+  b.add("turn 2 (process 2)", continuation(b.w.model, turn1, 12, synth(2, 19, vocab)), 12);
+  b.add("doc question (2)", cat(doc, synth(8, 30, vocab)), 4);
+  b.add("unrelated (2)", synth(9, 300, vocab), 4);
+  b.w.shared_before = 2;
+  return b.w;
+}
+
 }  // namespace
+
+std::vector<std::string> optional_scenario_names() {
+  return {"shared"};
+}
 
 std::vector<std::string> scenario_names() {
   return {"churn", "flush", "compaction", "agent", "restart"};
@@ -188,8 +215,9 @@ Result<Workload> make_scenario(const std::string& name, const sched::SnapshotPol
   if (name == "compaction") return compaction(policy);
   if (name == "agent") return agent(policy);
   if (name == "restart") return restart(policy);
+  if (name == "shared") return shared(policy);
   return not_found("unknown scenario '" + name +
-                   "' (known: churn, flush, compaction, agent, restart)");
+                   "' (known: churn, flush, compaction, agent, restart, shared)");
 }
 
 }  // namespace radixtier::demo

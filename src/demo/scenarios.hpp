@@ -38,6 +38,21 @@ struct Workload {
   /// the run makes and removes) and plays the rest on a cache rebuilt from it. Failing
   /// submissions apply to the first process.
   std::size_t restart_before = 0;
+  /// 0: one process. Else the cache run is two processes on one Redis Cluster (shared_run.hpp):
+  /// requests before shared_before in the first, which publishes to the shared tier, the rest
+  /// in a second one with an empty cache, which resumes from it.
+  std::size_t shared_before = 0;
+  /// The cluster ("host:port" of its nodes); empty: the run starts a LocalCluster of its own.
+  std::vector<std::string> shared_seeds;
+};
+
+/// The shared scenario (Workload::shared_before): what the first process published and the
+/// second fetched and entered into its cache.
+struct SharedSummary {
+  bool ran = false;
+  std::uint64_t published_keys = 0, published_bytes = 0;
+  std::uint64_t fetches = 0, imports = 0, imported_tokens = 0, bytes_fetched = 0;
+  std::uint64_t values_rejected = 0;
 };
 
 /// One run of a workload through the scheduler.
@@ -49,6 +64,7 @@ struct RunOutcome {
   double wall_s = 0;
   bool restarted = false;     ///< the restart happened (Workload::restart_before)
   CacheStats before_restart;  ///< the first cache's, after its persist()
+  SharedSummary shared;       ///< the shared scenario's two processes
 };
 
 using ProgressFn = std::function<void(const std::string& phase, const sched::Progress&)>;
@@ -73,6 +89,7 @@ struct Row {
   std::size_t prompt_tokens = 0, output_tokens = 0;
   std::size_t cached_tokens = 0;       ///< with the cache, at admission
   std::size_t host_cached_tokens = 0;  ///< of which promoted from host
+  std::size_t shared_tokens = 0;       ///< the boundary a shared-tier fetch reached (0: none)
   std::size_t recomputed_tokens = 0;   ///< with the cache: prompt tokens prefilled
   std::size_t baseline_recomputed = 0;
   std::uint64_t bytes_promoted = 0, bytes_demoted = 0;
@@ -93,6 +110,7 @@ struct ScenarioReport {
   Status status;
   bool restarted = false;     ///< a restart scenario: `cache` is of the cache after it
   CacheStats before_restart;  ///< the cache before the restart, after its persist()
+  SharedSummary shared;       ///< the shared scenario's two processes
 };
 
 /// Runs `w` with the cache and without reuse and compares them.
@@ -100,6 +118,8 @@ ScenarioReport run_scenario(const Workload& w, const ProgressFn& progress = {});
 
 /// Names of the built-in scenarios, in the order the demo plays them.
 std::vector<std::string> scenario_names();
+/// Scenarios the demo plays only when asked (--scenario): "shared" needs redis-server.
+std::vector<std::string> optional_scenario_names();
 /// A built-in scenario with the given snapshot policy. kNotFound naming the known ones.
 Result<Workload> make_scenario(const std::string& name, const sched::SnapshotPolicy& policy);
 
