@@ -309,6 +309,8 @@ void SharedTier::run_fetch(Fetch& f, SharedStore& store, std::size_t page_bytes)
       whole = assemble(b, got);
     }
     if (whole) {
+      // A boundary inside the local KV takes only its snapshot (fetch_plan.hpp).
+      f.first_kv_page = std::min(f.first_kv_page, b);
       f.boundary_page = b;
       f.fallbacks = ci;
       f.kv.resize((b - f.first_kv_page) * page_bytes);
