@@ -159,6 +159,25 @@ TEST(SharedTier, KvWithAHoleResumesAboveTheHole) {
   EXPECT_TRUE(served.bytes_ok);
 }
 
+TEST(SharedTier, ABoundaryInsideTheLocalKvFetchesOnlyItsSnapshot) {
+  MemorySharedStore store;
+  Instance a(store);
+  const auto prompt = seq({{1, 40}, {90, 1}});
+  const std::size_t snaps[] = {16, 40}, b_snaps[] = {16};
+  a.compute_and_publish(prompt, snaps);
+  Instance b(store, WritePolicy::kWriteBack);
+  ASSERT_EQ(b.h.serve(prompt, b_snaps).error, "");  // KV to 40, a snapshot at 16 only
+  EXPECT_EQ(b.h.cache->match(prompt).usable_tokens, 16u);
+  const auto f = b.tier->before_admit(1, prompt, kDefaultNamespace);
+  EXPECT_EQ(f.tokens, 40u);
+  EXPECT_EQ(b.tier->stats().imported_pages, 0u);
+  EXPECT_EQ(b.tier->stats().imported_snapshots, 1u);
+  auto served = b.h.serve(prompt, snaps);
+  EXPECT_EQ(served.cached, 40u);
+  EXPECT_TRUE(served.bytes_ok);
+  ASSERT_INVARIANTS(b.h);
+}
+
 SharedTierConfig other_model(const CacheConfig& c) {
   SharedTierConfig t = tier_config(c);
   t.model.weights_version = "v2";
