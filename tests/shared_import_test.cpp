@@ -194,6 +194,32 @@ TEST(SharedImport, BadInputAFailedFillOrNoRoomChangeNothing) {
   EXPECT_EQ(std::memcmp(&stats, &after, sizeof stats), 0);
 }
 
+// Room for the KV pages and the snapshot is made for both together: with fewer free host
+// pages than the two need but more than either alone, the import evicts for the rest (it
+// once made room for each alone and then found the sum short: kOutOfMemory).
+TEST(SharedImport, RoomForTheKvAndTheSnapshotIsMadeTogether) {
+  Harness b(small_config(WritePolicy::kWriteThrough), HostTransferEngine::Mode::kThreaded);
+  const std::size_t snaps[] = {16};
+  for (Token t = 0; t < 12; ++t) {
+    ASSERT_EQ(b.serve(seq({{1000 + 100 * t, 16}, {3, 1}}), snaps).error, "");
+  }
+  b.cache->drain();
+  const std::size_t free = b.cache->occupancy().host_pages_free;
+  const std::size_t snap_pages = b.config.snapshot_pages();
+  const std::size_t pages = std::max(free, snap_pages) + 1;  // free < pages + snap_pages
+  ASSERT_LE(pages + snap_pages, std::size_t{b.config.host_pool_pages()});
+  const auto prompt = seq({{7, pages * b.ps()}, {90, 1}});
+  auto ok = [](std::size_t, std::span<const HostPageId>, std::span<const HostPageId>) {
+    return true;
+  };
+  auto r = b.cache->import_host(std::span(prompt).first(pages * b.ps()), kDefaultNamespace, ok);
+  ASSERT_TRUE(r) << r.status().to_string();
+  EXPECT_EQ(r->kv_pages, pages);
+  EXPECT_TRUE(r->snapshot);
+  EXPECT_EQ(b.cache->match(prompt).usable_tokens, pages * b.ps());
+  ASSERT_INVARIANTS(b);
+}
+
 TEST(SharedImport, ImportsIntoANamespaceStayThere) {
   Harness a(small_config(WritePolicy::kWriteThrough), HostTransferEngine::Mode::kThreaded);
   Harness b(small_config(), HostTransferEngine::Mode::kThreaded);

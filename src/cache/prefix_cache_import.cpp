@@ -104,18 +104,26 @@ Result<ImportResult> PrefixCache::import_host(std::span<const Token> tokens, Nam
   // Host room, with the KV the import continues locked so that making room cannot take it.
   Node* root = tree_.ensure_root(ns);
   Node* keep = e.last_kv != nullptr ? e.last_kv : root;
+  // Each kind's room is taken as soon as it is made, so making room for the other cannot count
+  // the same free pages twice.
   lock_path(keep);
-  const bool room = make_host_page_room(kv_pages) && make_host_page_room(snap_pages, true) &&
-                    host_.pages.free_count() >= kv_pages + snap_pages;
+  std::vector<HostPageId> kv, snap;
+  bool room = make_host_page_room(snap_pages, true) && host_.pages.free_count() >= snap_pages;
+  for (std::size_t i = 0; room && i < snap_pages; ++i) {
+    snap.push_back(*host_.pages.take(Holder::kTransfer));
+  }
+  room = room && make_host_page_room(kv_pages) && host_.pages.free_count() >= kv_pages;
+  for (std::size_t i = 0; room && i < kv_pages; ++i) {
+    kv.push_back(*host_.pages.take(Holder::kTransfer));
+  }
   unlock_path(keep);
   if (!room) {
+    release(kv);
+    release(snap);
     remove_root_if_empty(root);
     return out_of_memory("import_host: no host room for " + std::to_string(kv_pages) +
                          " KV pages and a snapshot");
   }
-  std::vector<HostPageId> kv, snap;
-  for (std::size_t i = 0; i < kv_pages; ++i) kv.push_back(*host_.pages.take(Holder::kTransfer));
-  for (std::size_t i = 0; i < snap_pages; ++i) snap.push_back(*host_.pages.take(Holder::kTransfer));
   // Making room evicts only unlocked leaves: the locked KV is whole, so the edge is the same
   // unless an eviction removed a tombstone the path ran through (the walk below makes it new).
   const KvEdge now = edge_of(root);
