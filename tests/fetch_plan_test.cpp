@@ -45,6 +45,24 @@ TEST(FetchPlan, TheDeepestBoundaryWithContiguousKvAndASnapshotComesFirst) {
   EXPECT_EQ(c[1].boundary_page, 4u);
 }
 
+// The local KV reaches past the local resume point: a shared snapshot at a boundary inside
+// it is fetched alone (it once priced that boundary's KV as a negative page count, wrapped
+// to a huge fetch, and never chose it).
+TEST(FetchPlan, ABoundaryInsideTheLocalKvFetchesOnlyItsSnapshot) {
+  FetchPlanInput in = input();
+  in.kv_tokens = 16 * 8;  // local KV to page 8, usable (KV + snapshot) to page 2
+  const ProbeRange r = probe_range(in, 16, 1000);
+  ASSERT_EQ(r.first_kv_page, 8u);
+  const std::vector<bool> kv = {false, false};  // pages 8, 9: not shared
+  std::vector<bool> snap(8, false);
+  snap[5 - 3] = true;  // a shared snapshot at 5 pages
+  const auto c = plan_fetch(in, r, kv, snap);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].boundary_page, 5u);
+  EXPECT_EQ(c[0].first_kv_page, 5u);
+  EXPECT_EQ(c[0].bytes, 5000u);
+}
+
 TEST(FetchPlan, AFetchDearerThanRecomputeIsNotACandidate) {
   FetchPlanInput in = input();
   in.bandwidth = 1e3;  // a second per page

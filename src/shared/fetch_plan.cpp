@@ -37,8 +37,9 @@ std::vector<FetchCandidate> plan_fetch(const FetchPlanInput& in, const ProbeRang
     if (j >= snapshot_shared.size() || !snapshot_shared[j]) continue;
     FetchCandidate c;
     c.boundary_page = b;
-    c.first_kv_page = range.first_kv_page;
-    c.bytes = std::uint64_t(b - range.first_kv_page) * in.page_bytes + in.snapshot_bytes;
+    // A boundary inside the local KV needs only its snapshot (no KV page to fetch).
+    c.first_kv_page = std::min(range.first_kv_page, b);
+    c.bytes = std::uint64_t(b - c.first_kv_page) * in.page_bytes + in.snapshot_bytes;
     c.fetch_s = in.latency_s + (in.bandwidth > 0 ? double(c.bytes) / in.bandwidth : 0.0);
     c.recompute_s = in.recompute_s ? in.recompute_s(in.resume_tokens, b * ps) : 0.0;
     if (c.fetch_s < c.recompute_s) out.push_back(c);
