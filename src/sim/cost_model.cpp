@@ -27,9 +27,9 @@ namespace {
 //   60 us typical read latency.
 //
 // The shared tier rows (docs/simulator.md, "The shared tier"):
-// - NIC: h200-gen5, one 400 Gb/s NVIDIA ConnectX-7 per GPU (an HGX/DGX H200 node has eight,
-//   one per GPU, for its compute fabric): 50 GB/s; consumer-gen4, a 100 Gb/s NIC
-//   (ConnectX-6 class): 12.5 GB/s.
+// - NIC: h200-gen5, one 400 Gb/s NVIDIA ConnectX-7 per GPU (a DGX H200 has eight single-port
+//   ConnectX-7, up to 400 Gb/s, one per GPU: NVIDIA's DGX H200 datasheet): 50 GB/s;
+//   consumer-gen4, assumption: a workstation's 100 Gb/s NIC (ConnectX-6 class): 12.5 GB/s.
 // - shard bandwidth: one Redis 8.2 server with --io-threads 4 serves GETs of 4 MiB values at
 //   5.85 GB/s (memtier_benchmark, 20 clients x 4 threads, localhost; the README of
 //   github.com/LMCache/lmcache_redis); 5.8e9 per shard.
