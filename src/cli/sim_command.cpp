@@ -250,6 +250,12 @@ int run_sim(SimArgs& args) {
       std::fprintf(stderr, "radixtier sim: --metrics-port %d: %s\n", args.metrics_port, e.what());
       return 2;
     }
+    if (opt.fresh_instance) {
+      std::fprintf(stderr,
+                   "radixtier sim: --metrics-port: --fresh-instance replaces instance 0's cache, "
+                   "and the metrics follow one cache per instance\n");
+      return 2;
+    }
     if (s->restart_before && opt.restart) {
       std::fprintf(stderr,
                    "radixtier sim: --metrics-port: scenario '%s' replaces its caches at the "

@@ -134,21 +134,20 @@ class SharedTierModel::Client final : public sched::SharedHook {
       const std::vector<PathHash> h = page_path_hashes(tokens, o.page_size, pages);
       auto snap = hc.snapshots.begin();
       for (std::size_t p = 0; p < pages; ++p) {  // parents first
-        if (model_.put({ns.value(), Kind::kKvPage, h[p + 1]}, o.page_bytes)) {
-          ++c.published_kv_pages;
-        } else {
-          ++c.publish_touches;
-        }
+        count(model_.put({ns.value(), Kind::kKvPage, h[p + 1]}, o.page_bytes),
+              c.published_kv_pages);
         for (; snap != hc.snapshots.end() && snap->boundary == (p + 1) * o.page_size; ++snap) {
-          if (model_.put({ns.value(), Kind::kSnapshot, h[p + 1]}, o.snapshot_bytes)) {
-            ++c.published_snapshots;
-          } else {
-            ++c.publish_touches;
-          }
+          count(model_.put({ns.value(), Kind::kSnapshot, h[p + 1]}, o.snapshot_bytes),
+                c.published_snapshots);
         }
       }
     }
     return hc.kv.size() >= tokens.size() / o.page_size;
+  }
+
+  void count(Put put, std::uint64_t& published) {
+    if (put == Put::kNew) ++published;
+    if (put == Put::kTouched) ++model_.counters_.publish_touches;
   }
 
   void retry_pending() {
@@ -184,12 +183,12 @@ bool SharedTierModel::contains(NamespaceId ns, const PathHash& path, Kind kind) 
   return index_.contains({ns.value(), kind, path});
 }
 
-bool SharedTierModel::put(const Key& key, std::uint64_t bytes) {
+SharedTierModel::Put SharedTierModel::put(const Key& key, std::uint64_t bytes) {
   if (auto it = index_.find(key); it != index_.end()) {
     lru_.splice(lru_.begin(), lru_, it->second);
-    return false;
+    return Put::kTouched;
   }
-  if (bytes > options_.capacity_bytes) return false;  // never fits
+  if (bytes > options_.capacity_bytes) return Put::kTooLarge;  // never fits
   lru_.push_front({key, bytes});
   index_.emplace(key, lru_.begin());
   counters_.bytes += bytes;
@@ -203,7 +202,7 @@ bool SharedTierModel::put(const Key& key, std::uint64_t bytes) {
     lru_.pop_back();
   }
   counters_.peak_bytes = std::max(counters_.peak_bytes, counters_.bytes);
-  return true;
+  return Put::kNew;
 }
 
 void SharedTierModel::touch(const Key& key) {

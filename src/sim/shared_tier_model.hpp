@@ -119,8 +119,9 @@ class SharedTierModel {
     std::uint64_t bytes = 0;
   };
 
-  /// Inserts or touches; returns true when it was new.
-  bool put(const Key& key, std::uint64_t bytes);
+  enum class Put : std::uint8_t { kNew, kTouched, kTooLarge };
+  /// Inserts (evicting the least recent entries for room) or touches.
+  Put put(const Key& key, std::uint64_t bytes);
   void touch(const Key& key);
 
   SharedTierOptions options_;
