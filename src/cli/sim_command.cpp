@@ -25,7 +25,7 @@ struct SimArgs {
   sim::SimOptions opt;
   sim::ScenarioOptions so;
   bool json = false, rows = false, write_through = false, no_restart = false;
-  double host_gib = -1, host_snapshot_gib = -1, disk_gib = 0;
+  double host_gib = -1, host_snapshot_gib = -1, disk_gib = 0, shared_gib = 0;
   int metrics_port = -1;      ///< < 0: no metrics endpoint
   double metrics_hold_s = 0;  ///< seconds to keep serving after the run
   int side_priority = sim::ScenarioOptions{}.agent_side_priority;  // CLI11 reads uint8_t as a char
@@ -88,6 +88,17 @@ radixtier::cli::CommandRun setup_sim(CLI::App& app) {
                  "(0: none)")
       ->capture_default_str()
       ->check(radixtier::cli::non_negative());
+  app.add_option("--shared-gib", a.shared_gib,
+                 "node cache: a shared tier of this many GiB that every instance fetches from "
+                 "and publishes to (the hardware's shared-tier row; runs write-through; 0: none)")
+      ->capture_default_str()
+      ->check(radixtier::cli::non_negative());
+  app.add_option("--shared-shards", a.opt.shared_shards,
+                 "the shared tier's shards (default: one per instance)")
+      ->check(radixtier::cli::count_at_least(1));
+  app.add_flag("--fresh-instance", a.opt.fresh_instance,
+               "trace, N > 1: instance 0 restarts empty at its first idle moment after the "
+               "midpoint; reports its next 100 requests' hit ratio against the warm instances'");
   app.add_flag("--no-restart", a.no_restart,
                "restart: run the scenario straight through, without the process restart");
   app.add_option("--instances", a.opt.instances,
@@ -192,6 +203,13 @@ int run_sim(SimArgs& args) {
     so.host_bytes = so.trace_host_bytes;
   }
   opt.disk_bytes = static_cast<std::uint64_t>(args.disk_gib * static_cast<double>(sim::kGiB));
+  opt.shared_bytes = static_cast<std::uint64_t>(args.shared_gib * static_cast<double>(sim::kGiB));
+  if (opt.shared_bytes > 0 && opt.cache != sim::CacheKind::kNode) {
+    std::fprintf(stderr,
+                 "radixtier sim: --shared-gib: only the node cache has a shared tier in "
+                 "the simulator; %s runs without one\n",
+                 args.cache.c_str());
+  }
   opt.restart = !args.no_restart;
   if (args.host_snapshot_gib >= 0) {
     so.compaction_host_snapshot_bytes =
@@ -230,6 +248,12 @@ int run_sim(SimArgs& args) {
           std::make_unique<prometheus::Exposer>("127.0.0.1:" + std::to_string(args.metrics_port));
     } catch (const std::exception& e) {
       std::fprintf(stderr, "radixtier sim: --metrics-port %d: %s\n", args.metrics_port, e.what());
+      return 2;
+    }
+    if (opt.fresh_instance) {
+      std::fprintf(stderr,
+                   "radixtier sim: --metrics-port: --fresh-instance replaces instance 0's cache, "
+                   "and the metrics follow one cache per instance\n");
       return 2;
     }
     if (s->restart_before && opt.restart) {
@@ -336,6 +360,35 @@ int run_sim(SimArgs& args) {
           static_cast<unsigned long long>(r->stats.store_reads),
           static_cast<unsigned long long>(r->stats.store_copy_waits), r->sched.store_wait_s,
           static_cast<unsigned long long>(r->store_records));
+    }
+    if (r->shared.capacity_bytes > 0) {
+      const auto& k = r->shared.counters;
+      std::printf(
+          "shared %.1f GiB (%zu shards, %.1f GB/s, %.0f us): %llu probes, %llu fetches (%llu "
+          "failed imports) brought %llu tokens, %.3f GB, wait %.3f s; published %llu KV pages "
+          "and %llu snapshots, %llu evicted, %.3f GB at the end; pending %llu (dropped %llu, "
+          "given up %llu)\n",
+          static_cast<double>(r->shared.capacity_bytes) / static_cast<double>(sim::kGiB),
+          r->shared.shards, r->shared.bandwidth / 1e9, r->shared.latency_s * 1e6,
+          static_cast<unsigned long long>(k.probes), static_cast<unsigned long long>(k.fetches),
+          static_cast<unsigned long long>(k.import_failures),
+          static_cast<unsigned long long>(k.fetched_tokens),
+          static_cast<double>(k.fetched_bytes) / 1e9, k.wait_s,
+          static_cast<unsigned long long>(k.published_kv_pages),
+          static_cast<unsigned long long>(k.published_snapshots),
+          static_cast<unsigned long long>(k.evicted_entries), static_cast<double>(k.bytes) / 1e9,
+          static_cast<unsigned long long>(k.pending_queued),
+          static_cast<unsigned long long>(k.pending_dropped),
+          static_cast<unsigned long long>(k.pending_given_up));
+    }
+    if (r->fresh.ran) {
+      const auto& f = r->fresh;
+      std::printf(
+          "fresh instance 0 (restarted before request %zu, at %.1f s): its next %zu requests hit "
+          "%.4f, the warm instances' %zu meanwhile %.4f (ratio %.4f), the same requests "
+          "without the restart %.4f (ratio %.4f)\n",
+          f.restart_request, f.restart_s, f.fresh_requests, f.fresh_hit_ratio, f.warm_requests,
+          f.warm_hit_ratio, f.ratio, f.same_warm_hit_ratio, f.same_ratio);
     }
     if (r->restart.ran) {
       const auto& x = r->restart;

@@ -1,5 +1,6 @@
 #include "sim/cost_model.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <string>
@@ -24,6 +25,16 @@ namespace {
 //   consumer drives measure about 20,000 QD1 4K random-read IOPS, e.g. KitGuru's
 //   CrystalDiskMark run of a T-Force Cardea A440 Pro: 20,336 IOPS); h200-gen5: the 9550's
 //   60 us typical read latency.
+//
+// The shared tier rows (docs/simulator.md, "The shared tier"):
+// - NIC: h200-gen5, one 400 Gb/s NVIDIA ConnectX-7 per GPU (a DGX H200 has eight single-port
+//   ConnectX-7, up to 400 Gb/s, one per GPU: NVIDIA's DGX H200 datasheet): 50 GB/s;
+//   consumer-gen4, assumption: a workstation's 100 Gb/s NIC (ConnectX-6 class): 12.5 GB/s.
+// - shard bandwidth: one Redis 8.2 server with --io-threads 4 serves GETs of 4 MiB values at
+//   5.85 GB/s (memtier_benchmark, 20 clients x 4 threads, localhost; the README of
+//   github.com/LMCache/lmcache_redis); 5.8e9 per shard.
+// - latency, assumption: 100 us per round trip, a datacenter TCP round trip (tens of us)
+//   plus Redis's request handling; the probe is one pipelined round, the fetch another.
 constexpr std::array<HardwarePreset, 2> kHardware{{
     {"consumer-gen4",
      676e-6,
@@ -34,7 +45,8 @@ constexpr std::array<HardwarePreset, 2> kHardware{{
      0.6,
      16e9,
      0.1,
-     {"Samsung 990 PRO (PCIe 4.0 x4)", 7.45e9, 6.9e9, 50e-6}},
+     {"Samsung 990 PRO (PCIe 4.0 x4)", 7.45e9, 6.9e9, 50e-6},
+     {"100 Gb/s NIC", 12.5e9, 5.8e9, 100e-6}},
     {"h200-gen5",
      77e-6,
      0.0,
@@ -44,7 +56,8 @@ constexpr std::array<HardwarePreset, 2> kHardware{{
      0.6,
      141e9,
      0.1,
-     {"Micron 9550 MAX (PCIe 5.0 x4)", 14e9, 10e9, 60e-6}},
+     {"Micron 9550 MAX (PCIe 5.0 x4)", 14e9, 10e9, 60e-6},
+     {"400 Gb/s ConnectX-7", 50e9, 5.8e9, 100e-6}},
 }};
 
 template <class Row>
@@ -126,6 +139,12 @@ double disk_read_seconds(const HardwarePreset& hw, std::uint64_t ios, std::uint6
 double disk_write_seconds(const HardwarePreset& hw, std::uint64_t ios, std::uint64_t bytes) {
   return static_cast<double>(ios) * hw.disk.t_io +
          static_cast<double>(bytes) / hw.disk.write_bandwidth;
+}
+
+double shared_bandwidth(const HardwarePreset& hw, std::size_t shards) {
+  const double shard_total =
+      static_cast<double>(std::max<std::size_t>(shards, 1)) * hw.shared.shard_bandwidth;
+  return std::min(hw.shared.nic_bandwidth, shard_total);
 }
 
 double ttft_seconds(const HardwarePreset& hw, double reload_s, double prefill_s) {

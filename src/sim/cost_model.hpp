@@ -9,6 +9,7 @@
 //   prefill T_pf(L0,L1) = a (L1 - L0) + (b/2)(L1^2 - L0^2)
 //   reload(n copies, B bytes) = n t_call + B / BW   (BW x 0.6 when both directions run)
 //   disk read(n I/Os, B bytes) = n t_io + B / disk read BW   (the same with the write BW)
+//   shared fetch(B bytes) = latency + B / min(NIC BW, shards x shard BW)   (the shared tier)
 //   TTFT = t0 + reload + prefill of the tokens after the usable match
 //
 // A new model is a data file (bench/models/*.json, a Hugging Face config.json; see
@@ -16,6 +17,7 @@
 // table of cost_model.cpp.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -66,6 +68,17 @@ struct DiskPreset {
   double t_io;             ///< seconds per I/O (one record)
 };
 
+/// The shared tier a fleet of these machines reads (radixtier sim --shared-gib): a Redis
+/// Cluster of `shards` shards reached over the machine's NIC. One reader fetches the pages of
+/// one boundary from all shards at once, so it gets min(NIC, shards x shard bandwidth); other
+/// readers' contention is not modelled (cost_model.cpp: sources).
+struct SharedTierPreset {
+  std::string_view link;   ///< the NIC the numbers are from
+  double nic_bandwidth;    ///< bytes per second one reader's NIC receives
+  double shard_bandwidth;  ///< bytes per second one shard serves (GET of MiB values)
+  double latency_s;        ///< one round trip (a pipelined probe or a fetch)
+};
+
 struct HardwarePreset {
   std::string_view name;
   double a;                  ///< prefill seconds per token
@@ -77,6 +90,7 @@ struct HardwarePreset {
   double hbm_bytes;          ///< GPU memory of one instance
   double runtime_reserve;    ///< share of it for activations, CUDA graphs and the runtime
   DiskPreset disk;           ///< the NVMe row
+  SharedTierPreset shared;   ///< the shared tier row
 };
 
 /// The model presets: bench/models/*.json, embedded at build time, in file name order.
@@ -101,6 +115,8 @@ double reload_seconds(const HardwarePreset& hw, std::uint64_t copies, std::uint6
 double disk_read_seconds(const HardwarePreset& hw, std::uint64_t ios, std::uint64_t bytes);
 /// Seconds to write `bytes` in `ios` records to it.
 double disk_write_seconds(const HardwarePreset& hw, std::uint64_t ios, std::uint64_t bytes);
+/// Bytes per second one reader gets from a shared tier of `shards` shards (at least 1).
+double shared_bandwidth(const HardwarePreset& hw, std::size_t shards);
 /// Time to first token: t0 + reload + prefill.
 double ttft_seconds(const HardwarePreset& hw, double reload_s, double prefill_s);
 

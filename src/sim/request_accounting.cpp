@@ -1,6 +1,6 @@
 // Per-request accounting: a finished request's row (its admission's reload and store reads,
-// prefill, queueing and TTFT) and the TTFT floors it is measured against (see simulator.hpp,
-// "Per request" and "The disk tier").
+// prefill, queueing and TTFT; the shared tier's wait before them) and the TTFT floors it is
+// measured against (see simulator.hpp, "Per request" and "The disk tier").
 #include "sim/simulator_internal.hpp"
 
 namespace radixtier::sim::detail {
@@ -42,9 +42,12 @@ void account_request(RequestRow& row, const sched::RequestResult& res, const Har
   row.bytes_from_store = res.admit_bytes_from_store;
   // Without a store there are no store reads: disk_s is 0 and TTFT is as it always was.
   row.disk_s = disk_read_seconds(hw, row.store_reads, row.bytes_from_store);
+  row.shared_tokens = res.shared_tokens;
+  row.shared_bytes = res.shared_bytes;
+  row.shared_s = res.shared_s;  // 0 without a shared tier
   row.prefill_s = res.prefill_s;
   row.queue_s = res.queue_s();
-  row.ttft_s = ttft_seconds(hw, row.disk_s + row.reload_s,
+  row.ttft_s = ttft_seconds(hw, row.shared_s + row.disk_s + row.reload_s,
                             include_queue ? res.first_token_s - res.arrival_s : res.prefill_s);
   row.snapshots_kept = res.snapshots_kept;
   row.preemptions = res.preemptions;

@@ -1,5 +1,6 @@
 // The SimResult as one JSON object (to_json): its fields, the config, the miss breakdown,
-// the restart's report and, on request, the per-request rows.
+// the restart's report, the shared tier and the fresh instance and, on request, the
+// per-request rows.
 #include <cstdio>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
@@ -119,6 +120,46 @@ std::string to_json(const SimResult& r, bool rows) {
     x["persist_writes"] = r.restart.persist_writes;
     x["persist_s"] = num(r.restart.persist_s);
   }
+  {
+    // The shared tier (zeros without one: capacity_bytes 0).
+    const SharedTierCounters& k = r.shared.counters;
+    nlohmann::ordered_json& x = o["shared"];
+    x["capacity_bytes"] = r.shared.capacity_bytes;
+    x["shards"] = r.shared.shards;
+    x["bandwidth"] = num(r.shared.bandwidth);
+    x["latency_s"] = num(r.shared.latency_s);
+    x["probes"] = k.probes;
+    x["candidates"] = k.candidates;
+    x["fetches"] = k.fetches;
+    x["import_failures"] = k.import_failures;
+    x["fetched_tokens"] = k.fetched_tokens;
+    x["fetched_bytes"] = k.fetched_bytes;
+    x["fetched_kv_pages"] = k.fetched_kv_pages;
+    x["fetched_snapshots"] = k.fetched_snapshots;
+    x["wait_s"] = num(k.wait_s);
+    x["published_kv_pages"] = k.published_kv_pages;
+    x["published_snapshots"] = k.published_snapshots;
+    x["publish_touches"] = k.publish_touches;
+    x["evicted_entries"] = k.evicted_entries;
+    x["pending_queued"] = k.pending_queued;
+    x["pending_dropped"] = k.pending_dropped;
+    x["pending_given_up"] = k.pending_given_up;
+    x["entries"] = k.entries;
+    x["bytes"] = k.bytes;
+    x["peak_bytes"] = k.peak_bytes;
+  }
+  if (r.fresh.ran) {
+    nlohmann::ordered_json& x = o["fresh"];
+    x["restart_request"] = r.fresh.restart_request;
+    x["restart_s"] = num(r.fresh.restart_s);
+    x["fresh_requests"] = r.fresh.fresh_requests;
+    x["warm_requests"] = r.fresh.warm_requests;
+    x["fresh_hit_ratio"] = num(r.fresh.fresh_hit_ratio);
+    x["warm_hit_ratio"] = num(r.fresh.warm_hit_ratio);
+    x["ratio"] = num(r.fresh.ratio);
+    x["same_warm_hit_ratio"] = num(r.fresh.same_warm_hit_ratio);
+    x["same_ratio"] = num(r.fresh.same_ratio);
+  }
   o["status"] = r.status;
   if (rows) {
     nlohmann::ordered_json& list = o["rows"] = nlohmann::ordered_json::array();
@@ -142,6 +183,9 @@ std::string to_json(const SimResult& r, bool rows) {
       x["bytes_from_store"] = w.bytes_from_store;
       x["store_reads"] = w.store_reads;
       x["disk_s"] = num(w.disk_s);
+      x["shared_tokens"] = w.shared_tokens;
+      x["shared_bytes"] = w.shared_bytes;
+      x["shared_s"] = num(w.shared_s);
       x["disk_floor_s"] = num(w.disk_floor_s);
       x["snapshots_kept"] = w.snapshots_kept;
       x["error"] = w.error;

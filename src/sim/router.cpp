@@ -28,8 +28,14 @@ Result<RouterKind> parse_router_kind(std::string_view text) {
 
 Router::Router(RouterKind kind, std::size_t instances, std::uint64_t capacity_blocks,
                std::uint32_t page_size)
-    : kind_(kind), n_(instances == 0 ? 1 : instances) {
+    : kind_(kind), n_(instances == 0 ? 1 : instances), page_size_(page_size) {
   if (kind_ == RouterKind::kPrefix) index_.assign(n_, BlockLruIdeal(capacity_blocks, page_size));
+}
+
+void Router::forget(std::size_t instance) {
+  if (instance < index_.size()) {
+    index_[instance] = BlockLruIdeal(index_[instance].capacity_blocks(), page_size_);
+  }
 }
 
 std::size_t Router::least_loaded(std::span<const std::size_t> load) const {

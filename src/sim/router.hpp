@@ -52,6 +52,10 @@ class Router {
   /// The instance for `request`; `load[i]` is instance i's load now (load.size() = instances).
   std::size_t route(const TraceRequest& request, std::span<const std::size_t> load);
 
+  /// Instance `instance` restarted empty: the prefix router's index of it starts afresh (a
+  /// real router learns it from the instance's KV events, AllBlocksCleared).
+  void forget(std::size_t instance);
+
   RouterKind kind() const { return kind_; }
   std::size_t instances() const { return n_; }
 
@@ -60,6 +64,7 @@ class Router {
 
   RouterKind kind_;
   std::size_t n_;
+  std::uint32_t page_size_;
   std::size_t next_ = 0;                                    ///< round-robin
   std::unordered_map<std::uint64_t, std::size_t> session_;  ///< first block id -> instance
   std::vector<BlockLruIdeal> index_;                        ///< prefix: per instance

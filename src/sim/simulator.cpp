@@ -24,6 +24,16 @@ namespace radixtier::sim {
 
 namespace {
 
+/// The token-weighted hit ratio of rows `which` (failed rows hit nothing).
+double hit_ratio_of(const std::vector<RequestRow>& rows, const std::vector<std::size_t>& which) {
+  std::uint64_t in = 0, hit = 0;
+  for (std::size_t i : which) {
+    in += rows[i].prompt_tokens;
+    hit += rows[i].ok ? rows[i].cached_tokens : 0;
+  }
+  return in == 0 ? 0.0 : static_cast<double>(hit) / static_cast<double>(in);
+}
+
 /// One modeled GPU: its transfer engine, cache, executor and scheduler.
 struct Instance {
   std::unique_ptr<CountingTransferEngine> engine;
@@ -95,6 +105,9 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
   out.config = cache_config(budget, *model, s.page_size);
   out.config.snapshot_eviction = o.eviction;
   out.config.write_policy = o.write_policy;
+  // The shared tier publishes from host copies: with it the node cache writes through.
+  const bool with_shared = o.shared_bytes > 0 && o.cache == CacheKind::kNode;
+  if (with_shared) out.config.write_policy = WritePolicy::kWriteThrough;
   out.config.load_back_min_tokens = o.load_back_min_tokens;
   out.config.max_snapshots_per_path = o.max_snapshots_per_path;
   out.config.gpu_free_low_watermark = o.gpu_free_low_watermark;
@@ -220,6 +233,23 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
       st = std::move(*made);
     }
   }
+  // The shared tier: one content model every instance reads and publishes to.
+  std::unique_ptr<SharedTierModel> shared;
+  if (with_shared) {
+    SharedTierOptions so;
+    so.capacity_bytes = o.shared_bytes;
+    so.page_size = config.page_size;
+    so.page_bytes = config.page_bytes;
+    so.snapshot_bytes = config.snapshot_bytes;
+    out.shared.capacity_bytes = o.shared_bytes;
+    out.shared.shards = o.shared_shards > 0 ? o.shared_shards : n_inst;
+    so.bandwidth = out.shared.bandwidth = shared_bandwidth(*hw, out.shared.shards);
+    so.latency_s = out.shared.latency_s = hw->shared.latency_s;
+    so.recompute_s = [hw = *hw](std::size_t from, std::size_t to) {
+      return prefill_seconds(hw, static_cast<double>(from), static_cast<double>(to));
+    };
+    shared = std::make_unique<SharedTierModel>(std::move(so));
+  }
   // One process of instance k: a transfer engine, a cache (on the store), a scheduler.
   auto start_process = [&](Instance& in, std::size_t k) -> Status {
     in.engine = std::make_unique<CountingTransferEngine>(config);
@@ -248,6 +278,7 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
     auto made = sched::Scheduler::create(*in.cache, *in.executor, sc);
     if (!made) return made.status();
     in.sched = std::move(*made);
+    if (shared) in.sched->set_shared_hook(&shared->attach(k, *in.prefix));
     return Status::ok();
   };
   std::vector<std::unique_ptr<Instance>> inst;
@@ -302,6 +333,9 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
   auto request = [&](std::size_t i) {
     return s.is_trace() ? trace_request(s, i) : s.requests[i].request;
   };
+  auto request_id = [&](std::size_t i) -> sched::RequestId {
+    return s.is_trace() ? i + 1 : s.requests[i].request.id;
+  };
   std::vector<std::size_t> where(n, 0);
   std::uint64_t steps = 0;
   Status run_status;
@@ -330,6 +364,33 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
   };
   std::vector<std::size_t> load(n_inst, 0);
   const bool restarts = s.restart_before.has_value() && o.restart;
+  // The fresh instance: instance 0 restarts empty at its first idle moment at or after the
+  // midpoint (an orderly restart, nothing in flight is lost; the store and the shared tier
+  // keep theirs, the router forgets what it sent there, as a KV event AllBlocksCleared tells
+  // a real one).
+  const bool fresh = o.fresh_instance;
+  if (fresh && (!s.is_trace() || n_inst < 2)) {
+    return invalid_argument("--fresh-instance needs a trace and at least 2 instances");
+  }
+  auto restart_fresh = [&](std::size_t i) -> Status {
+    Instance& in = *inst[0];
+    for (sched::RequestId id : in.submitted) {
+      if (const sched::RequestResult* r = in.sched->result(id)) in.kept[id] = *r;
+    }
+    detail::add_stats(in.kept_stats, in.cache->stats());
+    detail::add_sched_stats(in.kept_sched, in.sched->stats());
+    // The trace's clock is absolute: the new scheduler jumps to its first arrival.
+    in.sched.reset();
+    in.cache.reset();
+    in.prefix = nullptr;
+    in.engine.reset();
+    if (Status st = start_process(in, 0); !st) return st;
+    router.forget(0);
+    out.fresh.ran = true;
+    out.fresh.restart_request = i + 1;
+    out.fresh.restart_s = detail::arrival_s(s, i);
+    return Status::ok();
+  };
   for (std::size_t i = 0; i < n && run_status; ++i) {
     if (restarts && i == *s.restart_before) {
       run_status = advance_until(std::numeric_limits<double>::infinity());
@@ -339,6 +400,10 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
     }
     run_status = advance_until(detail::arrival_s(s, i));
     if (!run_status) break;
+    if (fresh && !out.fresh.ran && i >= n / 2 && inst[0]->sched->idle()) {
+      run_status = restart_fresh(i);
+      if (!run_status) break;
+    }
     if (n_inst > 1) {
       for (std::size_t k = 0; k < n_inst; ++k) {
         load[k] = inst[k]->sched->running() + inst[k]->sched->queued();
@@ -346,7 +411,7 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
       where[i] = router.route(s.trace[i], load);
     }
     (void)inst[where[i]]->sched->submit(request(i));
-    if (restarts) inst[where[i]]->submitted.push_back(s.requests[i].request.id);
+    if (restarts || fresh) inst[where[i]]->submitted.push_back(request_id(i));
   }
   if (run_status) run_status = advance_until(std::numeric_limits<double>::infinity());
   if (!run_status) out.status = run_status.to_string();
@@ -419,11 +484,53 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
     out.store_records += st->record_count();
     out.store_syncs += st->counts().syncs;
   }
+  if (shared) out.shared.counters = shared->counters();
+  std::vector<std::size_t> fresh_rows;  // instance 0's first requests after its restart
+  if (out.fresh.ran) {
+    // Instance 0's first kFreshRequests requests after the restart; the warm instances'
+    // requests that arrived from the first of them to the last.
+    FreshReport& f = out.fresh;
+    std::uint64_t warm_in = 0, warm_hit = 0;
+    double first_s = -1, last_s = -1;
+    for (std::size_t i = f.restart_request - 1; i < n && f.fresh_requests < kFreshRequests; ++i) {
+      if (where[i] != 0) continue;
+      if (first_s < 0) first_s = detail::arrival_s(s, i);
+      last_s = detail::arrival_s(s, i);
+      ++f.fresh_requests;
+      fresh_rows.push_back(i);
+    }
+    for (std::size_t i = 0; i < n && first_s >= 0; ++i) {
+      const double t = detail::arrival_s(s, i);
+      if (where[i] == 0 || t < first_s || t > last_s) continue;
+      ++f.warm_requests;
+      warm_in += out.rows[i].prompt_tokens;
+      warm_hit += out.rows[i].ok ? out.rows[i].cached_tokens : 0;
+    }
+    auto ratio = [](std::uint64_t a, std::uint64_t b) {
+      return b == 0 ? 0.0 : static_cast<double>(a) / static_cast<double>(b);
+    };
+    f.fresh_hit_ratio = hit_ratio_of(out.rows, fresh_rows);
+    f.warm_hit_ratio = ratio(warm_hit, warm_in);
+    f.ratio = f.warm_hit_ratio > 0 ? f.fresh_hit_ratio / f.warm_hit_ratio : 0.0;
+  }
   out.bytes_h2d = out.stats.bytes_h2d;
   out.bytes_d2h = out.stats.bytes_d2h;
   out.host_bytes_peak = out.stats.host_bytes_peak;
   detail::finish_totals(out);
   detail::finish_cluster(out, s, *hw, o.decode_step_s, executor_s);
+  if (out.fresh.ran) {
+    // The same requests in the run without the restart: what a warm instance hit on them.
+    SimOptions warm = o;
+    warm.fresh_instance = false;
+    warm.progress = nullptr;
+    warm.on_cache = nullptr;
+    warm.on_step = nullptr;
+    auto twin = simulate(s, warm);
+    if (!twin) return twin.status();
+    FreshReport& f = out.fresh;
+    f.same_warm_hit_ratio = hit_ratio_of(twin->rows, fresh_rows);
+    f.same_ratio = f.same_warm_hit_ratio > 0 ? f.fresh_hit_ratio / f.same_warm_hit_ratio : 0.0;
+  }
   if (out.restart.ran) {
     // The goal's comparison: the same scenario straight through, in the same process.
     SimOptions straight = o;

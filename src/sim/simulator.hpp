@@ -43,6 +43,11 @@
 // A scenario with a restart (restart_before) persists each cache, destroys it and creates a
 // new one on the same store; simulate() then also runs the scenario without the restart and
 // reports both (SimResult::restart).
+//
+// The shared tier (shared_bytes > 0, node cache): one SharedTierModel for all instances
+// (shared_tier_model.hpp); an admission's wait for it is charged before the disk read:
+//   shared_s = latency (probe) [+ latency + fetched bytes / shared_bandwidth() (fetch)]
+//   TTFT     = t0 + shared_s + disk_s + reload_s + prefill_s
 #pragma once
 
 #include <cstdint>
@@ -60,6 +65,7 @@
 #include "sim/model_config.hpp"
 #include "sim/router.hpp"
 #include "sim/scenarios.hpp"
+#include "sim/shared_tier_model.hpp"
 
 namespace radixtier::sim {
 
@@ -125,6 +131,16 @@ struct SimOptions {
   /// The store tier below host, in bytes (radixtier sim --disk-gib); 0: none. Only the node
   /// cache gets it (a CountingStoreEngine that outlives the caches).
   std::uint64_t disk_bytes = 0;
+  /// The shared tier's content budget in bytes (radixtier sim --shared-gib); 0: none. Only the
+  /// node cache gets it (sglang-like and vllm-like have no shared tier in the simulator), and
+  /// with it the node cache runs write-through: the tier publishes from host copies.
+  std::uint64_t shared_bytes = 0;
+  /// Shards of the shared tier (a reader's bandwidth: shared_bandwidth()); 0: one per instance.
+  std::size_t shared_shards = 0;
+  /// Trace, N > 1: instance 0 restarts empty (a new process, GPU and host empty; the shared
+  /// tier and the router's view of it reset) at its first idle moment at or after the
+  /// trace's midpoint request; SimResult::fresh compares its next requests with the others'.
+  bool fresh_instance = false;
   /// Honour the scenario's restart (false: run it straight through, the comparison run).
   bool restart = true;
   /// Modeled GPUs behind the router; 0: traces default_instances(), other scenarios 1.
@@ -162,8 +178,11 @@ struct RequestRow {
   std::uint64_t bytes_h2d = 0, copies_h2d = 0;          ///< at admission
   std::size_t store_cached_tokens = 0;                  ///< of cached_tokens, loaded from the store
   std::uint64_t store_reads = 0, bytes_from_store = 0;  ///< at admission
-  double disk_s = 0;        ///< disk_read_seconds() of the admission's store reads
-  double disk_floor_s = 0;  ///< the floor with every reusable byte read from the disk
+  std::size_t shared_tokens = 0;   ///< the boundary the shared tier's fetch brought (0: none)
+  std::uint64_t shared_bytes = 0;  ///< bytes it fetched
+  double shared_s = 0;             ///< the admission's wait for the shared tier (probe + fetch)
+  double disk_s = 0;               ///< disk_read_seconds() of the admission's store reads
+  double disk_floor_s = 0;         ///< the floor with every reusable byte read from the disk
   double reload_s = 0, prefill_s = 0, queue_s = 0, ttft_s = 0, floor_s = 0;
   std::uint32_t snapshots_kept = 0;
   std::uint32_t preemptions = 0;
@@ -184,6 +203,30 @@ struct RestartReport {
   std::uint64_t persist_bytes = 0, persist_writes = 0;  ///< what persist() wrote at shutdown
   double persist_s = 0;  ///< disk_write_seconds() of it (shutdown time, not on any TTFT)
 };
+
+/// The shared tier over the run (SimOptions::shared_bytes).
+struct SharedReport {
+  std::uint64_t capacity_bytes = 0;  ///< 0: no shared tier
+  std::size_t shards = 0;
+  double bandwidth = 0, latency_s = 0;  ///< the cost row, as applied
+  SharedTierCounters counters;
+};
+
+/// The fresh instance's goal (SimOptions::fresh_instance): the first kFreshRequests requests
+/// instance 0 serves after its restart against (a) the requests the warm instances served
+/// while those arrived (from the first's arrival to the last's) and (b) the same requests in
+/// the run without the restart (simulate() runs it too), each a token-weighted hit ratio.
+struct FreshReport {
+  bool ran = false;
+  std::size_t restart_request = 0;  ///< the trace request (1-based) before which it restarted
+  double restart_s = 0;             ///< its arrival
+  std::size_t fresh_requests = 0, warm_requests = 0;
+  double fresh_hit_ratio = 0, warm_hit_ratio = 0;
+  double ratio = 0;                ///< fresh / warm
+  double same_warm_hit_ratio = 0;  ///< (b): the same requests, no restart
+  double same_ratio = 0;           ///< fresh / same_warm
+};
+inline constexpr std::size_t kFreshRequests = 100;
 
 struct SimResult {
   std::string scenario, cache, model, hardware, policy, eviction;
@@ -220,6 +263,8 @@ struct SimResult {
   std::uint64_t store_records = 0;  ///< records on the store at the end
   std::uint64_t store_syncs = 0;    ///< sync() calls it got
   RestartReport restart;
+  SharedReport shared;
+  FreshReport fresh;
 };
 
 /// Runs `scenario` once. Errors: unknown presets, a config the cache rejects, ideal on a
