@@ -1,0 +1,83 @@
+// RedisConnection: one TCP connection to one Redis node, non-blocking, with a RESP writer of
+// its own (large arguments are sent from the caller's memory, never copied) and hiredis's
+// reader for replies.
+//
+// State machine: closed --connect()--> open --close() / any I/O or protocol error--> closed.
+// While open, append() queues commands; write_some() / read_some() move bytes without
+// blocking (the caller polls fd()); next_reply() hands complete replies back in order.
+// close() discards everything queued or half-read, so a late reply can never be matched to a
+// later command: the caller closes a connection whose replies it stops waiting for.
+// Not thread-safe: its owner serializes (one mutex per connection).
+#pragma once
+
+#include <hiredis/hiredis.h>
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "radixtier/shared/shared_store.hpp"
+#include "radixtier/status.hpp"
+#include "shared/endpoint.hpp"
+
+namespace radixtier::shared::detail {
+
+struct ReplyDeleter {
+  void operator()(redisReply* r) const { freeReplyObject(r); }
+};
+using ReplyPtr = std::unique_ptr<redisReply, ReplyDeleter>;
+
+struct Credentials {
+  std::string user;
+  std::string password;  ///< "" = no AUTH; never put in a message
+};
+
+class RedisConnection {
+ public:
+  RedisConnection() = default;
+  RedisConnection(const RedisConnection&) = delete;
+  RedisConnection& operator=(const RedisConnection&) = delete;
+  ~RedisConnection();
+
+  bool is_open() const { return fd_ >= 0; }
+  int fd() const { return fd_; }
+  /// Opens a TCP connection and authenticates, all by `deadline`.
+  Status connect(const Endpoint& endpoint, const Credentials& credentials, Deadline deadline);
+  void close();
+
+  /// Queues one command; views must stay valid until everything queued is written.
+  void append(std::initializer_list<std::string_view> args);
+  bool want_write() const { return seg_index_ < segs_.size(); }
+  /// Writes what the socket takes now; `bytes` grows by what was written.
+  Status write_some(std::size_t& bytes);
+  /// Reads what the socket has now (up to a bound); `bytes` grows by what was read.
+  Status read_some(std::size_t& bytes);
+  /// The next complete reply, null when none is complete yet; error on a protocol error.
+  Result<ReplyPtr> next_reply();
+
+  /// Blocking helper for setup paths: one command, its reply, by `deadline`.
+  Result<ReplyPtr> command(std::initializer_list<std::string_view> args, Deadline deadline);
+
+ private:
+  struct Segment {
+    const char* external = nullptr;  ///< caller memory; null: `small_` at `offset`
+    std::size_t offset = 0;
+    std::size_t size = 0;
+  };
+  void add_bytes(std::string_view bytes, bool may_reference);
+
+  int fd_ = -1;
+  redisReader* reader_ = nullptr;
+  std::string small_;
+  std::vector<Segment> segs_;
+  std::size_t seg_index_ = 0;
+  std::size_t seg_done_ = 0;  ///< bytes of segs_[seg_index_] already written
+};
+
+/// A reply as text for messages and tests: strings as they are, integers in decimal, nil as
+/// "(nil)", arrays one element a line.
+std::string reply_to_string(const redisReply* reply);
+
+}  // namespace radixtier::shared::detail
