@@ -86,6 +86,17 @@ bool starts_with(const redisReply* r, std::string_view prefix) {
   return r->len >= prefix.size() && std::string_view(r->str, prefix.size()) == prefix;
 }
 
+// "MOVED 3999 127.0.0.1:6381" -> 3999 (-1 when malformed)
+int redirect_slot(const redisReply* r) {
+  std::string_view text(r->str, r->len);
+  const auto first = text.find(' ');
+  if (first == std::string_view::npos) return -1;
+  int slot = -1;
+  auto [ptr, ec] = std::from_chars(text.data() + first + 1, text.data() + text.size(), slot);
+  if (ec != std::errc{} || slot < 0 || slot >= kClusterSlots) return -1;
+  return slot;
+}
+
 // "MOVED 3999 127.0.0.1:6381" -> "127.0.0.1:6381"
 std::string redirect_target(const redisReply* r) {
   std::string_view text(r->str, r->len);
@@ -190,6 +201,18 @@ struct RedisCluster::Impl {
     return last;
   }
 
+  // MOVED replies are the newest word on their slots (a node's CLUSTER SLOTS may lag):
+  // applied on top of the map, after any refresh.
+  void apply_moved(const std::vector<std::pair<std::uint16_t, std::string>>& moved) {
+    if (moved.empty()) return;
+    for (const auto& [slot, address] : moved) shard(address);
+    std::lock_guard lock(map_mu);
+    if (!map) return;
+    SlotMap patched = *map;
+    for (const auto& [slot, address] : moved) patched = patched.with_owner(slot, address);
+    map = std::make_shared<const SlotMap>(std::move(patched));
+  }
+
   void maybe_refresh(Deadline deadline) {
     std::unique_lock lock(refresh_mu, std::try_to_lock);
     if (!lock.owns_lock()) return;  // another call is refreshing
@@ -224,6 +247,7 @@ void RedisCluster::Impl::execute(const Op& op, std::size_t n, Deadline deadline,
 
   while (!queue.empty()) {
     bool want_refresh = false;
+    std::vector<std::pair<std::uint16_t, std::string>> moved_slots;
     const auto start = Clock::now();
     if (start >= deadline) break;
     // One round: tasks while their bytes stay under the bound (at least one).
@@ -308,6 +332,10 @@ void RedisCluster::Impl::execute(const Op& op, std::size_t n, Deadline deadline,
           (moved ? counters.moved : counters.ask)++;
           if (moved) want_refresh = true;
           std::string target = redirect_target(reply);
+          const int slot = redirect_slot(reply);
+          if (moved && slot >= 0 && !target.empty()) {
+            moved_slots.emplace_back(static_cast<std::uint16_t>(slot), target);
+          }
           if (!target.empty() && task.hops < cfg.max_redirects) {
             queue.push_back(Task{task.index, std::move(target), ask, task.hops + 1});
           }
@@ -388,6 +416,7 @@ void RedisCluster::Impl::execute(const Op& op, std::size_t n, Deadline deadline,
     }
     groups.clear();  // unlock every connection before a refresh
     if (want_refresh) maybe_refresh(deadline);
+    apply_moved(moved_slots);
   }
   for (KeyState s : states) {
     if (s == KeyState::kFound) ++counters.found;
@@ -413,8 +442,7 @@ Result<std::unique_ptr<RedisCluster>> RedisCluster::connect(const RedisClusterCo
   return std::unique_ptr<RedisCluster>(new RedisCluster(std::move(impl)));
 }
 
-std::vector<KeyState> RedisCluster::exists(std::span<const std::string> keys,
-                                           Deadline deadline) {
+std::vector<KeyState> RedisCluster::exists(std::span<const std::string> keys, Deadline deadline) {
   Op op{Role::kProbe,
         "EXISTS",
         [&](std::size_t i) { return std::string_view(keys[i]); },
@@ -525,6 +553,8 @@ Status RedisCluster::refresh_slot_map(Deadline deadline) {
   return impl_->refresh(deadline);
 }
 
-std::string RedisCluster::describe() const { return "RedisCluster{" + impl_->cfg.describe() + "}"; }
+std::string RedisCluster::describe() const {
+  return "RedisCluster{" + impl_->cfg.describe() + "}";
+}
 
 }  // namespace radixtier::shared

@@ -11,15 +11,15 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <ctime>
 
 namespace radixtier::shared::detail {
 namespace {
 
-constexpr std::size_t kReferenceAbove = 4096;      // larger arguments are not copied
+constexpr std::size_t kReferenceAbove = 4096;  // larger arguments are not copied
 constexpr std::size_t kReadChunk = std::size_t{1} << 20;
 constexpr std::size_t kReadPerCall = std::size_t{8} << 20;  // fairness between connections
 
@@ -48,7 +48,9 @@ bool wait_fd(int fd, short events, Deadline deadline) {
 
 }  // namespace
 
-RedisConnection::~RedisConnection() { close(); }
+RedisConnection::~RedisConnection() {
+  close();
+}
 
 void RedisConnection::close() {
   if (fd_ >= 0) ::close(fd_);
@@ -75,8 +77,8 @@ Status RedisConnection::connect(const Endpoint& endpoint, const Credentials& cre
   }
   std::string last_error = "no address";
   for (addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
-    const int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                            ai->ai_protocol);
+    const int fd =
+        ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
     if (fd < 0) {
       last_error = std::strerror(errno);
       continue;

@@ -38,6 +38,15 @@ Result<SlotMap> SlotMap::parse(const redisReply* reply, std::string_view asked_h
   return map;
 }
 
+SlotMap SlotMap::with_owner(std::uint16_t slot, const std::string& address) const {
+  SlotMap copy = *this;
+  auto it = std::find(copy.masters_.begin(), copy.masters_.end(), address);
+  const auto index = static_cast<std::int16_t>(it - copy.masters_.begin());
+  if (it == copy.masters_.end()) copy.masters_.push_back(address);
+  copy.owner_[slot] = index;
+  return copy;
+}
+
 std::size_t SlotMap::assigned() const {
   return static_cast<std::size_t>(
       std::count_if(owner_.begin(), owner_.end(), [](std::int16_t o) { return o >= 0; }));

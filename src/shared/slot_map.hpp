@@ -1,8 +1,8 @@
 // SlotMap: which master serves each of the 16384 slots, as one CLUSTER SLOTS reply said.
 //
-// Contract: immutable once built (shared between calls by shared_ptr<const SlotMap>); a slot
-// no range covers has no master (its keys fail). parse() takes the node's reply and the host
-// it was asked of (a node may report its own address as "").
+// Contract: immutable once built (with_owner() makes a patched copy) (shared between calls by
+// shared_ptr<const SlotMap>); a slot no range covers has no master (its keys fail). parse() takes
+// the node's reply and the host it was asked of (a node may report its own address as "").
 #pragma once
 
 #include <array>
@@ -27,6 +27,8 @@ class SlotMap {
   }
   const std::vector<std::string>& masters() const { return masters_; }
   std::size_t assigned() const;
+  /// A copy with `slot` served by `address` (what a MOVED reply said).
+  SlotMap with_owner(std::uint16_t slot, const std::string& address) const;
 
  private:
   std::vector<std::string> masters_;
