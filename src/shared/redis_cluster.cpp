@@ -37,6 +37,7 @@ namespace {
 using detail::BreakerTransition;
 using detail::CircuitBreaker;
 using detail::Credentials;
+using detail::DataReply;
 using detail::Endpoint;
 using detail::RedisConnection;
 using detail::ReplyPtr;
@@ -79,16 +80,16 @@ struct Op {
   std::function<std::string_view(std::size_t)> key;
   std::function<std::string_view(std::size_t)> value;  // SET only
   std::function<std::size_t(std::size_t)> cost;        // bytes toward max_inflight_bytes
-  std::function<KeyState(std::size_t, redisReply*)> accept;
+  std::function<KeyState(std::size_t, DataReply&)> accept;
 };
 
-bool starts_with(const redisReply* r, std::string_view prefix) {
-  return r->len >= prefix.size() && std::string_view(r->str, prefix.size()) == prefix;
+bool starts_with(const DataReply& r, std::string_view prefix) {
+  return std::string_view(r.text).substr(0, prefix.size()) == prefix;
 }
 
 // "MOVED 3999 127.0.0.1:6381" -> 3999 (-1 when malformed)
-int redirect_slot(const redisReply* r) {
-  std::string_view text(r->str, r->len);
+int redirect_slot(const DataReply& r) {
+  std::string_view text(r.text);
   const auto first = text.find(' ');
   if (first == std::string_view::npos) return -1;
   int slot = -1;
@@ -98,8 +99,8 @@ int redirect_slot(const redisReply* r) {
 }
 
 // "MOVED 3999 127.0.0.1:6381" -> "127.0.0.1:6381"
-std::string redirect_target(const redisReply* r) {
-  std::string_view text(r->str, r->len);
+std::string redirect_target(const DataReply& r) {
+  std::string_view text(r.text);
   const auto last_space = text.rfind(' ');
   if (last_space == std::string_view::npos) return {};
   return std::string(text.substr(last_space + 1));
@@ -321,11 +322,11 @@ void RedisCluster::Impl::execute(const Op& op, std::size_t n, Deadline deadline,
       g.active = false;
       g.failed = true;
     };
-    auto handle = [&](Group& g, redisReply* reply) {
+    auto handle = [&](Group& g, DataReply& reply) {
       const std::ptrdiff_t pos = g.expect[g.next++];
       if (pos < 0) return;  // ASKING's +OK (an error shows on the command after it)
       Task& task = g.tasks[static_cast<std::size_t>(pos)];
-      if (reply->type == REDIS_REPLY_ERROR) {
+      if (reply.type == DataReply::Type::kError) {
         const bool moved = starts_with(reply, "MOVED ");
         const bool ask = starts_with(reply, "ASK ");
         if (moved || ask) {
@@ -347,6 +348,7 @@ void RedisCluster::Impl::execute(const Op& op, std::size_t n, Deadline deadline,
 
     // Write and read all shards at once until every reply is in or the deadline passes.
     std::vector<pollfd> fds;
+    DataReply reply;
     while (true) {
       fds.clear();
       std::vector<Group*> polled;
@@ -384,13 +386,13 @@ void RedisCluster::Impl::execute(const Op& op, std::size_t n, Deadline deadline,
           counters.bytes_read += io_bytes;
           // Replies already complete are still good even when the read then failed.
           while (g.next < g.expect.size()) {
-            auto reply = g.c->conn.next_reply();
-            if (!reply) {
-              st = reply.status();
+            auto more = g.c->conn.next_data_reply(reply);
+            if (!more) {
+              st = more.status();
               break;
             }
-            if (!*reply) break;
-            handle(g, reply->get());
+            if (!*more) break;
+            handle(g, reply);
           }
           if (!st) {
             fail_group(g);
@@ -448,9 +450,9 @@ std::vector<KeyState> RedisCluster::exists(std::span<const std::string> keys, De
         [&](std::size_t i) { return std::string_view(keys[i]); },
         nullptr,
         [&](std::size_t i) { return keys[i].size() + 16; },
-        [](std::size_t, redisReply* r) {
-          if (r->type != REDIS_REPLY_INTEGER) return KeyState::kFailed;
-          return r->integer > 0 ? KeyState::kFound : KeyState::kMissing;
+        [](std::size_t, DataReply& r) {
+          if (r.type != DataReply::Type::kInteger) return KeyState::kFailed;
+          return r.integer > 0 ? KeyState::kFound : KeyState::kMissing;
         }};
   std::vector<KeyState> states;
   impl_->execute(op, keys.size(), deadline, states);
@@ -471,10 +473,10 @@ std::vector<GetReply> RedisCluster::get(std::span<const std::string> keys, Deadl
         [&](std::size_t i) { return std::string_view(keys[i]); },
         nullptr,
         [&](std::size_t) { return expected; },
-        [&](std::size_t i, redisReply* r) {
-          if (r->type == REDIS_REPLY_NIL) return KeyState::kMissing;
-          if (r->type != REDIS_REPLY_STRING) return KeyState::kFailed;
-          replies[i].value.assign(r->str, r->len);
+        [&](std::size_t i, DataReply& r) {
+          if (r.type == DataReply::Type::kNil) return KeyState::kMissing;
+          if (r.type != DataReply::Type::kBulk) return KeyState::kFailed;
+          replies[i].value = std::move(r.text);
           return KeyState::kFound;
         }};
   std::vector<KeyState> states;
@@ -492,8 +494,8 @@ std::vector<KeyState> RedisCluster::set(std::span<const SetItem> items, Deadline
         [&](std::size_t i) { return items[i].key; },
         [&](std::size_t i) { return items[i].value; },
         [&](std::size_t i) { return items[i].value.size(); },
-        [](std::size_t, redisReply* r) {
-          return r->type == REDIS_REPLY_STATUS ? KeyState::kFound : KeyState::kFailed;
+        [](std::size_t, DataReply& r) {
+          return r.type == DataReply::Type::kStatus ? KeyState::kFound : KeyState::kFailed;
         }};
   std::vector<KeyState> states;
   impl_->execute(op, items.size(), deadline, states);

@@ -20,8 +20,9 @@ namespace radixtier::shared::detail {
 namespace {
 
 constexpr std::size_t kReferenceAbove = 4096;  // larger arguments are not copied
-constexpr std::size_t kReadChunk = std::size_t{1} << 20;
+constexpr std::size_t kLineBuffer = std::size_t{256} << 10;
 constexpr std::size_t kReadPerCall = std::size_t{8} << 20;  // fairness between connections
+constexpr std::size_t kMaxLine = std::size_t{64} << 10;     // a longer header is an error
 
 Status io_error(const std::string& what) {
   return {ErrorCode::kTransferFailed, "redis: " + what};
@@ -61,6 +62,11 @@ void RedisConnection::close() {
   segs_.clear();
   seg_index_ = 0;
   seg_done_ = 0;
+  in_.clear();
+  in_begin_ = in_end_ = 0;
+  in_bulk_ = false;
+  bulk_.clear();
+  bulk_have_ = 0;
 }
 
 Status RedisConnection::connect(const Endpoint& endpoint, const Credentials& credentials,
@@ -113,7 +119,6 @@ Status RedisConnection::connect(const Endpoint& endpoint, const Credentials& cre
     close();
     return io_error("out of memory creating a reply reader");
   }
-  reader_->maxbuf = 0;  // keep the buffer: large values come one after another
   if (!credentials.password.empty()) {
     auto reply = credentials.user.empty()
                      ? command({"AUTH", credentials.password}, deadline)
@@ -206,32 +211,120 @@ Status RedisConnection::write_some(std::size_t& bytes) {
 
 Status RedisConnection::read_some(std::size_t& bytes) {
   if (fd_ < 0) return io_error("read on a closed connection");
-  thread_local std::vector<char> buffer(kReadChunk);
   std::size_t this_call = 0;
   while (this_call < kReadPerCall) {
-    const ssize_t got = ::read(fd_, buffer.data(), buffer.size());
+    char* dst = nullptr;
+    std::size_t room = 0;
+    const bool direct = in_bulk_ && bulk_have_ < bulk_.size();
+    if (direct) {
+      dst = bulk_.data() + bulk_have_;
+      room = bulk_.size() - bulk_have_;
+    } else {
+      if (in_.size() < kLineBuffer) in_.resize(kLineBuffer);
+      if (in_begin_ == in_end_) in_begin_ = in_end_ = 0;
+      if (in_end_ == in_.size() && in_begin_ > 0) {  // compact
+        std::memmove(in_.data(), in_.data() + in_begin_, in_end_ - in_begin_);
+        in_end_ -= in_begin_;
+        in_begin_ = 0;
+      }
+      if (in_end_ == in_.size()) return Status::ok();  // full: parse first
+      dst = in_.data() + in_end_;
+      room = in_.size() - in_end_;
+    }
+    const ssize_t got = ::read(fd_, dst, room);
     if (got < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return Status::ok();
       return io_error(std::string("read failed: ") + std::strerror(errno));
     }
     if (got == 0) return io_error("connection closed by the server");
-    if (redisReaderFeed(reader_, buffer.data(), static_cast<std::size_t>(got)) != REDIS_OK) {
-      return io_error("reply reader out of memory");
+    const auto n = static_cast<std::size_t>(got);
+    bytes += n;
+    this_call += n;
+    if (direct) {
+      bulk_have_ += n;
+    } else {
+      in_end_ += n;
+      return Status::ok();  // let the caller parse: a bulk header may start a direct read
     }
-    bytes += static_cast<std::size_t>(got);
-    this_call += static_cast<std::size_t>(got);
   }
   return Status::ok();
 }
 
-Result<ReplyPtr> RedisConnection::next_reply() {
-  if (reader_ == nullptr) return io_error("no reader: connection closed");
-  void* reply = nullptr;
-  if (redisReaderGetReply(reader_, &reply) != REDIS_OK) {
-    return io_error(std::string("protocol error: ") + reader_->errstr);
+Result<bool> RedisConnection::next_data_reply(DataReply& out) {
+  while (true) {
+    if (in_bulk_) {
+      if (bulk_have_ < bulk_.size()) return false;
+      if (in_end_ - in_begin_ < 2) return false;
+      if (in_[in_begin_] != '\r' || in_[in_begin_ + 1] != '\n') {
+        return io_error("protocol error: bulk value not ended by CRLF");
+      }
+      in_begin_ += 2;
+      in_bulk_ = false;
+      out.type = DataReply::Type::kBulk;
+      out.text = std::move(bulk_);
+      out.integer = 0;
+      bulk_ = std::string();
+      bulk_have_ = 0;
+      return true;
+    }
+    const char* begin = in_.data() + in_begin_;
+    const char* end = in_.data() + in_end_;
+    const char* cr = nullptr;
+    for (const char* p = begin; p + 1 < end; ++p) {
+      if (p[0] == '\r' && p[1] == '\n') {
+        cr = p;
+        break;
+      }
+    }
+    if (cr == nullptr) {
+      if (static_cast<std::size_t>(end - begin) > kMaxLine) {
+        return io_error("protocol error: reply line too long");
+      }
+      return false;
+    }
+    const char type = *begin;
+    const std::string_view line(begin + 1, static_cast<std::size_t>(cr - begin - 1));
+    in_begin_ += static_cast<std::size_t>(cr - begin) + 2;
+    long long number = 0;
+    if (type == ':' || type == '$') {
+      auto [ptr, ec] = std::from_chars(line.data(), line.data() + line.size(), number);
+      if (ec != std::errc{} || ptr != line.data() + line.size()) {
+        return io_error("protocol error: bad number in a reply");
+      }
+    }
+    switch (type) {
+      case '+':
+      case '-':
+        out.type = type == '+' ? DataReply::Type::kStatus : DataReply::Type::kError;
+        out.text.assign(line);
+        out.integer = 0;
+        return true;
+      case ':':
+        out.type = DataReply::Type::kInteger;
+        out.text.clear();
+        out.integer = number;
+        return true;
+      case '$': {
+        if (number < 0) {
+          out.type = DataReply::Type::kNil;
+          out.text.clear();
+          out.integer = 0;
+          return true;
+        }
+        const auto size = static_cast<std::size_t>(number);
+        bulk_.resize(size);
+        const std::size_t have = std::min(size, in_end_ - in_begin_);
+        std::memcpy(bulk_.data(), in_.data() + in_begin_, have);
+        in_begin_ += have;
+        bulk_have_ = have;
+        in_bulk_ = true;
+        continue;  // complete already when the buffer held it all
+      }
+      default:
+        return io_error(std::string("protocol error: unexpected reply type '") + type + "'");
+    }
   }
-  return ReplyPtr(static_cast<redisReply*>(reply));
 }
 
 Result<ReplyPtr> RedisConnection::command(std::initializer_list<std::string_view> args,
@@ -243,12 +336,21 @@ Result<ReplyPtr> RedisConnection::command(std::initializer_list<std::string_view
     if (auto st = write_some(ignored); !st) return st;
     if (want_write() && !wait_fd(fd_, POLLOUT, deadline)) return io_error("write timed out");
   }
+  char buffer[16384];
   while (true) {
-    auto reply = next_reply();
-    if (!reply) return reply.status();
-    if (*reply) return reply;
+    void* reply = nullptr;
+    if (redisReaderGetReply(reader_, &reply) != REDIS_OK) {
+      return io_error(std::string("protocol error: ") + reader_->errstr);
+    }
+    if (reply != nullptr) return ReplyPtr(static_cast<redisReply*>(reply));
     if (!wait_fd(fd_, POLLIN, deadline)) return io_error("reply timed out");
-    if (auto st = read_some(ignored); !st) return st;
+    const ssize_t got = ::read(fd_, buffer, sizeof(buffer));
+    if (got < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
+    if (got < 0) return io_error(std::string("read failed: ") + std::strerror(errno));
+    if (got == 0) return io_error("connection closed by the server");
+    if (redisReaderFeed(reader_, buffer, static_cast<std::size_t>(got)) != REDIS_OK) {
+      return io_error("reply reader out of memory");
+    }
   }
 }
 

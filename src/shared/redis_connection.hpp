@@ -1,6 +1,9 @@
 // RedisConnection: one TCP connection to one Redis node, non-blocking, with a RESP writer of
-// its own (large arguments are sent from the caller's memory, never copied) and hiredis's
-// reader for replies.
+// its own (large arguments are sent from the caller's memory, never copied). Two readers:
+// the data path (pipelined EXISTS / GET / SET: next_data_reply()) parses the flat replies
+// those commands get and reads a bulk value straight from the socket into the string handed
+// back (one copy, kernel to caller); command() (setup: AUTH, CLUSTER SLOTS) uses hiredis's
+// reader, which handles nested arrays.
 //
 // State machine: closed --connect()--> open --close() / any I/O or protocol error--> closed.
 // While open, append() queues commands; write_some() / read_some() move bytes without
@@ -13,6 +16,7 @@
 #include <hiredis/hiredis.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -28,6 +32,14 @@ struct ReplyDeleter {
   void operator()(redisReply* r) const { freeReplyObject(r); }
 };
 using ReplyPtr = std::unique_ptr<redisReply, ReplyDeleter>;
+
+/// A flat reply of the data path.
+struct DataReply {
+  enum class Type : std::uint8_t { kStatus, kError, kInteger, kBulk, kNil };
+  Type type = Type::kNil;
+  std::string text;  ///< status / error text, or the bulk's bytes
+  long long integer = 0;
+};
 
 struct Credentials {
   std::string user;
@@ -52,10 +64,12 @@ class RedisConnection {
   bool want_write() const { return seg_index_ < segs_.size(); }
   /// Writes what the socket takes now; `bytes` grows by what was written.
   Status write_some(std::size_t& bytes);
-  /// Reads what the socket has now (up to a bound); `bytes` grows by what was read.
+  /// Reads what the socket has now (into the bulk value being received, else the line
+  /// buffer); `bytes` grows by what was read. Error on EOF or a socket error.
   Status read_some(std::size_t& bytes);
-  /// The next complete reply, null when none is complete yet; error on a protocol error.
-  Result<ReplyPtr> next_reply();
+  /// The next complete data-path reply, false when none is complete yet; error on a
+  /// protocol error (or an array: no data-path command gets one).
+  Result<bool> next_data_reply(DataReply& out);
 
   /// Blocking helper for setup paths: one command, its reply, by `deadline`.
   Result<ReplyPtr> command(std::initializer_list<std::string_view> args, Deadline deadline);
@@ -69,7 +83,13 @@ class RedisConnection {
   void add_bytes(std::string_view bytes, bool may_reference);
 
   int fd_ = -1;
-  redisReader* reader_ = nullptr;
+  redisReader* reader_ = nullptr;  // command() only
+  std::vector<char> in_;           // received bytes not parsed yet: [in_begin_, in_end_)
+  std::size_t in_begin_ = 0;
+  std::size_t in_end_ = 0;
+  bool in_bulk_ = false;  // receiving bulk_ (then its CRLF from in_)
+  std::string bulk_;
+  std::size_t bulk_have_ = 0;
   std::string small_;
   std::vector<Segment> segs_;
   std::size_t seg_index_ = 0;
