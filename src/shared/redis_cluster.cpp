@@ -235,36 +235,29 @@ void RedisCluster::Impl::execute(const Op& op, std::size_t n, Deadline deadline,
   for (std::size_t i = 0; i < n; ++i) queue.push_back(Task{i, {}, false, 0});
   const auto role = static_cast<std::size_t>(op.role);
 
+  // One shard's part of a pass: its tasks go out through a window of max_inflight_bytes
+  // (a command is sent when the bytes of those sent and not yet answered leave room).
   struct Group {
     Shard* shard = nullptr;
     Connection* c = nullptr;
     std::vector<Task> tasks;
-    std::vector<std::ptrdiff_t> expect;  // per reply: task position, -1 for ASKING
-    std::size_t next = 0;                // next reply's position in expect
+    std::size_t sent = 0;               // tasks[0, sent) are written or queued
+    std::size_t inflight = 0;           // their bytes not answered yet
+    std::deque<std::ptrdiff_t> expect;  // per reply owed: task position, -1 for ASKING
     std::unique_lock<std::timed_mutex> lock;
     bool active = false;
     bool failed = false;  // connection error or timeout (a breaker failure)
   };
 
+  // A pass routes every queued task; redirects (MOVED / ASK) queue them for the next pass.
   while (!queue.empty()) {
     bool want_refresh = false;
     std::vector<std::pair<std::uint16_t, std::string>> moved_slots;
     const auto start = Clock::now();
     if (start >= deadline) break;
-    // One round: tasks while their bytes stay under the bound (at least one).
-    std::vector<Task> round;
-    std::size_t bytes = 0;
-    while (!queue.empty()) {
-      const std::size_t cost = op.cost(queue.front().index);
-      if (!round.empty() && bytes + cost > cfg.max_inflight_bytes) break;
-      bytes += cost;
-      round.push_back(std::move(queue.front()));
-      queue.pop_front();
-    }
-    // Group by shard address (std::map: connections are locked in address order).
     const auto current = slot_map();
-    std::map<std::string, Group> groups;
-    for (auto& task : round) {
+    std::map<std::string, Group> groups;  // address order: the lock order
+    for (auto& task : queue) {
       const std::string* target = &task.redirect;
       if (target->empty()) {
         target = current ? current->master_of(key_slot(op.key(task.index))) : nullptr;
@@ -272,6 +265,28 @@ void RedisCluster::Impl::execute(const Op& op, std::size_t n, Deadline deadline,
       if (target == nullptr || target->empty()) continue;  // unassigned slot: kFailed
       groups[*target].tasks.push_back(std::move(task));
     }
+    queue.clear();
+
+    auto fill = [&](Group& g) {
+      while (g.sent < g.tasks.size()) {
+        const Task& task = g.tasks[g.sent];
+        const std::size_t cost = op.cost(task.index);
+        if (g.inflight != 0 && g.inflight + cost > cfg.max_inflight_bytes) break;
+        if (task.asking) {
+          g.c->conn.append({"ASKING"});
+          g.expect.push_back(-1);
+        }
+        if (op.role == Role::kPublish) {
+          g.c->conn.append({op.command, op.key(task.index), op.value(task.index)});
+        } else {
+          g.c->conn.append({op.command, op.key(task.index)});
+        }
+        g.expect.push_back(static_cast<std::ptrdiff_t>(g.sent));
+        g.inflight += cost;
+        ++g.sent;
+      }
+    };
+
     for (auto& [address, g] : groups) {
       g.shard = shard(address);
       if (g.shard == nullptr || !g.shard->breaker.allow(start)) {
@@ -297,35 +312,21 @@ void RedisCluster::Impl::execute(const Op& op, std::size_t n, Deadline deadline,
         if (g.c->ever_opened) ++counters.reconnects;
         g.c->ever_opened = true;
       }
-      for (std::size_t t = 0; t < g.tasks.size(); ++t) {
-        const Task& task = g.tasks[t];
-        if (task.asking) {
-          g.c->conn.append({"ASKING"});
-          g.expect.push_back(-1);
-        }
-        if (op.role == Role::kPublish) {
-          g.c->conn.append({op.command, op.key(task.index), op.value(task.index)});
-        } else {
-          g.c->conn.append({op.command, op.key(task.index)});
-        }
-        g.expect.push_back(static_cast<std::ptrdiff_t>(t));
-      }
+      fill(g);
       g.active = !g.expect.empty();
     }
 
-    std::vector<Group*> live;
-    for (auto& [_, g] : groups) {
-      if (g.active) live.push_back(&g);
-    }
     auto fail_group = [&](Group& g) {
       g.c->conn.close();
       g.active = false;
       g.failed = true;
     };
     auto handle = [&](Group& g, DataReply& reply) {
-      const std::ptrdiff_t pos = g.expect[g.next++];
+      const std::ptrdiff_t pos = g.expect.front();
+      g.expect.pop_front();
       if (pos < 0) return;  // ASKING's +OK (an error shows on the command after it)
       Task& task = g.tasks[static_cast<std::size_t>(pos)];
+      g.inflight -= std::min(g.inflight, op.cost(task.index));
       if (reply.type == DataReply::Type::kError) {
         const bool moved = starts_with(reply, "MOVED ");
         const bool ask = starts_with(reply, "ASK ");
@@ -348,16 +349,17 @@ void RedisCluster::Impl::execute(const Op& op, std::size_t n, Deadline deadline,
 
     // Write and read all shards at once until every reply is in or the deadline passes.
     std::vector<pollfd> fds;
+    std::vector<Group*> polled;
     DataReply reply;
     while (true) {
       fds.clear();
-      std::vector<Group*> polled;
-      for (Group* g : live) {
-        if (!g->active) continue;
+      polled.clear();
+      for (auto& [_, g] : groups) {
+        if (!g.active) continue;
         short events = POLLIN;
-        if (g->c->conn.want_write()) events |= POLLOUT;
-        fds.push_back(pollfd{g->c->conn.fd(), events, 0});
-        polled.push_back(g);
+        if (g.c->conn.want_write()) events |= POLLOUT;
+        fds.push_back(pollfd{g.c->conn.fd(), events, 0});
+        polled.push_back(&g);
       }
       if (polled.empty()) break;
       auto left = deadline - Clock::now();
@@ -385,7 +387,7 @@ void RedisCluster::Impl::execute(const Op& op, std::size_t n, Deadline deadline,
           auto st = g.c->conn.read_some(io_bytes);
           counters.bytes_read += io_bytes;
           // Replies already complete are still good even when the read then failed.
-          while (g.next < g.expect.size()) {
+          while (!g.expect.empty()) {
             auto more = g.c->conn.next_data_reply(reply);
             if (!more) {
               st = more.status();
@@ -398,7 +400,10 @@ void RedisCluster::Impl::execute(const Op& op, std::size_t n, Deadline deadline,
             fail_group(g);
             continue;
           }
-          if (g.next == g.expect.size() && !g.c->conn.want_write()) g.active = false;
+          fill(g);  // the window has room again
+          if (g.expect.empty() && g.sent == g.tasks.size() && !g.c->conn.want_write()) {
+            g.active = false;
+          }
         }
       }
     }
@@ -412,7 +417,7 @@ void RedisCluster::Impl::execute(const Op& op, std::size_t n, Deadline deadline,
       if (g.failed) {
         count_breaker(g.shard->breaker.on_failure(Clock::now()));
         want_refresh = true;
-      } else if (!g.expect.empty()) {
+      } else {
         count_breaker(g.shard->breaker.on_success());
       }
     }

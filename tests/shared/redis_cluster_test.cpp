@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <set>
+#include <thread>
 
 #include "shared_test_util.hpp"
 
@@ -224,6 +226,43 @@ TEST(RedisCluster, AuthWithTheRightPasswordOnlyAndNeverPrintsIt) {
   auto none = RedisCluster::connect(config_for(*cluster));  // no password at all
   ASSERT_FALSE(none.is_ok());
   EXPECT_EQ(none.status().to_string().find(password), std::string::npos);
+}
+
+TEST(RedisCluster, ConcurrentCallsFromManyThreadsGetTheirOwnBytes) {
+  auto cluster = start_cluster(3, 0);
+  ASSERT_TRUE(cluster);
+  auto config = config_for(*cluster);
+  config.max_inflight_bytes = 256 * 1024;  // many windows per call
+  auto client = connect_client(config);
+  ASSERT_TRUE(client);
+  std::atomic<int> wrong{0};
+  std::atomic<int> failed{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<std::string> keys;
+      std::vector<std::string> values;
+      std::vector<SetItem> items;
+      for (int i = 0; i < 40; ++i) {
+        keys.push_back("mt:" + std::to_string(t) + ":" + std::to_string(i));
+        values.push_back(binary_value(1 + (i * 7919 + t * 31) % 100000, t * 1000 + i));
+      }
+      for (int i = 0; i < 40; ++i) items.push_back({keys[i], values[i]});
+      for (int round = 0; round < 10; ++round) {
+        for (auto s : client->set(items, in(5s))) failed += s != KeyState::kFound;
+        for (auto s : client->exists(keys, in(5s))) failed += s != KeyState::kFound;
+        const auto got = client->get(keys, in(5s), 50000);
+        for (int i = 0; i < 40; ++i) {
+          failed += got[i].state != KeyState::kFound;
+          wrong += got[i].state == KeyState::kFound && got[i].value != values[i];
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_EQ(client->stats().keys_failed, 0u);
 }
 
 TEST(RedisCluster, ConfigValidation) {

@@ -4,11 +4,11 @@
 // with CLUSTER SLOTS and refreshed (rate-limited) after MOVED and after connection errors
 // (so a failover, a replica promoted to master, is followed).
 //
-// One call: its keys are sent in rounds (a round's value bytes, for set(), or expected reply
-// bytes, for get(), stay under max_inflight_bytes). In a round the keys are grouped by
-// shard; every shard's commands are pipelined on that shard's connection of the call's role
-// (probe: EXISTS, fetch: GET, publish: SET; one mutex each, so a big SET never delays a
-// probe), and replies are read from all shards with one poll() until the call's deadline, so
+// One call: its keys are grouped by shard; each shard's commands are pipelined on that
+// shard's connection of the call's role (probe: EXISTS, fetch: GET, publish: SET; one mutex
+// each, so a big SET never delays a probe) through a window of max_inflight_bytes (value
+// bytes for set(), expected reply bytes for get()), and replies are read from all shards
+// with one poll() until the call's deadline, so a slow shard holds back only its own keys:
 // a slow shard never eats the others' time. A shard that did not answer by the deadline has
 // its keys kFailed and its connection closed (a late reply is never matched to a later
 // command); it reconnects on the next call that needs it.
@@ -45,7 +45,7 @@ struct RedisClusterStats {
   std::uint64_t keys_failed = 0;
   std::uint64_t moved = 0;
   std::uint64_t ask = 0;
-  std::uint64_t timeouts = 0;        ///< shard rounds that missed their deadline
+  std::uint64_t timeouts = 0;        ///< shard passes that missed their deadline
   std::uint64_t reconnects = 0;      ///< connections opened again after one was closed
   std::uint64_t connect_errors = 0;  ///< connects (or AUTH) that failed
   std::uint64_t breaker_opens = 0;
@@ -75,7 +75,7 @@ class RedisCluster final : public SharedStore {
 
   std::vector<KeyState> exists(std::span<const std::string> keys, Deadline deadline) override;
   std::vector<GetReply> get(std::span<const std::string> keys, Deadline deadline) override;
-  /// get() whose rounds assume values of `expected_value_bytes` (0: the config's).
+  /// get() whose windows assume values of `expected_value_bytes` (0: the config's).
   std::vector<GetReply> get(std::span<const std::string> keys, Deadline deadline,
                             std::size_t expected_value_bytes);
   std::vector<KeyState> set(std::span<const SetItem> items, Deadline deadline) override;

@@ -28,11 +28,13 @@ struct RedisClusterConfig {
   std::uint32_t breaker_failures = 3;
   /// How long an open breaker fails its shard's keys fast before one half-open trial.
   std::chrono::milliseconds breaker_cooldown{1000};
-  /// Bound on bytes in flight per call: set() sends its items in pipelined rounds whose value
-  /// bytes stay under it, get() rounds whose expected reply bytes stay under it (a round
-  /// always holds at least one key). Deep pipelines of multi-MiB values make the server
-  /// buffer every reply at once: measured on loopback (radixtier_shared_bench), 8 MiB rounds
-  /// of 4 MiB values read several times faster than 32 MiB or 256 MiB rounds.
+  /// Bound on bytes in flight per shard connection: set() sends a shard's items through a
+  /// pipelined window whose unacknowledged value bytes stay under it, get() one whose
+  /// expected reply bytes stay under it (a window always holds at least one key); each shard
+  /// has its own window, so a slow shard holds back only its own keys. Deep pipelines of
+  /// multi-MiB values make the server buffer every reply at once: measured on loopback
+  /// (radixtier_shared_bench), 8 MiB windows of 4 MiB values read several times faster than
+  /// 32 MiB or 256 MiB ones.
   std::size_t max_inflight_bytes = std::size_t{8} << 20;
   /// Expected bytes of one GET value when a get() gives no hint.
   std::size_t expected_value_bytes = std::size_t{1} << 20;
