@@ -45,6 +45,9 @@ using detail::SlotMap;
 
 enum class Role : std::uint8_t { kProbe = 0, kFetch = 1, kPublish = 2 };
 
+// In a group's expected replies: the pipelined AUTH of a fresh connection (ASKING is -1).
+constexpr std::ptrdiff_t kAuthReply = -2;
+
 struct Connection {
   std::timed_mutex mu;
   RedisConnection conn;
@@ -302,7 +305,11 @@ void RedisCluster::Impl::execute(const Op& op, std::size_t n, Deadline deadline,
       }
       if (!g.c->conn.is_open()) {
         const Deadline until = std::min(deadline, Clock::now() + cfg.connect_timeout);
-        if (auto st = g.c->conn.connect(g.shard->endpoint, creds, until); !st) {
+        // AUTH goes first in the pipeline: a shard slow to answer it (stopped, paused)
+        // holds back only its own keys, not the other shards' writes.
+        if (auto st = g.c->conn.connect(g.shard->endpoint, creds, until,
+                                        RedisConnection::AuthMode::kPipelined);
+            !st) {
           ++counters.connect_errors;
           count_breaker(g.shard->breaker.on_failure(Clock::now()));
           want_refresh = true;
@@ -311,6 +318,7 @@ void RedisCluster::Impl::execute(const Op& op, std::size_t n, Deadline deadline,
         }
         if (g.c->ever_opened) ++counters.reconnects;
         g.c->ever_opened = true;
+        if (!creds.password.empty()) g.expect.push_back(kAuthReply);
       }
       fill(g);
       g.active = !g.expect.empty();
@@ -321,10 +329,12 @@ void RedisCluster::Impl::execute(const Op& op, std::size_t n, Deadline deadline,
       g.active = false;
       g.failed = true;
     };
+    // false: the connection is unusable (AUTH refused).
     auto handle = [&](Group& g, DataReply& reply) {
       const std::ptrdiff_t pos = g.expect.front();
       g.expect.pop_front();
-      if (pos < 0) return;  // ASKING's +OK (an error shows on the command after it)
+      if (pos == kAuthReply) return reply.type == DataReply::Type::kStatus;
+      if (pos < 0) return true;  // ASKING's +OK (an error shows on the command after it)
       Task& task = g.tasks[static_cast<std::size_t>(pos)];
       g.inflight -= std::min(g.inflight, op.cost(task.index));
       if (reply.type == DataReply::Type::kError) {
@@ -342,9 +352,10 @@ void RedisCluster::Impl::execute(const Op& op, std::size_t n, Deadline deadline,
             queue.push_back(Task{task.index, std::move(target), ask, task.hops + 1});
           }
         }
-        return;  // any other error: kFailed (the shard answered)
+        return true;  // any other error: kFailed (the shard answered)
       }
       states[task.index] = op.accept(task.index, reply);
+      return true;
     };
 
     // Write and read all shards at once until every reply is in or the deadline passes.
@@ -394,7 +405,11 @@ void RedisCluster::Impl::execute(const Op& op, std::size_t n, Deadline deadline,
               break;
             }
             if (!*more) break;
-            handle(g, reply);
+            if (!handle(g, reply)) {
+              st = Status{ErrorCode::kFailedPrecondition, "redis: AUTH refused"};
+              ++counters.connect_errors;
+              break;
+            }
           }
           if (!st) {
             fail_group(g);

@@ -70,7 +70,7 @@ void RedisConnection::close() {
 }
 
 Status RedisConnection::connect(const Endpoint& endpoint, const Credentials& credentials,
-                                Deadline deadline) {
+                                Deadline deadline, AuthMode auth) {
   close();
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -118,6 +118,14 @@ Status RedisConnection::connect(const Endpoint& endpoint, const Credentials& cre
   if (reader_ == nullptr) {
     close();
     return io_error("out of memory creating a reply reader");
+  }
+  if (!credentials.password.empty() && auth == AuthMode::kPipelined) {
+    if (credentials.user.empty()) {
+      append({"AUTH", credentials.password});
+    } else {
+      append({"AUTH", credentials.user, credentials.password});
+    }
+    return Status::ok();
   }
   if (!credentials.password.empty()) {
     auto reply = credentials.user.empty()

@@ -55,8 +55,13 @@ class RedisConnection {
 
   bool is_open() const { return fd_ >= 0; }
   int fd() const { return fd_; }
-  /// Opens a TCP connection and authenticates, all by `deadline`.
-  Status connect(const Endpoint& endpoint, const Credentials& credentials, Deadline deadline);
+  enum class AuthMode : std::uint8_t {
+    kWait,       ///< connect() sends AUTH and waits for its reply
+    kPipelined,  ///< connect() queues AUTH: its reply is the first data-path reply
+  };
+  /// Opens a TCP connection (by `deadline`) and authenticates when a password is set.
+  Status connect(const Endpoint& endpoint, const Credentials& credentials, Deadline deadline,
+                 AuthMode auth = AuthMode::kWait);
   void close();
 
   /// Queues one command; views must stay valid until everything queued is written.

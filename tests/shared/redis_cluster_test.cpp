@@ -201,7 +201,8 @@ TEST(RedisCluster, AuthWithTheRightPasswordOnlyAndNeverPrintsIt) {
   auto client = connect_client(config);
   ASSERT_TRUE(client);
   EXPECT_EQ(client->describe().find(password), std::string::npos);
-  const std::vector<std::string> keys = {"auth:a", "auth:b", "auth:c", "auth:d"};
+  std::vector<std::string> keys;
+  for (int i = 0; i < 30; ++i) keys.push_back("auth:" + std::to_string(i));
   std::vector<std::string> values;
   std::vector<SetItem> items;
   for (std::size_t i = 0; i < keys.size(); ++i) values.push_back(binary_value(300 + i, i));
@@ -212,6 +213,20 @@ TEST(RedisCluster, AuthWithTheRightPasswordOnlyAndNeverPrintsIt) {
     ASSERT_EQ(got[i].state, KeyState::kFound);
     EXPECT_TRUE(got[i].value == values[i]);
   }
+
+  // A stopped master: fresh probe connections send AUTH in their pipelines, so the stopped
+  // shard (not answering AUTH) holds back only its own keys, within the deadline.
+  ASSERT_TRUE(cluster->stop(0));
+  for (int call = 0; call < 2; ++call) {
+    const auto start = Clock::now();
+    const auto states = client->exists(keys, start + 100ms);
+    EXPECT_LT(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start), 130ms);
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      const bool stopped = layout_master(key_slot(keys[i]), 3) == 0;
+      EXPECT_EQ(states[i], stopped ? KeyState::kFailed : KeyState::kFound) << keys[i];
+    }
+  }
+  ASSERT_TRUE(cluster->cont(0));
 
   const std::string wrong = "wrong-Pw-77";
   auto bad_config = config_for(*cluster);
