@@ -2,7 +2,7 @@
 # Consumer test: install the package from BUILD_DIR to a prefix, build the consumer project
 # against it with find_package, run it, and check with nm that only the layers it asked for
 # came along.
-#   check.sh core|cuda|disk|events|metrics BUILD_DIR CONSUMER_SRC CXX
+#   check.sh core|cuda|disk|shared|events|metrics BUILD_DIR CONSUMER_SRC CXX
 set -euo pipefail
 mode=$1 build=$2 src=$3 cxx=$4
 work=$build/consumer-$mode
@@ -12,6 +12,7 @@ cmake --install "$build" --prefix "$prefix" >/dev/null
 cmake -S "$src" -B "$work/build" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_CXX_COMPILER="$cxx" \
   -DCMAKE_BUILD_TYPE=Release -DCONSUMER_CUDA=$([ "$mode" = cuda ] && echo ON || echo OFF) \
   -DCONSUMER_DISK=$([ "$mode" = disk ] && echo ON || echo OFF) \
+  -DCONSUMER_SHARED=$([ "$mode" = shared ] && echo ON || echo OFF) \
   -DCONSUMER_EVENTS=$([ "$mode" = events ] && echo ON || echo OFF) \
   -DCONSUMER_METRICS=$([ "$mode" = metrics ] && echo ON || echo OFF) >/dev/null
 cmake --build "$work/build" -j 2 >/dev/null
@@ -50,6 +51,11 @@ elif [ "$mode" = disk ]; then
   [ -n "$disklib" ] || { echo "FAIL: libradixtier_disk.a was not installed"; exit 1; }
   check_present "$exe" 'radixtier::disk::DiskStore::open' "the disk store"
   check_absent "$disklib" "$internal|radixtier::sched::" "internal or scheduler symbols"
+elif [ "$mode" = shared ]; then
+  sharedlib=$(find "$prefix" -name libradixtier_shared.a | head -1)
+  [ -n "$sharedlib" ] || { echo "FAIL: libradixtier_shared.a was not installed"; exit 1; }
+  check_present "$exe" 'radixtier::shared::RedisCluster::connect' "the Redis Cluster client"
+  check_absent "$sharedlib" "$internal|radixtier::sched::|LocalCluster" "internal symbols"
 else
   check_present "$exe" 'radixtier::cuda::CudaTransferEngine::create' "the CUDA engine"
 fi

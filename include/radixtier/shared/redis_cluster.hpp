@@ -1,0 +1,97 @@
+// RedisCluster: SharedStore on a Redis 7 Cluster (hiredis for the protocol).
+//
+// Routing: a key goes to the master of key_slot(key) in the slot map, fetched by connect()
+// with CLUSTER SLOTS and refreshed (rate-limited) after MOVED and after connection errors
+// (so a failover, a replica promoted to master, is followed).
+//
+// One call: its keys are grouped by shard; each shard's commands are pipelined on that
+// shard's connection of the call's role (probe: EXISTS, fetch: GET, publish: SET; one mutex
+// each, so a big SET never delays a probe) through a window of max_inflight_bytes (value
+// bytes for set(), expected reply bytes for get()), and replies are read from all shards
+// with one poll() until the call's deadline, so a slow shard holds back only its own keys:
+// a slow shard never eats the others' time. A shard that did not answer by the deadline has
+// its keys kFailed and its connection closed (a late reply is never matched to a later
+// command); it reconnects on the next call that needs it.
+//
+// Replies: MOVED -> retry at the named node (and refresh the map); ASK -> ASKING + retry at
+// the named node (map unchanged); any other error (CLUSTERDOWN, TRYAGAIN, LOADING, OOM...) ->
+// kFailed for that key: the shard answered, so it is no breaker failure.
+//
+// Breaker per shard (CircuitBreaker): closed -> open after breaker_failures consecutive
+// timeouts / connection errors; while open its keys are kFailed at once, no I/O; after
+// breaker_cooldown one call is the half-open trial: success closes it, failure reopens it.
+//
+// Thread-safe: calls may run concurrently (connections are locked in address order, each
+// lock waited for no later than the call's deadline).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "radixtier/shared/redis_cluster_config.hpp"
+#include "radixtier/shared/shared_store.hpp"
+#include "radixtier/status.hpp"
+
+namespace radixtier::shared {
+
+/// Counters since connect() (a snapshot: each field read atomically, not all together).
+struct RedisClusterStats {
+  std::uint64_t calls = 0;
+  std::uint64_t keys_found = 0;
+  std::uint64_t keys_missing = 0;
+  std::uint64_t keys_failed = 0;
+  std::uint64_t moved = 0;
+  std::uint64_t ask = 0;
+  std::uint64_t timeouts = 0;        ///< shard passes that missed their deadline
+  std::uint64_t reconnects = 0;      ///< connections opened again after one was closed
+  std::uint64_t connect_errors = 0;  ///< connects (or AUTH) that failed
+  std::uint64_t breaker_opens = 0;
+  std::uint64_t breaker_closes = 0;
+  std::uint64_t bytes_read = 0;
+  std::uint64_t bytes_written = 0;
+  std::uint64_t slot_map_refreshes = 0;
+};
+
+enum class BreakerStateView : std::uint8_t { kClosed, kOpen, kHalfOpen };
+const char* to_string(BreakerStateView state);
+
+/// One shard (a master the client has routed to) and its breaker.
+struct ShardInfo {
+  std::string address;  ///< "host:port"
+  BreakerStateView breaker = BreakerStateView::kClosed;
+  bool in_slot_map = false;  ///< a master in the current slot map (else a former one)
+};
+
+class RedisCluster final : public SharedStore {
+ public:
+  /// Validates `config`, asks CLUSTER SLOTS of the first seed that answers, builds the map.
+  static Result<std::unique_ptr<RedisCluster>> connect(const RedisClusterConfig& config);
+  ~RedisCluster() override;
+  RedisCluster(const RedisCluster&) = delete;
+  RedisCluster& operator=(const RedisCluster&) = delete;
+
+  std::vector<KeyState> exists(std::span<const std::string> keys, Deadline deadline) override;
+  std::vector<GetReply> get(std::span<const std::string> keys, Deadline deadline) override;
+  /// get() whose windows assume values of `expected_value_bytes` (0: the config's).
+  std::vector<GetReply> get(std::span<const std::string> keys, Deadline deadline,
+                            std::size_t expected_value_bytes);
+  std::vector<KeyState> set(std::span<const SetItem> items, Deadline deadline) override;
+
+  RedisClusterStats stats() const;
+  /// Every shard the client knows, sorted by address.
+  std::vector<ShardInfo> shards() const;
+  /// Asks CLUSTER SLOTS now (not rate-limited), by `deadline`.
+  Status refresh_slot_map(Deadline deadline);
+  /// The config, password masked.
+  std::string describe() const;
+
+ private:
+  struct Impl;
+  explicit RedisCluster(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace radixtier::shared

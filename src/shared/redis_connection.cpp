@@ -1,0 +1,389 @@
+#include "shared/redis_connection.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <ctime>
+
+namespace radixtier::shared::detail {
+namespace {
+
+constexpr std::size_t kReferenceAbove = 4096;  // larger arguments are not copied
+constexpr std::size_t kLineBuffer = std::size_t{256} << 10;
+constexpr std::size_t kReadPerCall = std::size_t{8} << 20;  // fairness between connections
+constexpr std::size_t kMaxLine = std::size_t{64} << 10;     // a longer header is an error
+
+Status io_error(const std::string& what) {
+  return {ErrorCode::kTransferFailed, "redis: " + what};
+}
+
+timespec remaining(Deadline deadline) {
+  auto left = deadline - Clock::now();
+  if (left < Clock::duration::zero()) left = Clock::duration::zero();
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
+  return timespec{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+}
+
+// Waits for `events` on `fd` until `deadline`: true when ready.
+bool wait_fd(int fd, short events, Deadline deadline) {
+  while (true) {
+    pollfd p{fd, events, 0};
+    timespec ts = remaining(deadline);
+    const int n = ppoll(&p, 1, &ts, nullptr);
+    if (n > 0) return true;
+    if (n == 0) return false;
+    if (errno != EINTR) return false;
+  }
+}
+
+}  // namespace
+
+RedisConnection::~RedisConnection() {
+  close();
+}
+
+void RedisConnection::close() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  if (reader_ != nullptr) redisReaderFree(reader_);
+  reader_ = nullptr;
+  small_.clear();
+  segs_.clear();
+  seg_index_ = 0;
+  seg_done_ = 0;
+  in_.clear();
+  in_begin_ = in_end_ = 0;
+  in_bulk_ = false;
+  bulk_.clear();
+  bulk_have_ = 0;
+}
+
+Status RedisConnection::connect(const Endpoint& endpoint, const Credentials& credentials,
+                                Deadline deadline, AuthMode auth) {
+  close();
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const std::string port = std::to_string(endpoint.port);
+  const int gai = getaddrinfo(endpoint.host.c_str(), port.c_str(), &hints, &found);
+  if (gai != 0 || found == nullptr) {
+    return io_error("cannot resolve " + endpoint.address() + ": " + gai_strerror(gai));
+  }
+  std::string last_error = "no address";
+  for (addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
+    const int fd =
+        ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0) {
+      last_error = std::strerror(errno);
+      continue;
+    }
+    int rc = ::connect(fd, ai->ai_addr, ai->ai_addrlen);
+    if (rc != 0 && errno == EINPROGRESS) {
+      if (!wait_fd(fd, POLLOUT, deadline)) {
+        ::close(fd);
+        last_error = "connect timed out";
+        continue;
+      }
+      int err = 0;
+      socklen_t len = sizeof(err);
+      getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+      rc = err == 0 ? 0 : -1;
+      errno = err;
+    }
+    if (rc != 0) {
+      last_error = std::strerror(errno);
+      ::close(fd);
+      continue;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    fd_ = fd;
+    break;
+  }
+  freeaddrinfo(found);
+  if (fd_ < 0) return io_error("cannot connect to " + endpoint.address() + ": " + last_error);
+  reader_ = redisReaderCreate();
+  if (reader_ == nullptr) {
+    close();
+    return io_error("out of memory creating a reply reader");
+  }
+  if (!credentials.password.empty() && auth == AuthMode::kPipelined) {
+    if (credentials.user.empty()) {
+      append({"AUTH", credentials.password});
+    } else {
+      append({"AUTH", credentials.user, credentials.password});
+    }
+    return Status::ok();
+  }
+  if (!credentials.password.empty()) {
+    auto reply = credentials.user.empty()
+                     ? command({"AUTH", credentials.password}, deadline)
+                     : command({"AUTH", credentials.user, credentials.password}, deadline);
+    if (!reply) {
+      close();
+      return io_error("AUTH at " + endpoint.address() + " got no reply (" +
+                      reply.status().message() + ")");
+    }
+    if ((*reply)->type == REDIS_REPLY_ERROR) {
+      const std::string message((*reply)->str, (*reply)->len);
+      close();
+      return {ErrorCode::kFailedPrecondition,
+              "redis: AUTH refused by " + endpoint.address() + ": " + message};
+    }
+  }
+  return Status::ok();
+}
+
+void RedisConnection::add_bytes(std::string_view bytes, bool may_reference) {
+  if (may_reference && bytes.size() > kReferenceAbove) {
+    segs_.push_back({bytes.data(), 0, bytes.size()});
+    return;
+  }
+  if (!segs_.empty() && segs_.back().external == nullptr &&
+      segs_.back().offset + segs_.back().size == small_.size()) {
+    segs_.back().size += bytes.size();
+  } else {
+    segs_.push_back({nullptr, small_.size(), bytes.size()});
+  }
+  small_.append(bytes);
+}
+
+void RedisConnection::append(std::initializer_list<std::string_view> args) {
+  // "*<argc>\r\n" then "$<len>\r\n<arg>\r\n" per argument (RESP).
+  auto prefixed = [this](char mark, std::size_t number) {
+    char buf[32];
+    buf[0] = mark;
+    auto end = std::to_chars(buf + 1, buf + sizeof(buf) - 2, number).ptr;
+    *end++ = '\r';
+    *end++ = '\n';
+    add_bytes(std::string_view(buf, static_cast<std::size_t>(end - buf)), false);
+  };
+  prefixed('*', args.size());
+  for (auto arg : args) {
+    prefixed('$', arg.size());
+    add_bytes(arg, true);
+    add_bytes("\r\n", false);
+  }
+}
+
+Status RedisConnection::write_some(std::size_t& bytes) {
+  if (fd_ < 0) return io_error("write on a closed connection");
+  while (seg_index_ < segs_.size()) {
+    iovec iov[64];
+    int n = 0;
+    for (std::size_t i = seg_index_; i < segs_.size() && n < 64; ++i, ++n) {
+      const Segment& s = segs_[i];
+      const char* base = s.external != nullptr ? s.external : small_.data() + s.offset;
+      const std::size_t skip = i == seg_index_ ? seg_done_ : 0;
+      iov[n].iov_base = const_cast<char*>(base + skip);
+      iov[n].iov_len = s.size - skip;
+    }
+    const ssize_t written = ::writev(fd_, iov, n);
+    if (written < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return Status::ok();
+      return io_error(std::string("write failed: ") + std::strerror(errno));
+    }
+    bytes += static_cast<std::size_t>(written);
+    std::size_t left = static_cast<std::size_t>(written);
+    while (left > 0 && seg_index_ < segs_.size()) {
+      const std::size_t in_seg = segs_[seg_index_].size - seg_done_;
+      if (left >= in_seg) {
+        left -= in_seg;
+        ++seg_index_;
+        seg_done_ = 0;
+      } else {
+        seg_done_ += left;
+        left = 0;
+      }
+    }
+  }
+  small_.clear();
+  segs_.clear();
+  seg_index_ = 0;
+  seg_done_ = 0;
+  return Status::ok();
+}
+
+Status RedisConnection::read_some(std::size_t& bytes) {
+  if (fd_ < 0) return io_error("read on a closed connection");
+  std::size_t this_call = 0;
+  while (this_call < kReadPerCall) {
+    char* dst = nullptr;
+    std::size_t room = 0;
+    const bool direct = in_bulk_ && bulk_have_ < bulk_.size();
+    if (direct) {
+      dst = bulk_.data() + bulk_have_;
+      room = bulk_.size() - bulk_have_;
+    } else {
+      if (in_.size() < kLineBuffer) in_.resize(kLineBuffer);
+      if (in_begin_ == in_end_) in_begin_ = in_end_ = 0;
+      if (in_end_ == in_.size() && in_begin_ > 0) {  // compact
+        std::memmove(in_.data(), in_.data() + in_begin_, in_end_ - in_begin_);
+        in_end_ -= in_begin_;
+        in_begin_ = 0;
+      }
+      if (in_end_ == in_.size()) return Status::ok();  // full: parse first
+      dst = in_.data() + in_end_;
+      room = in_.size() - in_end_;
+    }
+    const ssize_t got = ::read(fd_, dst, room);
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return Status::ok();
+      return io_error(std::string("read failed: ") + std::strerror(errno));
+    }
+    if (got == 0) return io_error("connection closed by the server");
+    const auto n = static_cast<std::size_t>(got);
+    bytes += n;
+    this_call += n;
+    if (direct) {
+      bulk_have_ += n;
+    } else {
+      in_end_ += n;
+      return Status::ok();  // let the caller parse: a bulk header may start a direct read
+    }
+  }
+  return Status::ok();
+}
+
+Result<bool> RedisConnection::next_data_reply(DataReply& out) {
+  while (true) {
+    if (in_bulk_) {
+      if (bulk_have_ < bulk_.size()) return false;
+      if (in_end_ - in_begin_ < 2) return false;
+      if (in_[in_begin_] != '\r' || in_[in_begin_ + 1] != '\n') {
+        return io_error("protocol error: bulk value not ended by CRLF");
+      }
+      in_begin_ += 2;
+      in_bulk_ = false;
+      out.type = DataReply::Type::kBulk;
+      out.text = std::move(bulk_);
+      out.integer = 0;
+      bulk_ = std::string();
+      bulk_have_ = 0;
+      return true;
+    }
+    const char* begin = in_.data() + in_begin_;
+    const char* end = in_.data() + in_end_;
+    const char* cr = nullptr;
+    for (const char* p = begin; p + 1 < end; ++p) {
+      if (p[0] == '\r' && p[1] == '\n') {
+        cr = p;
+        break;
+      }
+    }
+    if (cr == nullptr) {
+      if (static_cast<std::size_t>(end - begin) > kMaxLine) {
+        return io_error("protocol error: reply line too long");
+      }
+      return false;
+    }
+    const char type = *begin;
+    const std::string_view line(begin + 1, static_cast<std::size_t>(cr - begin - 1));
+    in_begin_ += static_cast<std::size_t>(cr - begin) + 2;
+    long long number = 0;
+    if (type == ':' || type == '$') {
+      auto [ptr, ec] = std::from_chars(line.data(), line.data() + line.size(), number);
+      if (ec != std::errc{} || ptr != line.data() + line.size()) {
+        return io_error("protocol error: bad number in a reply");
+      }
+    }
+    switch (type) {
+      case '+':
+      case '-':
+        out.type = type == '+' ? DataReply::Type::kStatus : DataReply::Type::kError;
+        out.text.assign(line);
+        out.integer = 0;
+        return true;
+      case ':':
+        out.type = DataReply::Type::kInteger;
+        out.text.clear();
+        out.integer = number;
+        return true;
+      case '$': {
+        if (number < 0) {
+          out.type = DataReply::Type::kNil;
+          out.text.clear();
+          out.integer = 0;
+          return true;
+        }
+        const auto size = static_cast<std::size_t>(number);
+        bulk_.resize(size);
+        const std::size_t have = std::min(size, in_end_ - in_begin_);
+        std::memcpy(bulk_.data(), in_.data() + in_begin_, have);
+        in_begin_ += have;
+        bulk_have_ = have;
+        in_bulk_ = true;
+        continue;  // complete already when the buffer held it all
+      }
+      default:
+        return io_error(std::string("protocol error: unexpected reply type '") + type + "'");
+    }
+  }
+}
+
+Result<ReplyPtr> RedisConnection::command(std::initializer_list<std::string_view> args,
+                                          Deadline deadline) {
+  if (fd_ < 0) return io_error("command on a closed connection");
+  append(args);
+  std::size_t ignored = 0;
+  while (want_write()) {
+    if (auto st = write_some(ignored); !st) return st;
+    if (want_write() && !wait_fd(fd_, POLLOUT, deadline)) return io_error("write timed out");
+  }
+  char buffer[16384];
+  while (true) {
+    void* reply = nullptr;
+    if (redisReaderGetReply(reader_, &reply) != REDIS_OK) {
+      return io_error(std::string("protocol error: ") + reader_->errstr);
+    }
+    if (reply != nullptr) return ReplyPtr(static_cast<redisReply*>(reply));
+    if (!wait_fd(fd_, POLLIN, deadline)) return io_error("reply timed out");
+    const ssize_t got = ::read(fd_, buffer, sizeof(buffer));
+    if (got < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
+    if (got < 0) return io_error(std::string("read failed: ") + std::strerror(errno));
+    if (got == 0) return io_error("connection closed by the server");
+    if (redisReaderFeed(reader_, buffer, static_cast<std::size_t>(got)) != REDIS_OK) {
+      return io_error("reply reader out of memory");
+    }
+  }
+}
+
+std::string reply_to_string(const redisReply* reply) {
+  if (reply == nullptr) return "(no reply)";
+  switch (reply->type) {
+    case REDIS_REPLY_STRING:
+    case REDIS_REPLY_STATUS:
+    case REDIS_REPLY_ERROR:
+      return std::string(reply->str, reply->len);
+    case REDIS_REPLY_INTEGER:
+      return std::to_string(reply->integer);
+    case REDIS_REPLY_NIL:
+      return "(nil)";
+    case REDIS_REPLY_ARRAY: {
+      std::string out;
+      for (std::size_t i = 0; i < reply->elements; ++i) {
+        if (i) out += "\n";
+        out += reply_to_string(reply->element[i]);
+      }
+      return out;
+    }
+    default:
+      return "(unknown reply)";
+  }
+}
+
+}  // namespace radixtier::shared::detail
