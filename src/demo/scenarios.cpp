@@ -192,7 +192,7 @@ Workload shared(const sched::SnapshotPolicy& policy) {
   const auto doc = synth(6, 1000, vocab);
   b.add("turn 1", turn1, 12);
   b.add("document", cat(doc, synth(7, 20, vocab)), 4);
-  b.add("turn 2 (process 2)", continuation(b.w.model, turn1, 12, synth(2, 19, vocab)), 12);
+  b.add("turn 2 (proc 2)", continuation(b.w.model, turn1, 12, synth(2, 19, vocab)), 12);
   b.add("doc question (2)", cat(doc, synth(8, 30, vocab)), 4);
   b.add("unrelated (2)", synth(9, 300, vocab), 4);
   b.w.shared_before = 2;
