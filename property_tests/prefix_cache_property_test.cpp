@@ -375,6 +375,77 @@ struct Pin : Cmd {
   }
 };
 
+/// Enters a prefix of a prompt as host-resident data, as the shared tier does after a fetch
+/// (PrefixCache::import_host): the fill writes the bytes the model would have computed, so
+/// every later serve checks them; one fill in five fails (nothing may enter then).
+struct Import : Cmd {
+  std::vector<Token> prompt = *gen_prompt();
+  std::size_t pages = *rc::gen::inRange<std::size_t>(1, 15);
+  bool fail = *rc::gen::weightedElement<bool>({{4, false}, {1, true}});
+  Key key;
+  explicit Import(const Model& m) : key(m.namespaces) {}
+  std::size_t length() const { return std::min(pages * kPage, prompt.size() / kPage * kPage); }
+  /// The imported prefix has KV and a snapshot at its end, as if served with one there.
+  void apply(Model& m) const override {
+    const std::size_t len = length();
+    if (len == 0 || fail) return;
+    const std::vector<Token> prefix(prompt.begin(), prompt.begin() + len);
+    m.exact[key.ns].insert(prefix);
+    m.possible[key.ns].insert(prefix);
+  }
+  void run(const Model&, Sut& s) const override {
+    const std::size_t len = length();
+    if (len == 0) return;
+    s.remember(key.ns, prompt);
+    const std::span<const Token> tokens = std::span(prompt).first(len);
+    const NamespaceId ns(key.ns);
+    const std::uint64_t salt = ns.value() * 0xD6E8FEB86659FD93ull;  // Harness::salt()
+    auto& mem = s.h.memory;
+    const std::size_t pb = mem.page_bytes();
+    const std::size_t sb = s.h.config.snapshot_bytes;
+    auto fill = [&](std::size_t first, std::span<const HostPageId> kv,
+                    std::span<const HostPageId> snapshot) {
+      if (fail) return false;
+      for (std::size_t i = 0; i < kv.size(); ++i) {
+        const auto h = testing::prefix_hash(tokens.first((first + i + 1) * kPage)) ^ salt;
+        auto bytes = mem.host_page(kv[i]);
+        for (std::size_t b = 0; b < bytes.size(); ++b)
+          bytes[b] = testing::expected_byte(h, b, 0x11);
+      }
+      const auto h = testing::prefix_hash(tokens) ^ salt;
+      for (std::size_t j = 0; j < snapshot.size(); ++j) {
+        auto bytes = mem.host_page(snapshot[j]);
+        for (std::size_t b = 0; b < bytes.size() && j * pb + b < sb; ++b)
+          bytes[b] = testing::expected_byte(h, j * pb + b, 0x77);
+      }
+      return true;
+    };
+    const std::size_t before = s.h.cache->match(tokens, ns).usable_tokens;
+    auto r = s.h.cache->import_host(tokens, ns, fill);
+    if (r) {
+      RC_ASSERT(!fail || (r->kv_pages == 0 && !r->snapshot));
+      // Whole, unless the snapshot cap dropped a snapshot of the path (counted as a loss).
+      if (!fail && s.lossless()) RC_ASSERT(s.h.cache->match(tokens, ns).usable_tokens == len);
+    } else {
+      const ErrorCode c = r.status().code();
+      RC_ASSERT(c == ErrorCode::kOutOfMemory || c == ErrorCode::kFailedPrecondition);
+      RC_ASSERT(c == ErrorCode::kOutOfMemory || fail);
+      // A refused fill enters nothing; no room may have evicted on the way (as making room
+      // for a demotion does), never added.
+      RC_ASSERT(s.h.cache->match(tokens, ns).usable_tokens <= before);
+      if (c == ErrorCode::kFailedPrecondition && s.lossless())
+        RC_ASSERT(s.h.cache->match(tokens, ns).usable_tokens == before);
+      // The model placed what did not enter: from now on it knows only what is possible.
+      if (!fail) s.refused = true;
+    }
+    check_invariants(s);
+  }
+  void show(std::ostream& os) const override {
+    os << "Import(" << pages << " pages, namespace " << key.ns << (fail ? ", fill fails" : "")
+       << ")";
+  }
+};
+
 struct DropHost : Cmd {
   void run(const Model&, Sut& s) const override {
     s.h.cache->drop_host();
@@ -574,7 +645,7 @@ void run_property(WritePolicy policy, std::uint32_t host_pages,
       model, sut,
       rc::state::gen::execOneOfWithArgs<Serve, Serve, Serve, Hold, Release, Pressure, Pressure,
                                         CompleteOne, CompleteOne, FailNext, DropHost, Evict, Pin,
-                                        StoreFault, StoreTiming, Restart>());
+                                        Import, StoreFault, StoreTiming, Restart>());
   for (LockId l : sut.held) RC_ASSERT(sut.h.cache->release(l).is_ok());
   for (const auto& p : sut.pins) RC_ASSERT(sut.h.cache->unpin(p.pin).is_ok());
   sut.pins.clear();  // unpinned: the final check must not expect them usable any more

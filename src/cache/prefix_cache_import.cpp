@@ -147,14 +147,21 @@ Result<ImportResult> PrefixCache::import_host(std::span<const Token> tokens, Nam
     } else if (std::size_t k = tree_.common_pages(c, tokens, pos); k < c->page_count(ps)) {
       c = split(c, k);
     }
+    // Below the first page without KV, a node may still hold KV of its own (a failed copy
+    // can leave a tombstone above nodes that kept theirs): it keeps it, and the fetched
+    // pages for it go back to the pool.
     if (pos >= e.first_missing) {
       const std::size_t at = (pos - e.first_missing) / ps;
       std::vector<HostPageId> seg(kv.begin() + std::ptrdiff_t(at),
                                   kv.begin() + std::ptrdiff_t(at + c->page_count(ps)));
-      for (HostPageId id : seg) host_.pages.reassign(id, Holder::kNode);
-      set_pages<Tier::kHost>(c, std::move(seg));
-      entered.push_back(c);
-      out.kv_pages += c->page_count(ps);
+      if (c->has_kv()) {
+        release(seg);
+      } else {
+        for (HostPageId id : seg) host_.pages.reassign(id, Holder::kNode);
+        set_pages<Tier::kHost>(c, std::move(seg));
+        entered.push_back(c);
+        out.kv_pages += c->page_count(ps);
+      }
     }
     pos += c->tokens.size();
     n = c;
@@ -165,6 +172,7 @@ Result<ImportResult> PrefixCache::import_host(std::span<const Token> tokens, Nam
     set_snapshot<Tier::kHost>(n, std::move(snap));
     touch_snapshot(n);
     out.snapshot = true;
+    cap_path_snapshots(n);  // CacheConfig::max_snapshots_per_path, as insert() keeps it
   }
   touch(n);
   return out;

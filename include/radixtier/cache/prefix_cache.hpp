@@ -219,8 +219,10 @@ class PrefixCache final : public CacheBackend {
   /// and the snapshot at the end of `tokens` unless the tree has one there. Takes the host
   /// pages (making room as eviction does, the tree's KV before them kept), calls fill() to
   /// write them, then enters them as host-only nodes, as a finished demotion would leave them;
-  /// the next admission promotes them. Errors change nothing: kInvalidArgument (not whole
-  /// pages), kOutOfMemory (no host room), kFailedPrecondition (fill() returned false).
+  /// the next admission promotes them. Errors enter nothing: kInvalidArgument (not whole
+  /// pages; nothing changed), kFailedPrecondition (fill() returned false, or the tree lost
+  /// KV below the fetched pages while room was made), kOutOfMemory (no host room: what
+  /// making room evicted on the way stays evicted, as when room is made for a demotion).
   Result<ImportResult> import_host(std::span<const Token> tokens, NamespaceId ns,
                                    const ImportFill& fill);
 
