@@ -518,14 +518,18 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
   out.host_bytes_peak = out.stats.host_bytes_peak;
   detail::finish_totals(out);
   detail::finish_cluster(out, s, *hw, o.decode_step_s, executor_s);
+  // A comparison run of the same scenario in this process, unobserved.
+  auto twin_run = [&](const std::function<void(SimOptions&)>& change) {
+    SimOptions t = o;
+    change(t);
+    t.progress = nullptr;
+    t.on_cache = nullptr;
+    t.on_step = nullptr;
+    return simulate(s, t);
+  };
   if (out.fresh.ran) {
     // The same requests in the run without the restart: what a warm instance hit on them.
-    SimOptions warm = o;
-    warm.fresh_instance = false;
-    warm.progress = nullptr;
-    warm.on_cache = nullptr;
-    warm.on_step = nullptr;
-    auto twin = simulate(s, warm);
+    auto twin = twin_run([](SimOptions& t) { t.fresh_instance = false; });
     if (!twin) return twin.status();
     FreshReport& f = out.fresh;
     f.same_warm_hit_ratio = hit_ratio_of(twin->rows, fresh_rows);
@@ -533,12 +537,7 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
   }
   if (out.restart.ran) {
     // The goal's comparison: the same scenario straight through, in the same process.
-    SimOptions straight = o;
-    straight.restart = false;
-    straight.progress = nullptr;
-    straight.on_cache = nullptr;
-    straight.on_step = nullptr;
-    auto twin = simulate(s, straight);
+    auto twin = twin_run([](SimOptions& t) { t.restart = false; });
     if (!twin) return twin.status();
     const std::size_t i = *s.restart_before;
     const RequestRow& after = out.rows.at(i);
