@@ -18,10 +18,9 @@ class ShortStore final : public SharedStore {
     return std::vector<KeyState>(keys.size(), KeyState::kFailed);
   }
   std::vector<GetReply> get(std::span<const std::string> keys, Deadline) override {
-    std::vector<GetReply> out(std::min(answered_, keys.size()));
-    for (auto& r : out) {
-      r.state = KeyState::kFound;
-      r.value = "v";
+    std::vector<GetReply> out;
+    for (std::size_t i = 0; i < std::min(answered_, keys.size()); ++i) {
+      out.push_back(GetReply{KeyState::kFound, std::string(1, 'v')});
     }
     return out;
   }
