@@ -3,15 +3,18 @@
 //
 //   radixtier_shared_bench [--value-bytes N] [--keys K] [--iterations I] [--requests R]
 //                          [--inflight-bytes B]   (the client's max_inflight_bytes)
+//                          [--reuse 0|1]          (1, the default: get_into, buffers reused)
 //                          [--keep-heap 1]        (glibc keeps freed memory: see below)
 //
-// Every get() hands back fresh std::strings; on a VM where page faults are slow, glibc's
-// returning freed 4 MiB blocks to the kernel (munmap / trim) and faulting them in again
-// dominates. --keep-heap 1 raises M_MMAP_THRESHOLD / M_TRIM_THRESHOLD so freed blocks are
-// reused (what a caller that recycles its buffers gets).
+// --reuse 1 (default): every iteration is get_into() into the same reply vector, so values
+// land in the strings of the previous iteration (no allocation, no page fault: what
+// SharedTier's fetches do with their pooled reply vectors). --reuse 0: every get() hands back
+// fresh std::strings; on a VM where page faults are slow, glibc's returning freed 4 MiB
+// blocks to the kernel (munmap / trim) and faulting them in again dominates. --keep-heap 1
+// raises M_MMAP_THRESHOLD / M_TRIM_THRESHOLD so freed blocks are reused by malloc instead.
 //
-// Ours: K keys of N bytes, SET once, then I pipelined get() calls of all K keys (bytes
-// checked on the first). redis-benchmark: -t set,get -d N -n R -c 1 -P 1 --csv (its SET
+// Ours: K keys of N bytes, SET once, then I pipelined calls of all K keys (bytes checked on
+// the first, after a warm-up call). redis-benchmark: -t set,get -d N -n R -c 1 -P 1 --csv (its SET
 // writes the key its GET then reads). Prints both in bytes/s and ours / redis-benchmark.
 #include <malloc.h>
 
@@ -63,6 +66,7 @@ int main(int argc, char** argv) {
   std::size_t requests = 200;
   std::size_t inflight = RedisClusterConfig{}.max_inflight_bytes;
   std::size_t keep_heap = 0;
+  std::size_t reuse = 1;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     const std::size_t v = std::strtoull(argv[i + 1], nullptr, 10);
@@ -78,10 +82,12 @@ int main(int argc, char** argv) {
       inflight = v;
     } else if (flag == "--keep-heap") {
       keep_heap = v;
+    } else if (flag == "--reuse") {
+      reuse = v;
     } else {
       std::cerr << "usage: " << argv[0]
                 << " [--value-bytes N] [--keys K] [--iterations I] [--requests R] "
-                   "[--inflight-bytes B] [--keep-heap 0|1]\n";
+                   "[--inflight-bytes B] [--reuse 0|1] [--keep-heap 0|1]\n";
       return 2;
     }
   }
@@ -126,11 +132,16 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  (void)(*client)->get(names, Clock::now() + 60s);  // warm-up
+  std::vector<GetReply> got;
+  (*client)->get_into(names, Clock::now() + 60s, got);  // warm-up (fills got's buffers)
   const auto start = Clock::now();
   std::size_t bytes = 0;
   for (std::size_t it = 0; it < iterations; ++it) {
-    const auto got = (*client)->get(names, Clock::now() + 60s);
+    if (reuse != 0) {
+      (*client)->get_into(names, Clock::now() + 60s, got);
+    } else {
+      got = (*client)->get(names, Clock::now() + 60s);
+    }
     for (std::size_t i = 0; i < keys; ++i) {
       if (got[i].state != KeyState::kFound || (it == 0 && got[i].value != values[i])) {
         std::cerr << "GET " << names[i] << " failed or wrong\n";
@@ -151,8 +162,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   const double theirs = rps * static_cast<double>(value_bytes);
-  std::printf("value_bytes=%zu keys=%zu iterations=%zu inflight_bytes=%zu keep_heap=%zu\n",
-              value_bytes, keys, iterations, inflight, keep_heap);
+  std::printf(
+      "value_bytes=%zu keys=%zu iterations=%zu inflight_bytes=%zu reuse=%zu keep_heap=%zu\n",
+      value_bytes, keys, iterations, inflight, reuse, keep_heap);
   std::printf("radixtier RedisCluster GET: %.3e bytes/s (%.1f MiB/s)\n", ours, ours / (1 << 20));
   std::printf("redis-benchmark GET (-c 1 -P 1, %zu requests): %.3e bytes/s (%.1f MiB/s)\n",
               requests, theirs, theirs / (1 << 20));

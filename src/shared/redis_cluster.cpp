@@ -84,6 +84,8 @@ struct Op {
   std::function<std::string_view(std::size_t)> value;  // SET only
   std::function<std::size_t(std::size_t)> cost;        // bytes toward max_inflight_bytes
   std::function<KeyState(std::size_t, DataReply&)> accept;
+  /// GET only: where item i's bulk value is received (the caller's string, capacity reused).
+  std::function<std::string*(std::size_t)> bulk_target;
 };
 
 bool starts_with(const DataReply& r, std::string_view prefix) {
@@ -399,7 +401,11 @@ void RedisCluster::Impl::execute(const Op& op, std::size_t n, Deadline deadline,
           counters.bytes_read += io_bytes;
           // Replies already complete are still good even when the read then failed.
           while (!g.expect.empty()) {
-            auto more = g.c->conn.next_data_reply(reply);
+            std::string* target = nullptr;
+            if (op.bulk_target && g.expect.front() >= 0) {
+              target = op.bulk_target(g.tasks[static_cast<std::size_t>(g.expect.front())].index);
+            }
+            auto more = g.c->conn.next_data_reply(reply, target);
             if (!more) {
               st = more.status();
               break;
@@ -424,6 +430,8 @@ void RedisCluster::Impl::execute(const Op& op, std::size_t n, Deadline deadline,
     }
     // Shards still owing replies missed the deadline: close (late replies die with it).
     for (auto& [_, g] : groups) {
+      // Never left half-receiving into a caller's string (it may be gone after this call).
+      if (g.c != nullptr && g.c->conn.mid_bulk() && !g.active) g.c->conn.close();
       if (g.c == nullptr || g.tasks.empty()) continue;
       if (g.active) {
         ++counters.timeouts;
@@ -473,7 +481,8 @@ std::vector<KeyState> RedisCluster::exists(std::span<const std::string> keys, De
         [](std::size_t, DataReply& r) {
           if (r.type != DataReply::Type::kInteger) return KeyState::kFailed;
           return r.integer > 0 ? KeyState::kFound : KeyState::kMissing;
-        }};
+        },
+        nullptr};
   std::vector<KeyState> states;
   impl_->execute(op, keys.size(), deadline, states);
   return states;
@@ -485,9 +494,21 @@ std::vector<GetReply> RedisCluster::get(std::span<const std::string> keys, Deadl
 
 std::vector<GetReply> RedisCluster::get(std::span<const std::string> keys, Deadline deadline,
                                         std::size_t expected_value_bytes) {
+  std::vector<GetReply> replies;
+  get_into(keys, deadline, replies, expected_value_bytes);
+  return replies;
+}
+
+void RedisCluster::get_into(std::span<const std::string> keys, Deadline deadline,
+                            std::vector<GetReply>& replies) {
+  get_into(keys, deadline, replies, 0);
+}
+
+void RedisCluster::get_into(std::span<const std::string> keys, Deadline deadline,
+                            std::vector<GetReply>& replies, std::size_t expected_value_bytes) {
   const std::size_t expected =
       expected_value_bytes != 0 ? expected_value_bytes : impl_->cfg.expected_value_bytes;
-  std::vector<GetReply> replies(keys.size());
+  replies.resize(keys.size());
   Op op{Role::kFetch,
         "GET",
         [&](std::size_t i) { return std::string_view(keys[i]); },
@@ -496,16 +517,16 @@ std::vector<GetReply> RedisCluster::get(std::span<const std::string> keys, Deadl
         [&](std::size_t i, DataReply& r) {
           if (r.type == DataReply::Type::kNil) return KeyState::kMissing;
           if (r.type != DataReply::Type::kBulk) return KeyState::kFailed;
-          replies[i].value = std::move(r.text);
+          if (!r.in_target) replies[i].value = std::move(r.text);
           return KeyState::kFound;
-        }};
+        },
+        [&](std::size_t i) { return &replies[i].value; }};
   std::vector<KeyState> states;
   impl_->execute(op, keys.size(), deadline, states);
   for (std::size_t i = 0; i < keys.size(); ++i) {
     replies[i].state = states[i];
-    if (states[i] != KeyState::kFound) replies[i].value.clear();
+    if (states[i] != KeyState::kFound) replies[i].value.clear();  // capacity kept
   }
-  return replies;
 }
 
 std::vector<KeyState> RedisCluster::set(std::span<const SetItem> items, Deadline deadline) {
@@ -516,7 +537,8 @@ std::vector<KeyState> RedisCluster::set(std::span<const SetItem> items, Deadline
         [&](std::size_t i) { return items[i].value.size(); },
         [](std::size_t, DataReply& r) {
           return r.type == DataReply::Type::kStatus ? KeyState::kFound : KeyState::kFailed;
-        }};
+        },
+        nullptr};
   std::vector<KeyState> states;
   impl_->execute(op, items.size(), deadline, states);
   return states;

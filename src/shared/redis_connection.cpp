@@ -66,6 +66,7 @@ void RedisConnection::close() {
   in_begin_ = in_end_ = 0;
   in_bulk_ = false;
   bulk_.clear();
+  bulk_dst_ = nullptr;
   bulk_have_ = 0;
 }
 
@@ -223,10 +224,10 @@ Status RedisConnection::read_some(std::size_t& bytes) {
   while (this_call < kReadPerCall) {
     char* dst = nullptr;
     std::size_t room = 0;
-    const bool direct = in_bulk_ && bulk_have_ < bulk_.size();
+    const bool direct = in_bulk_ && bulk_have_ < bulk_dst_->size();
     if (direct) {
-      dst = bulk_.data() + bulk_have_;
-      room = bulk_.size() - bulk_have_;
+      dst = bulk_dst_->data() + bulk_have_;
+      room = bulk_dst_->size() - bulk_have_;
     } else {
       if (in_.size() < kLineBuffer) in_.resize(kLineBuffer);
       if (in_begin_ == in_end_) in_begin_ = in_end_ = 0;
@@ -259,10 +260,10 @@ Status RedisConnection::read_some(std::size_t& bytes) {
   return Status::ok();
 }
 
-Result<bool> RedisConnection::next_data_reply(DataReply& out) {
+Result<bool> RedisConnection::next_data_reply(DataReply& out, std::string* bulk_target) {
   while (true) {
     if (in_bulk_) {
-      if (bulk_have_ < bulk_.size()) return false;
+      if (bulk_have_ < bulk_dst_->size()) return false;
       if (in_end_ - in_begin_ < 2) return false;
       if (in_[in_begin_] != '\r' || in_[in_begin_ + 1] != '\n') {
         return io_error("protocol error: bulk value not ended by CRLF");
@@ -270,9 +271,15 @@ Result<bool> RedisConnection::next_data_reply(DataReply& out) {
       in_begin_ += 2;
       in_bulk_ = false;
       out.type = DataReply::Type::kBulk;
-      out.text = std::move(bulk_);
       out.integer = 0;
-      bulk_ = std::string();
+      out.in_target = bulk_dst_ != &bulk_;
+      if (out.in_target) {
+        out.text.clear();
+      } else {
+        out.text = std::move(bulk_);
+        bulk_ = std::string();
+      }
+      bulk_dst_ = nullptr;
       bulk_have_ = 0;
       return true;
     }
@@ -307,23 +314,27 @@ Result<bool> RedisConnection::next_data_reply(DataReply& out) {
         out.type = type == '+' ? DataReply::Type::kStatus : DataReply::Type::kError;
         out.text.assign(line);
         out.integer = 0;
+        out.in_target = false;
         return true;
       case ':':
         out.type = DataReply::Type::kInteger;
         out.text.clear();
         out.integer = number;
+        out.in_target = false;
         return true;
       case '$': {
         if (number < 0) {
           out.type = DataReply::Type::kNil;
           out.text.clear();
           out.integer = 0;
+          out.in_target = false;
           return true;
         }
         const auto size = static_cast<std::size_t>(number);
-        bulk_.resize(size);
+        bulk_dst_ = bulk_target != nullptr ? bulk_target : &bulk_;
+        bulk_dst_->resize(size);  // within its capacity: no allocation, no fresh pages
         const std::size_t have = std::min(size, in_end_ - in_begin_);
-        std::memcpy(bulk_.data(), in_.data() + in_begin_, have);
+        std::memcpy(bulk_dst_->data(), in_.data() + in_begin_, have);
         in_begin_ += have;
         bulk_have_ = have;
         in_bulk_ = true;

@@ -1,9 +1,10 @@
 // RedisConnection: one TCP connection to one Redis node, non-blocking, with a RESP writer of
 // its own (large arguments are sent from the caller's memory, never copied). Two readers:
 // the data path (pipelined EXISTS / GET / SET: next_data_reply()) parses the flat replies
-// those commands get and reads a bulk value straight from the socket into the string handed
-// back (one copy, kernel to caller); command() (setup: AUTH, CLUSTER SLOTS) uses hiredis's
-// reader, which handles nested arrays.
+// those commands get and reads a bulk value straight from the socket into its destination
+// (one copy, kernel to caller): a string the caller names (its capacity reused: GET into a
+// caller's buffers) or the string handed back; command() (setup: AUTH, CLUSTER SLOTS) uses
+// hiredis's reader, which handles nested arrays.
 //
 // State machine: closed --connect()--> open --close() / any I/O or protocol error--> closed.
 // While open, append() queues commands; write_some() / read_some() move bytes without
@@ -37,8 +38,9 @@ using ReplyPtr = std::unique_ptr<redisReply, ReplyDeleter>;
 struct DataReply {
   enum class Type : std::uint8_t { kStatus, kError, kInteger, kBulk, kNil };
   Type type = Type::kNil;
-  std::string text;  ///< status / error text, or the bulk's bytes
+  std::string text;  ///< status / error text, or the bulk's bytes (unless in_target)
   long long integer = 0;
+  bool in_target = false;  ///< kBulk: the bytes are in the caller's target, `text` is empty
 };
 
 struct Credentials {
@@ -73,8 +75,15 @@ class RedisConnection {
   /// buffer); `bytes` grows by what was read. Error on EOF or a socket error.
   Status read_some(std::size_t& bytes);
   /// The next complete data-path reply, false when none is complete yet; error on a
-  /// protocol error (or an array: no data-path command gets one).
-  Result<bool> next_data_reply(DataReply& out);
+  /// protocol error (or an array: no data-path command gets one). When this call parses a
+  /// bulk header and `bulk_target` is set, the value is received into *bulk_target (resized
+  /// to the value's length, its capacity reused) and the reply comes back with in_target;
+  /// the target must stay valid until that reply is complete or the connection is closed
+  /// (a bulk already started keeps the target it started with: pass the same one for the
+  /// same reply). Without a target the bytes come back in DataReply::text.
+  Result<bool> next_data_reply(DataReply& out, std::string* bulk_target = nullptr);
+  /// True while a bulk value is half received (its target still in use).
+  bool mid_bulk() const { return in_bulk_; }
 
   /// Blocking helper for setup paths: one command, its reply, by `deadline`.
   Result<ReplyPtr> command(std::initializer_list<std::string_view> args, Deadline deadline);
@@ -92,8 +101,9 @@ class RedisConnection {
   std::vector<char> in_;           // received bytes not parsed yet: [in_begin_, in_end_)
   std::size_t in_begin_ = 0;
   std::size_t in_end_ = 0;
-  bool in_bulk_ = false;  // receiving bulk_ (then its CRLF from in_)
-  std::string bulk_;
+  bool in_bulk_ = false;  // receiving *bulk_dst_ (then its CRLF from in_)
+  std::string bulk_;      // the destination when the caller named none
+  std::string* bulk_dst_ = nullptr;
   std::size_t bulk_have_ = 0;
   std::string small_;
   std::vector<Segment> segs_;

@@ -14,4 +14,19 @@ const char* to_string(KeyState state) {
   return "unknown";
 }
 
+void SharedStore::get_into(std::span<const std::string> keys, Deadline deadline,
+                           std::vector<GetReply>& replies) {
+  std::vector<GetReply> got = get(keys, deadline);
+  replies.resize(keys.size());
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    if (i < got.size()) {
+      replies[i].state = got[i].state;
+      replies[i].value = std::move(got[i].value);
+    } else {
+      replies[i].state = KeyState::kFailed;  // an engine that answered short: a miss
+    }
+    if (replies[i].state != KeyState::kFound) replies[i].value.clear();
+  }
+}
+
 }  // namespace radixtier::shared

@@ -4,10 +4,13 @@
 #include <cstring>
 
 #include "radixtier/shared/value_codec.hpp"
+#include "shared/reply_pool.hpp"
 
 namespace radixtier::shared {
 
 namespace {
+
+constexpr std::size_t kPooledReplyVectors = 4;  // concurrent fetches that reuse buffers
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -111,7 +114,12 @@ Result<std::unique_ptr<SharedTier>> SharedTier::create(const SharedTierConfig& c
 
 SharedTier::SharedTier(const SharedTierConfig& config, PrefixCache& cache, HostPages& host,
                        SharedStore& store)
-    : config_(config), cache_(cache), host_(host), store_(store) {
+    : config_(config),
+      cache_(cache),
+      host_(host),
+      store_(store),
+      reply_pool_(
+          std::make_unique<detail::ReplyPool>(kPooledReplyVectors, config.fetch_buffer_bytes)) {
   const std::uint64_t model = config.model.hash();
   if (config.share_default) {
     spaces_[kDefaultNamespace.value()] = KeySpace{model, namespace_hash("default")};
@@ -206,15 +214,18 @@ std::uint64_t SharedTier::lookup(std::span<const Token> prompt, NamespaceId ns) 
   f->deadline = Clock::now() + config_.fetch_deadline;
   Fetch* raw = f.get();
   SharedStore* store = &store_;
+  detail::ReplyPool* pool = reply_pool_.get();
   const std::size_t page_bytes = c.page_bytes;
-  f->done = std::async(std::launch::async,
-                       [raw, store, page_bytes] { run_fetch(*raw, *store, page_bytes); });
+  f->done = std::async(std::launch::async, [raw, store, pool, page_bytes] {
+    run_fetch(*raw, *store, *pool, page_bytes);
+  });
   const std::uint64_t id = next_fetch_++;
   fetches_.emplace(id, std::move(f));
   return id;
 }
 
-void SharedTier::run_fetch(Fetch& f, SharedStore& store, std::size_t page_bytes) {
+void SharedTier::run_fetch(Fetch& f, SharedStore& store, detail::ReplyPool& pool,
+                           std::size_t page_bytes) {
   const std::uint32_t ps = f.page_size;
   const FetchCandidate& top = f.candidates.front();
   f.first_kv_page = top.first_kv_page;
@@ -276,7 +287,11 @@ void SharedTier::run_fetch(Fetch& f, SharedStore& store, std::size_t page_bytes)
     keys.push_back(f.space.kv_key(f.paths[p]));
   const std::size_t n_kv = keys.size();
   snapshot_keys(top.boundary_page, keys);
-  std::vector<GetReply> replies = store.get(keys, f.deadline);
+  // Values land in pooled buffers; everything kept is copied out (f.kv, f.snapshot) before
+  // the lease gives them back, and a fallback's GET reuses the same vector.
+  detail::ReplyPool::Lease lease(pool);
+  std::vector<GetReply>& replies = *lease;
+  store.get_into(keys, f.deadline, replies);
   replies.resize(keys.size());
   for (const GetReply& r : replies) count(r);
   std::size_t kv_end = top.first_kv_page;  // pages that arrived whole, contiguously
@@ -303,10 +318,11 @@ void SharedTier::run_fetch(Fetch& f, SharedStore& store, std::size_t page_bytes)
     } else if (Clock::now() < f.deadline) {
       std::vector<std::string> more;
       snapshot_keys(b, more);
-      std::vector<GetReply> got = store.get(more, f.deadline);
-      got.resize(more.size());
-      for (const GetReply& r : got) count(r);
-      whole = assemble(b, got);
+      // The first round's values are all decoded or copied by now: reuse its buffers.
+      store.get_into(more, f.deadline, replies);
+      replies.resize(more.size());
+      for (const GetReply& r : replies) count(r);
+      whole = assemble(b, replies);
     }
     if (whole) {
       // A boundary inside the local KV takes only its snapshot (fetch_plan.hpp).

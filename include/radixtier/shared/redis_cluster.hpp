@@ -78,6 +78,16 @@ class RedisCluster final : public SharedStore {
   /// get() whose windows assume values of `expected_value_bytes` (0: the config's).
   std::vector<GetReply> get(std::span<const std::string> keys, Deadline deadline,
                             std::size_t expected_value_bytes);
+  /// Reads each value from the socket straight into replies[i].value (one copy, kernel to
+  /// the caller's string; resized to the value's length, reallocated only when it outgrows
+  /// its capacity): see SharedStore::get_into. Same routing, deadline and late-reply rules
+  /// as get() (a connection left mid-value is closed before the call returns, so nothing is
+  /// ever written into `replies` after it).
+  void get_into(std::span<const std::string> keys, Deadline deadline,
+                std::vector<GetReply>& replies) override;
+  /// get_into() whose windows assume values of `expected_value_bytes` (0: the config's).
+  void get_into(std::span<const std::string> keys, Deadline deadline,
+                std::vector<GetReply>& replies, std::size_t expected_value_bytes);
   std::vector<KeyState> set(std::span<const SetItem> items, Deadline deadline) override;
 
   RedisClusterStats stats() const;

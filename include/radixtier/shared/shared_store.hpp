@@ -1,7 +1,7 @@
 // SharedStore: the one interface the shared tier (shared_tier.hpp) talks to: a key-value
 // store shared by every instance of a fleet. RedisCluster (redis_cluster.hpp) implements it on
 // a Redis 7 Cluster; another engine (Mooncake Store, Valkey) would implement the same three
-// calls.
+// calls (get_into() has a default built on get()).
 //
 // Every call is pipelined (one round per shard where the engine has shards) and ends by an
 // absolute deadline: a key the store did not answer by then, or answered with an error, is
@@ -53,6 +53,16 @@ class SharedStore {
   virtual std::vector<KeyState> exists(std::span<const std::string> keys, Deadline deadline) = 0;
   /// The values of `keys`, in order (bulk replies: the fetch connections).
   virtual std::vector<GetReply> get(std::span<const std::string> keys, Deadline deadline) = 0;
+  /// get() into the caller's `replies`, reusing their strings' memory: `replies` is resized
+  /// to keys.size(); replies[i] is keys[i]'s answer (same states and deadline as get()); a
+  /// kFound value holds exactly the value's bytes, any other is empty. An engine that reads
+  /// into the strings (RedisCluster) reallocates a value only when it outgrows its capacity
+  /// and never shrinks one, so a caller that hands the same vector back for values of
+  /// similar sizes touches no fresh memory (no page faults). A value's string may be
+  /// overwritten even when the key ends kFailed (then it is cleared). This default calls
+  /// get() and moves its strings in (no reuse).
+  virtual void get_into(std::span<const std::string> keys, Deadline deadline,
+                        std::vector<GetReply>& replies);
   /// Writes every item (plain SET: content-addressed keys make a rewrite harmless); per item
   /// kFound (written) or kFailed.
   virtual std::vector<KeyState> set(std::span<const SetItem> items, Deadline deadline) = 0;

@@ -8,9 +8,11 @@
 //                      pages after the local KV and the snapshot manifests after the local
 //                      resume point; fetch_plan.hpp decides)
 //        --> nothing worth fetching: done (id 0)
-//        --> fetching on a worker thread (GET into private buffers, every value's header and
-//            checksum checked; the deepest boundary whose KV and snapshot arrived whole; the
-//            next candidate down when a snapshot did not) until fetch_deadline
+//        --> fetching on a worker thread (GET into private buffers: reply vectors borrowed
+//            from a pool of fetch_buffer_bytes and given back once decoded, so steady-state
+//            fetches reuse warm memory; every value's header and checksum checked; the deepest
+//            boundary whose KV and snapshot arrived whole; the next candidate down when a snapshot
+//            did not) until fetch_deadline
 //   fetching --finish(id)--> import_host() on the caller's thread: only checked bytes are
 //            copied into freshly taken host pages; a fetch that failed or came late enters
 //            nothing. A reply never lands in the cache's pages directly, so a late one cannot
@@ -54,6 +56,10 @@
 
 namespace radixtier::shared {
 
+namespace detail {
+class ReplyPool;
+}  // namespace detail
+
 struct SharedTierConfig {
   ModelFingerprint model;  ///< its geometry must equal the cache's (create() checks)
   /// Namespaces shared besides the default one, by id, with their salt (what names them in
@@ -75,6 +81,10 @@ struct SharedTierConfig {
   double latency_s = 0.0005;
   double prefill_tokens_per_s = 20000;
   std::size_t publish_queue_bytes = std::size_t{1} << 30;
+  /// Reply buffers kept between fetches, at most (bytes of value capacity; a few vectors):
+  /// a fetch receives its values into memory an earlier fetch touched instead of fresh
+  /// pages. 0: every fetch allocates its own.
+  std::size_t fetch_buffer_bytes = std::size_t{512} << 20;
   std::size_t max_pending = 64;     ///< publishes waiting for host copies, at most
   std::uint32_t pending_tries = 8;  ///< calls a pending publish waits before it goes as is
 
@@ -148,7 +158,8 @@ class SharedTier final : public sched::SharedHook {
   bool try_publish(const Pending& p, bool last_try);
   void publisher_loop();
   void run_job(Job& job);
-  static void run_fetch(Fetch& f, SharedStore& store, std::size_t page_bytes);
+  static void run_fetch(Fetch& f, SharedStore& store, detail::ReplyPool& pool,
+                        std::size_t page_bytes);
 
   SharedTierConfig config_;
   PrefixCache& cache_;
@@ -156,6 +167,7 @@ class SharedTier final : public sched::SharedHook {
   SharedStore& store_;
   std::unordered_map<std::uint32_t, KeySpace> spaces_;
   std::uint64_t next_fetch_ = 1;
+  std::unique_ptr<detail::ReplyPool> reply_pool_;  ///< outlives fetches_ (declared before)
   std::unordered_map<std::uint64_t, std::unique_ptr<Fetch>> fetches_;
   std::deque<Pending> pending_;
 
