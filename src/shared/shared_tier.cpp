@@ -16,17 +16,19 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-/// The path hash at the end of each of the first `pages` pages of `tokens`.
-std::vector<PathHash> page_paths(std::span<const Token> tokens, std::uint32_t ps,
-                                 std::size_t pages) {
-  std::vector<PathHash> out;
-  out.reserve(pages);
-  PathHash h = PathHash::root();
-  for (std::size_t p = 0; p < pages; ++p) {
-    h = extend_path(h, tokens.subspan(p * ps, ps));
-    out.push_back(h);
-  }
-  return out;
+/// What the value of `kind` at the boundary after `pages` pages (`paths`: page_path_hashes)
+/// says of itself: the header a reader expects and a writer encodes (value_codec.hpp).
+ValueHeader value_id(const KeySpace& ks, ValueKind kind, const std::vector<PathHash>& paths,
+                     std::size_t pages, std::uint32_t page_size, std::uint32_t index) {
+  ValueHeader h;
+  h.kind = kind;
+  h.model = ks.model;
+  h.ns = ks.ns;
+  h.path = paths[pages];
+  h.boundary = pages * page_size;
+  h.tokens = kind == ValueKind::kKvPage ? page_size : 0;
+  h.index = index;
+  return h;
 }
 
 std::uint32_t chunk_count(std::size_t snapshot_bytes, std::size_t chunk_bytes) {
@@ -71,7 +73,7 @@ struct SharedTier::Fetch {
   std::vector<Token> prompt;  ///< up to the deepest candidate
   NamespaceId ns;
   KeySpace space;
-  std::vector<PathHash> paths;
+  std::vector<PathHash> paths;  ///< page_path_hashes of the prompt, to the deepest candidate
   std::vector<FetchCandidate> candidates;
   std::uint32_t page_size = 0;
   std::size_t snapshot_bytes = 0, chunk_bytes = 0;
@@ -174,13 +176,13 @@ std::uint64_t SharedTier::lookup(std::span<const Token> prompt, NamespaceId ns) 
   if (range.empty()) return 0;
 
   const Clock::time_point t0 = Clock::now();
-  std::vector<PathHash> paths = page_paths(prompt, c.page_size, range.end_page);
+  std::vector<PathHash> paths = page_path_hashes(prompt, c.page_size, range.end_page);
   std::vector<std::string> keys;
   for (std::size_t p = range.first_kv_page; p < range.end_page; ++p)
-    keys.push_back(ks->kv_key(paths[p]));
+    keys.push_back(ks->kv_key(paths[p + 1]));
   const std::size_t n_kv = keys.size();
   for (std::size_t b = range.first_snapshot_page + 1; b <= range.end_page; ++b)
-    keys.push_back(ks->manifest_key(paths[b - 1]));
+    keys.push_back(ks->manifest_key(paths[b]));
   const std::vector<KeyState> states = store_.exists(keys, t0 + config_.probe_deadline);
   std::vector<bool> kv_shared(n_kv), snap_shared(keys.size() - n_kv);
   bool failed = false;
@@ -204,7 +206,7 @@ std::uint64_t SharedTier::lookup(std::span<const Token> prompt, NamespaceId ns) 
   f->prompt.assign(prompt.begin(), prompt.begin() + std::ptrdiff_t(deepest * c.page_size));
   f->ns = ns;
   f->space = *ks;
-  paths.resize(deepest);
+  paths.resize(deepest + 1);
   f->paths = std::move(paths);
   f->candidates = std::move(candidates);
   f->page_size = c.page_size;
@@ -230,21 +232,12 @@ void SharedTier::run_fetch(Fetch& f, SharedStore& store, detail::ReplyPool& pool
   const FetchCandidate& top = f.candidates.front();
   f.first_kv_page = top.first_kv_page;
   const std::uint32_t n_chunks = chunk_count(f.snapshot_bytes, f.chunk_bytes);
-  auto header = [&](ValueKind kind, std::size_t page_end, std::uint32_t index) {
-    ValueHeader h;
-    h.kind = kind;
-    h.model = f.space.model;
-    h.ns = f.space.ns;
-    h.path = f.paths[page_end - 1];
-    h.boundary = page_end * ps;
-    h.tokens = kind == ValueKind::kKvPage ? ps : 0;
-    h.index = index;
-    return h;
+  auto header = [&](ValueKind kind, std::size_t pages, std::uint32_t index) {
+    return value_id(f.space, kind, f.paths, pages, ps, index);
   };
   auto snapshot_keys = [&](std::size_t b, std::vector<std::string>& keys) {
-    keys.push_back(f.space.manifest_key(f.paths[b - 1]));
-    for (std::uint32_t i = 0; i < n_chunks; ++i)
-      keys.push_back(f.space.chunk_key(f.paths[b - 1], i));
+    keys.push_back(f.space.manifest_key(f.paths[b]));
+    for (std::uint32_t i = 0; i < n_chunks; ++i) keys.push_back(f.space.chunk_key(f.paths[b], i));
   };
   auto count = [&](const GetReply& r) {
     if (r.state == KeyState::kFound) f.bytes += r.value.size();
@@ -284,7 +277,7 @@ void SharedTier::run_fetch(Fetch& f, SharedStore& store, detail::ReplyPool& pool
   // One round: the KV pages of the deepest candidate and its snapshot.
   std::vector<std::string> keys;
   for (std::size_t p = top.first_kv_page; p < top.boundary_page; ++p)
-    keys.push_back(f.space.kv_key(f.paths[p]));
+    keys.push_back(f.space.kv_key(f.paths[p + 1]));
   const std::size_t n_kv = keys.size();
   snapshot_keys(top.boundary_page, keys);
   // Values land in pooled buffers; everything kept is copied out (f.kv, f.snapshot) before
@@ -453,21 +446,14 @@ bool SharedTier::try_publish(const Pending& p, bool last_try) {
   if (deepest == 0) return true;  // nothing resumable on host: nothing worth publishing
 
   const KeySpace& ks = *space(p.ns);
-  const std::vector<PathHash> paths = page_paths(p.tokens, c.page_size, deepest / ps);
+  const std::vector<PathHash> paths = page_path_hashes(p.tokens, c.page_size, deepest / ps);
   auto job = std::make_unique<Job>();
-  auto id = [&](ValueKind kind, std::size_t page_end, std::uint32_t index) {
-    ValueHeader h;
-    h.kind = kind;
-    h.model = ks.model;
-    h.ns = ks.ns;
-    h.path = paths[page_end - 1];
-    h.boundary = page_end * ps;
-    h.index = index;
-    return h;
+  auto id = [&](ValueKind kind, std::size_t pages, std::uint32_t index) {
+    return value_id(ks, kind, paths, pages, c.page_size, index);
   };
   // KV with a snapshot at or below it: every page up to the deepest host snapshot.
   for (std::size_t i = 0; i < deepest / ps; ++i) {
-    job->keys.push_back(ks.kv_key(paths[i]));
+    job->keys.push_back(ks.kv_key(paths[i + 1]));
     job->values.push_back(encode_kv_page(id(ValueKind::kKvPage, i + 1, 0),
                                          std::span(p.tokens).subspan(i * ps, ps),
                                          host_.host_page(copies.kv[i])));
@@ -487,14 +473,14 @@ bool SharedTier::try_publish(const Pending& p, bool last_try) {
       const std::size_t off = std::size_t(i) * config_.chunk_bytes;
       const std::span<const std::byte> part[] = {std::span<const std::byte>(snap).subspan(
           off, std::min(config_.chunk_bytes, snap.size() - off))};
-      job->keys.push_back(ks.chunk_key(paths[b - 1], i));
+      job->keys.push_back(ks.chunk_key(paths[b], i));
       job->values.push_back(encode_value(id(ValueKind::kChunk, b, i), part));
     }
     std::byte body[16];
     put_u64(body, c.snapshot_bytes);
     put_u64(body + 8, checksum(snap));
     const std::span<const std::byte> part[] = {std::span<const std::byte>(body, 16)};
-    manifests.emplace_back(ks.manifest_key(paths[b - 1]),
+    manifests.emplace_back(ks.manifest_key(paths[b]),
                            encode_value(id(ValueKind::kManifest, b, n_chunks), part));
     job->chunks_of.emplace_back(first_chunk, n_chunks);
   }

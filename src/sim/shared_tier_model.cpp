@@ -9,19 +9,6 @@
 
 namespace radixtier::sim {
 
-std::vector<PathHash> page_path_hashes(std::span<const Token> tokens, std::uint32_t page_size,
-                                       std::size_t pages) {
-  std::vector<PathHash> out;
-  if (page_size == 0) return out;
-  pages = std::min(pages, tokens.size() / page_size);
-  out.reserve(pages + 1);
-  out.push_back(PathHash::root());
-  for (std::size_t p = 0; p < pages; ++p) {
-    out.push_back(extend_path(out.back(), tokens.subspan(p * page_size, page_size)));
-  }
-  return out;
-}
-
 std::size_t SharedTierModel::KeyHash::operator()(const Key& k) const {
   // The path hash is already uniform; fold in the namespace and the kind.
   return static_cast<std::size_t>(k.path.lo ^ (k.path.hi * 0x9e3779b97f4a7c15ull) ^

@@ -131,10 +131,4 @@ class SharedTierModel {
   std::vector<std::unique_ptr<Client>> clients_;
 };
 
-/// Path hashes of the first `pages` whole pages of `tokens`: out[p] ends after p pages
-/// (out[0] = the root), so KV page p is keyed by out[p + 1] and the snapshot at boundary page
-/// b by out[b].
-std::vector<PathHash> page_path_hashes(std::span<const Token> tokens, std::uint32_t page_size,
-                                       std::size_t pages);
-
 }  // namespace radixtier::sim

@@ -1,5 +1,7 @@
 #include "radixtier/transfer/store_record.hpp"
 
+#include <algorithm>
+
 // Header-only xxHash, as block_hash.cpp: the core library gains no link dependency.
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -36,6 +38,19 @@ PathHash extend_path(PathHash parent, std::span<const Token> tokens) {
   const XXH128_hash_t h = XXH3_128bits_withSeed(buf.data(), buf.size(), 0x7261646978746965ULL);
   PathHash out{h.low64, h.high64};
   if (out.is_root()) out.lo = 1;  // the root's hash is reserved
+  return out;
+}
+
+std::vector<PathHash> page_path_hashes(std::span<const Token> tokens, std::uint32_t page_size,
+                                       std::size_t pages) {
+  std::vector<PathHash> out;
+  if (page_size == 0) return out;
+  pages = std::min(pages, tokens.size() / page_size);
+  out.reserve(pages + 1);
+  out.push_back(PathHash::root());
+  for (std::size_t p = 0; p < pages; ++p) {
+    out.push_back(extend_path(out.back(), tokens.subspan(p * page_size, page_size)));
+  }
   return out;
 }
 

@@ -55,6 +55,12 @@ struct PathHash {
 /// The path hash of the page `tokens` whose parent page has path hash `parent`.
 PathHash extend_path(PathHash parent, std::span<const Token> tokens);
 
+/// Path hashes of the first `pages` whole pages of `tokens` (fewer when it has fewer): out[p]
+/// ends after p pages (out[0] = the root), so page p is named by out[p + 1] and the boundary
+/// after b pages by out[b].
+std::vector<PathHash> page_path_hashes(std::span<const Token> tokens, std::uint32_t page_size,
+                                       std::size_t pages);
+
 enum class RecordKind : std::uint8_t {
   kKvPage = 1,
   kSnapshot = 2,
