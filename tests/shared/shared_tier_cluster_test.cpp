@@ -15,6 +15,7 @@
 #include "radixtier/shared/redis_cluster.hpp"
 #include "radixtier/shared/shared_tier.hpp"
 #include "shared/local_cluster.hpp"
+#include "shared_test_util.hpp"
 
 namespace radixtier::shared {
 namespace {
@@ -55,21 +56,11 @@ SharedTierConfig tier_config(const CacheConfig& c) {
   return t;
 }
 
-RedisClusterConfig client_config(const LocalCluster& cluster) {
-  RedisClusterConfig r;
-  r.seeds = cluster.seeds();
-  r.connect_timeout = 200ms;
-  r.breaker_failures = 3;
-  r.breaker_cooldown = 300ms;
-  r.slot_refresh_interval = 50ms;
-  return r;
-}
-
 /// One instance: a cache over real bytes, a client of the cluster, its shared tier.
 struct Instance {
   Instance(const LocalCluster& cluster, WritePolicy w)
       : h(config(w), HostTransferEngine::Mode::kThreaded) {
-    auto c = RedisCluster::connect(client_config(cluster));
+    auto c = RedisCluster::connect(testing::config_for(cluster));
     if (!c) throw std::runtime_error(c.status().to_string());
     client = std::move(c).value();
     auto t = SharedTier::create(tier_config(h.config), *h.cache, h.memory, *client);
