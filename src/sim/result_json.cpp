@@ -46,6 +46,11 @@ std::string to_json(const SimResult& r, bool rows) {
   o["snapshots_kept"] = r.snapshots_kept;
   o["total_budget_bytes"] = r.total_budget_bytes;
   o["ceiling_ratio"] = num(r.ceiling_ratio);
+  if (!r.trace_construction.empty()) {
+    o["ceiling_blocks_ratio"] = num(r.ceiling_blocks_ratio);
+    o["trace_construction"] = r.trace_construction;
+    o["trace_with_parent"] = r.trace_with_parent;
+  }
   o["sim_clock_s"] = num(r.sim_clock_s);
   o["clock_span_ratio"] = num(r.clock_span_ratio);
   o["overrun"] = r.overrun;

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <unordered_map>
 
 #include "baseline/index_tier_cache.hpp"
@@ -113,7 +114,12 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
   out.config.gpu_free_low_watermark = o.gpu_free_low_watermark;
   out.config.gpu_free_high_watermark = o.gpu_free_high_watermark;
   out.total_budget_bytes = detail::total_bytes(out.config);
-  if (s.is_trace()) out.ceiling_ratio = infinite_cache_ceiling(s.trace).ratio();
+  if (s.is_trace()) {
+    out.ceiling_ratio = trace_token_ceiling(s).ratio();
+    out.ceiling_blocks_ratio = infinite_cache_ceiling(s.trace).ratio();
+    out.trace_construction = s.trace_parents ? "faithful" : "hash-only";
+    out.trace_with_parent = s.trace_parents ? s.trace_parents->with_parent : 0;
+  }
   if (o.cache == CacheKind::kIdeal) {
     auto r = detail::simulate_ideal(s, *model, *hw, std::move(out));
     if (r) {
@@ -330,8 +336,13 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
   // or after the arrival, so the router sees the loads of that moment and each scheduler sees
   // exactly what it would with all of its requests queued.
   const std::size_t n = s.size();
+  // A trace's prompts, built in order (a parent's prompt is kept while its turns are to come);
+  // both passes below go in order, each with its own builder.
+  std::optional<TracePrompts> prompts_of;
   auto request = [&](std::size_t i) {
-    return s.is_trace() ? trace_request(s, i) : s.requests[i].request;
+    if (!s.is_trace()) return s.requests[i].request;
+    if (!prompts_of) prompts_of.emplace(s.trace, s.trace_parents.get());
+    return trace_request(s, i, prompts_of->prompt(i));
   };
   auto request_id = [&](std::size_t i) -> sched::RequestId {
     return s.is_trace() ? i + 1 : s.requests[i].request.id;
@@ -430,7 +441,9 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
     row.label = s.is_trace() ? "request " + std::to_string(i + 1) : s.requests[i].label;
     row.prompt_tokens =
         s.is_trace() ? s.trace[i].input_length : s.requests[i].request.prompt.size();
-    row.reusable_tokens = s.is_trace() ? 0 : s.requests[i].reusable_tokens;
+    row.reusable_tokens = s.is_trace() ? (i < s.trace_reusable.size() ? s.trace_reusable[i] : 0) /
+                                             s.page_size * s.page_size
+                                       : s.requests[i].reusable_tokens;
     const sched::RequestResult* res = result_of(i, row.id);
     if (res == nullptr) {
       row.ok = false;
@@ -439,14 +452,13 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
       detail::account_request(row, *res, *hw, s.include_queue);
       out.snapshots_kept += res->snapshots_kept;
     }
-    if (!s.is_trace()) {
-      row.floor_s = detail::floor_seconds(*hw, *model, row.reusable_tokens, row.prompt_tokens);
-      row.disk_floor_s =
-          detail::disk_floor_seconds(*hw, *model, row.reusable_tokens, row.prompt_tokens);
-    }
+    row.floor_s = detail::floor_seconds(*hw, *model, row.reusable_tokens, row.prompt_tokens);
+    row.disk_floor_s =
+        detail::disk_floor_seconds(*hw, *model, row.reusable_tokens, row.prompt_tokens);
     out.rows.push_back(std::move(row));
   }
   {
+    prompts_of.reset();  // a second in-order pass
     std::vector<sched::Request> prompts;
     std::vector<MissInput> miss_in;
     prompts.reserve(n);  // no reallocation: miss_in holds spans into it

@@ -240,7 +240,12 @@ struct SimResult {
   double sim_clock_s = 0;                ///< the scheduler's virtual clock at the end
   double wall_s = 0;                     ///< host seconds the simulation took
   std::uint64_t total_budget_bytes = 0;  ///< GPU KV + GPU slots + host KV + host slots
-  double ceiling_ratio = 0;              ///< trace: infinite-cache ceiling (block granularity)
+  /// trace: infinite-cache ceiling, token-level (trace_token_ceiling(): every computed token
+  /// of earlier requests, prompt and output)
+  double ceiling_ratio = 0;
+  double ceiling_blocks_ratio = 0;    ///< trace: the same from hash ids (infinite_cache_ceiling)
+  std::string trace_construction;     ///< trace: "faithful" | "hash-only"
+  std::size_t trace_with_parent = 0;  ///< trace, faithful: requests that continue an earlier one
   CacheConfig config;
   CacheStats stats;
   sched::SchedulerStats sched;
