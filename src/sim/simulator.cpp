@@ -488,6 +488,13 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
     detail::add_sched_stats(out.sched, in->sched->stats());
     out.placement_alignment = std::max(out.placement_alignment, in->sched->learner().alignment());
     out.keep_finish = in->sched->learner().keep_finish();
+    const sched::PlacementLearner& learner = in->sched->learner();
+    for (std::size_t k = 0; k < sched::kBoundaryKinds; ++k) {
+      out.placement_credits[k] += learner.credits(static_cast<sched::BoundaryKind>(k));
+    }
+    out.keep_kinds = {learner.keep(sched::BoundaryKind::kPromptEnd),
+                      learner.keep(sched::BoundaryKind::kTail),
+                      learner.keep(sched::BoundaryKind::kChunk)};
     out.sim_clock_s = std::max(out.sim_clock_s, in->kept_clock_s + in->sched->now());
     executor_s += in->executor->prefill_seconds_total() + in->executor->decode_seconds_total();
   }

@@ -50,6 +50,7 @@
 //   TTFT     = t0 + shared_s + disk_s + reload_s + prefill_s
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -251,7 +252,12 @@ struct SimResult {
   sched::SchedulerStats sched;
   std::size_t placement_alignment = 0;  ///< what the placement learner ended with (G, tokens)
   bool keep_finish = true;              ///< ... and whether it still kept finish snapshots
-  MissBreakdown misses;                 ///< where reuse was lost (miss_breakdown.hpp)
+  /// Admissions (all instances) whose deepest recorded boundary was a prompt end, a tail, a
+  /// chunk end, a finish, a branch point (PlacementLearner::credits, BoundaryKind order) ...
+  std::array<std::uint64_t, sched::kBoundaryKinds> placement_credits{};
+  /// ... and whether the last instance still kept prompt ends, tails, chunk ends at the end
+  std::array<bool, 3> keep_kinds{true, true, true};
+  MissBreakdown misses;  ///< where reuse was lost (miss_breakdown.hpp)
   std::vector<RequestRow> rows;
   std::string status;  ///< empty: the run completed; else why the scheduler stopped
   // --- the cluster and TTFT percentiles (nearest rank, over the requests that finished) ---
