@@ -1,6 +1,11 @@
 #include "shared/endpoint.hpp"
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+
 #include <charconv>
+#include <cstring>
 
 namespace radixtier::shared::detail {
 
@@ -16,6 +21,89 @@ Result<Endpoint> parse_endpoint(std::string_view address) {
     return invalid_argument("redis cluster: bad port in '" + std::string(address) + "'");
   }
   return Endpoint{std::string(address.substr(0, colon)), port};
+}
+
+namespace {
+
+bool to_bytes(std::string_view host, Network& out) {
+  const std::string h(host);
+  if (inet_pton(AF_INET, h.c_str(), out.bytes.data()) == 1) {
+    out.family = AF_INET;
+    return true;
+  }
+  if (inet_pton(AF_INET6, h.c_str(), out.bytes.data()) == 1) {
+    out.family = AF_INET6;
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool Network::contains(std::string_view numeric_host) const {
+  Network other;
+  if (!to_bytes(numeric_host, other) || other.family != family) return false;
+  const int full = prefix / 8;
+  if (std::memcmp(bytes.data(), other.bytes.data(), static_cast<std::size_t>(full)) != 0) {
+    return false;
+  }
+  const int rest = prefix % 8;
+  if (rest == 0) return true;
+  const auto mask = static_cast<std::uint8_t>(0xFF << (8 - rest));
+  return (bytes[static_cast<std::size_t>(full)] & mask) ==
+         (other.bytes[static_cast<std::size_t>(full)] & mask);
+}
+
+Result<Network> parse_network(std::string_view cidr) {
+  const auto slash = cidr.find('/');
+  Network n;
+  if (!to_bytes(cidr.substr(0, slash), n)) {
+    return invalid_argument("redis cluster: '" + std::string(cidr) +
+                            "' is not an IP address or network (a.b.c.d/len, x::y/len)");
+  }
+  const int max = n.family == AF_INET ? 32 : 128;
+  n.prefix = max;
+  if (slash != std::string_view::npos) {
+    const auto digits = cidr.substr(slash + 1);
+    auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n.prefix);
+    if (digits.empty() || ec != std::errc{} || ptr != digits.data() + digits.size() ||
+        n.prefix < 0 || n.prefix > max) {
+      return invalid_argument("redis cluster: bad prefix length in '" + std::string(cidr) + "'");
+    }
+  }
+  return n;
+}
+
+Result<std::vector<Network>> networks_of_host(const std::string& host, int prefix_v4,
+                                              int prefix_v6) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const int gai = getaddrinfo(host.c_str(), nullptr, &hints, &found);
+  if (gai != 0 || found == nullptr) {
+    return Status{ErrorCode::kTransferFailed,
+                  "redis: cannot resolve " + host + ": " + gai_strerror(gai)};
+  }
+  std::vector<Network> out;
+  for (addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
+    Network n;
+    n.family = ai->ai_family;
+    if (ai->ai_family == AF_INET) {
+      const auto* a = reinterpret_cast<const sockaddr_in*>(ai->ai_addr);
+      std::memcpy(n.bytes.data(), &a->sin_addr, 4);
+      n.prefix = prefix_v4;
+    } else if (ai->ai_family == AF_INET6) {
+      const auto* a = reinterpret_cast<const sockaddr_in6*>(ai->ai_addr);
+      std::memcpy(n.bytes.data(), &a->sin6_addr, 16);
+      n.prefix = prefix_v6;
+    } else {
+      continue;
+    }
+    out.push_back(n);
+  }
+  freeaddrinfo(found);
+  return out;
 }
 
 }  // namespace radixtier::shared::detail

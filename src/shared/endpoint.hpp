@@ -1,8 +1,11 @@
 // Endpoint: a parsed "host:port" (the last ':' splits; port in [1, 65535]). Value type.
 #pragma once
 
+#include <array>
+#include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "radixtier/status.hpp"
 
@@ -15,5 +18,19 @@ struct Endpoint {
 };
 
 Result<Endpoint> parse_endpoint(std::string_view address);
+
+/// An IP network: "10.0.0.0/8", "fd00::/64", or one address ("127.0.0.1" = /32, "::1" = /128).
+struct Network {
+  int family = 0;  ///< AF_INET / AF_INET6
+  std::array<std::uint8_t, 16> bytes{};
+  int prefix = 0;
+  /// True when `numeric_host` (an address as inet_ntop writes it) is inside.
+  bool contains(std::string_view numeric_host) const;
+};
+Result<Network> parse_network(std::string_view cidr);
+/// The network of `prefix_v4` / `prefix_v6` bits around each address `host` resolves to
+/// (blocking DNS: call it at setup, never on a request path).
+Result<std::vector<Network>> networks_of_host(const std::string& host, int prefix_v4,
+                                              int prefix_v6);
 
 }  // namespace radixtier::shared::detail

@@ -47,6 +47,11 @@ std::uint64_t get_u64(const std::byte* at) {
 }  // namespace
 
 Status SharedTierConfig::validate() const {
+  // Two deployments that leave these empty would share (and serve each other) KV bytes.
+  if (model.model_id.empty() || model.weights_version.empty() || model.kv_dtype.empty())
+    return invalid_argument(
+        "SharedTierConfig.model: model_id, weights_version and kv_dtype must be set (they "
+        "name what the bytes are: two deployments that left them empty would share KV)");
   if (model.page_size == 0 || model.page_bytes == 0 || model.snapshot_bytes == 0)
     return invalid_argument(
         "SharedTierConfig.model: page_size, page_bytes and snapshot_bytes "
@@ -183,7 +188,12 @@ std::uint64_t SharedTier::lookup(std::span<const Token> prompt, NamespaceId ns) 
   const std::size_t n_kv = keys.size();
   for (std::size_t b = range.first_snapshot_page + 1; b <= range.end_page; ++b)
     keys.push_back(ks->manifest_key(paths[b]));
-  const std::vector<KeyState> states = store_.exists(keys, t0 + config_.probe_deadline);
+  std::vector<KeyState> states;
+  try {
+    states = store_.exists(keys, t0 + config_.probe_deadline);
+  } catch (...) {
+    states.clear();  // a store that threw: every key failed (nothing leaves lookup())
+  }
   std::vector<bool> kv_shared(n_kv), snap_shared(keys.size() - n_kv);
   bool failed = false;
   for (std::size_t i = 0; i < keys.size(); ++i) {
@@ -228,6 +238,19 @@ std::uint64_t SharedTier::lookup(std::span<const Token> prompt, NamespaceId ns) 
 
 void SharedTier::run_fetch(Fetch& f, SharedStore& store, detail::ReplyPool& pool,
                            std::size_t page_bytes) {
+  // Nothing thrown (by a store, or std::bad_alloc) leaves the worker: the fetch is a miss.
+  try {
+    run_fetch_unguarded(f, store, pool, page_bytes);
+  } catch (...) {
+    f.boundary_page = 0;
+    f.kv.clear();
+    f.snapshot.clear();
+    ++f.rejected;
+  }
+}
+
+void SharedTier::run_fetch_unguarded(Fetch& f, SharedStore& store, detail::ReplyPool& pool,
+                                     std::size_t page_bytes) {
   const std::uint32_t ps = f.page_size;
   const FetchCandidate& top = f.candidates.front();
   f.first_kv_page = top.first_kv_page;
@@ -284,7 +307,12 @@ void SharedTier::run_fetch(Fetch& f, SharedStore& store, detail::ReplyPool& pool
   // the lease gives them back, and a fallback's GET reuses the same vector.
   detail::ReplyPool::Lease lease(pool);
   std::vector<GetReply>& replies = *lease;
-  store.get_into(keys, f.deadline, replies);
+  // Every value's exact length is known: the store refuses a longer one from its length alone.
+  const std::size_t chunk_value = kHeaderBytes + std::min(f.chunk_bytes, f.snapshot_bytes);
+  const std::size_t snapshot_value = std::max(chunk_value, kHeaderBytes + 16);
+  const std::size_t kv_value = kHeaderBytes + std::size_t{4} * ps + page_bytes;
+  store.get_into(keys, f.deadline, replies,
+                 GetBounds{n_kv > 0 ? std::max(kv_value, snapshot_value) : snapshot_value, 0});
   replies.resize(keys.size());
   for (const GetReply& r : replies) count(r);
   std::size_t kv_end = top.first_kv_page;  // pages that arrived whole, contiguously
@@ -312,7 +340,7 @@ void SharedTier::run_fetch(Fetch& f, SharedStore& store, detail::ReplyPool& pool
       std::vector<std::string> more;
       snapshot_keys(b, more);
       // The first round's values are all decoded or copied by now: reuse its buffers.
-      store.get_into(more, f.deadline, replies);
+      store.get_into(more, f.deadline, replies, GetBounds{snapshot_value, 0});
       replies.resize(more.size());
       for (const GetReply& r : replies) count(r);
       whole = assemble(b, replies);
@@ -513,8 +541,14 @@ void SharedTier::publisher_loop() {
     queue_.pop_front();
     busy_ = true;
     lock.unlock();
-    run_job(*job);
+    bool thrown = false;
+    try {
+      run_job(*job);  // nothing thrown (a store's, std::bad_alloc) may end the process
+    } catch (...) {
+      thrown = true;
+    }
     lock.lock();
+    if (thrown) ++stats_.publish_failures;
     queued_bytes_ -= job->bytes;
     busy_ = false;
     idle_cv_.notify_all();

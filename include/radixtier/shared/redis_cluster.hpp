@@ -53,6 +53,12 @@ struct RedisClusterStats {
   std::uint64_t bytes_read = 0;
   std::uint64_t bytes_written = 0;
   std::uint64_t slot_map_refreshes = 0;
+  /// Replies refused: a bulk longer than the call accepts, bytes nobody asked for, a batch
+  /// whose closing ECHO did not come back as sent (its connection closed, its keys kFailed).
+  std::uint64_t protocol_errors = 0;
+  /// Exceptions (std::bad_alloc) caught inside a call: its keys kFailed, its connections
+  /// closed; none ever leaves the client.
+  std::uint64_t internal_errors = 0;
 };
 
 enum class BreakerStateView : std::uint8_t { kClosed, kOpen, kHalfOpen };
@@ -88,6 +94,10 @@ class RedisCluster final : public SharedStore {
   /// get_into() whose windows assume values of `expected_value_bytes` (0: the config's).
   void get_into(std::span<const std::string> keys, Deadline deadline,
                 std::vector<GetReply>& replies, std::size_t expected_value_bytes);
+  /// get_into() within `bounds` (a value longer than min(bounds.max_value_bytes,
+  /// config.max_value_bytes) fails its key from its length alone and closes its connection).
+  void get_into(std::span<const std::string> keys, Deadline deadline,
+                std::vector<GetReply>& replies, const GetBounds& bounds) override;
   std::vector<KeyState> set(std::span<const SetItem> items, Deadline deadline) override;
 
   RedisClusterStats stats() const;

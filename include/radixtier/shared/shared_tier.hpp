@@ -160,6 +160,8 @@ class SharedTier final : public sched::SharedHook {
   void run_job(Job& job);
   static void run_fetch(Fetch& f, SharedStore& store, detail::ReplyPool& pool,
                         std::size_t page_bytes);
+  static void run_fetch_unguarded(Fetch& f, SharedStore& store, detail::ReplyPool& pool,
+                                  std::size_t page_bytes);
 
   SharedTierConfig config_;
   PrefixCache& cache_;
