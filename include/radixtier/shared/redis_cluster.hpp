@@ -1,4 +1,4 @@
-// RedisCluster: SharedStore on a Redis 7 Cluster (hiredis for the protocol).
+// RedisCluster: SharedStore on a Redis 7 Cluster (a RESP client of its own, plain TCP: no TLS).
 //
 // Routing: a key goes to the master of key_slot(key) in the slot map, fetched by connect()
 // with CLUSTER SLOTS and refreshed (rate-limited) after MOVED and after connection errors
@@ -14,8 +14,21 @@
 // command); it reconnects on the next call that needs it.
 //
 // Replies: MOVED -> retry at the named node (and refresh the map); ASK -> ASKING + retry at
-// the named node (map unchanged); any other error (CLUSTERDOWN, TRYAGAIN, LOADING, OOM...) ->
-// kFailed for that key: the shard answered, so it is no breaker failure.
+// the named node (map unchanged); a redirect naming ":port" (unknown-endpoint) goes to the
+// host that replied; one naming nothing usable, or a slot no range covers, asks for a refresh;
+// any other error (CLUSTERDOWN, TRYAGAIN, LOADING, OOM...) -> kFailed for that key: the shard
+// answered, so it is no breaker failure.
+//
+// A hostile or broken server (issue 32): every batch of commands written together ends with
+// ECHO <nonce>, and the batch's replies are taken only when that nonce comes back in its
+// place, so a reply too many, too few or arriving late is never matched to another command;
+// a bulk longer than the call accepts (EXISTS and SET none, GET its bound) is refused from
+// its length, before any allocation; bytes after the last reply owed, or waiting on an idle
+// connection, close it. Each counts in protocol_errors; the keys concerned are kFailed.
+// Setup replies (AUTH, CLUSTER SLOTS) are parsed within bounds of bytes, elements and depth,
+// by the deadline. Nothing thrown inside (std::bad_alloc) leaves a call: its keys are
+// kFailed, the connections it held closed (internal_errors). Credentials go only to nodes in
+// auth_networks (default: the seeds' networks).
 //
 // Breaker per shard (CircuitBreaker): closed -> open after breaker_failures consecutive
 // timeouts / connection errors; while open its keys are kFailed at once, no I/O; after

@@ -11,7 +11,10 @@
 //   <model>      16 hex digits: ModelFingerprint::hash(), everything that changes the bytes
 //                (model id, weights version, KV dtype, layout version, TP rank, geometry)
 //   <namespace>  16 hex digits: the hash of the namespace's configured salt ("default" for the
-//                default namespace): an adapter or a tenant never reads another's bytes
+//                default namespace): an instance never asks for a namespace it has no
+//                salt for. Unkeyed (XXH3) and readable in key names: it separates
+//                namespaces for SharedTier, not for anyone with access to the cluster
+//                (docs/shared-tier.md, Security)
 //   <path>       32 hex digits: the chained 128-bit path hash of the page or boundary
 //                (store_record.hpp: extend_path), which covers every token from the root
 #pragma once
