@@ -21,8 +21,9 @@ namespace {
 
 constexpr std::size_t kReferenceAbove = 4096;  // larger arguments are not copied
 constexpr std::size_t kLineBuffer = std::size_t{256} << 10;
-constexpr std::size_t kReadPerCall = std::size_t{8} << 20;  // fairness between connections
-constexpr std::size_t kMaxLine = std::size_t{64} << 10;     // a longer header is an error
+constexpr std::size_t kReadPerCall = std::size_t{8} << 20;   // fairness between connections
+constexpr std::size_t kMaxLine = std::size_t{64} << 10;      // a longer header is an error
+constexpr std::size_t kBulkGrowStep = std::size_t{8} << 20;  // a bulk's destination grows by
 
 Status io_error(const std::string& what) {
   return {ErrorCode::kTransferFailed, "redis: " + what};
@@ -68,6 +69,7 @@ void RedisConnection::close() {
   std::string().swap(bulk_);
   bulk_dst_ = nullptr;
   bulk_have_ = 0;
+  bulk_size_ = 0;
 }
 
 Status RedisConnection::connect(const Endpoint& endpoint, const Credentials& credentials,
@@ -231,8 +233,13 @@ Status RedisConnection::read_some(std::size_t& bytes) {
   while (this_call < kReadPerCall) {
     char* dst = nullptr;
     std::size_t room = 0;
-    const bool direct = in_bulk_ && bulk_have_ < bulk_dst_->size();
+    const bool direct = in_bulk_ && bulk_have_ < bulk_size_;
     if (direct) {
+      // The destination grows with what arrives (zero-filled a step at a time, between
+      // reads), so a huge value's zero-fill never runs past the caller's deadline at once.
+      if (bulk_dst_->size() == bulk_have_) {
+        bulk_dst_->resize(std::min(bulk_size_, bulk_have_ + kBulkGrowStep));
+      }
       dst = bulk_dst_->data() + bulk_have_;
       room = bulk_dst_->size() - bulk_have_;
     } else {
@@ -293,7 +300,7 @@ Result<bool> RedisConnection::next_data_reply(DataReply& out, std::string* bulk_
                                               std::size_t max_bulk) {
   while (true) {
     if (in_bulk_) {
-      if (bulk_have_ < bulk_dst_->size()) return false;
+      if (bulk_have_ < bulk_size_) return false;
       if (in_end_ - in_begin_ < 2) return false;
       if (in_[in_begin_] != '\r' || in_[in_begin_ + 1] != '\n') {
         return io_error("protocol error: bulk value not ended by CRLF");
@@ -367,8 +374,10 @@ Result<bool> RedisConnection::next_data_reply(DataReply& out, std::string* bulk_
         }
         const auto size = static_cast<std::size_t>(number);
         bulk_dst_ = bulk_target != nullptr ? bulk_target : &bulk_;
-        bulk_dst_->resize(size);  // within its capacity: no allocation, no fresh pages
+        bulk_size_ = size;
         const std::size_t have = std::min(size, in_end_ - in_begin_);
+        // Within its capacity: no allocation, no fresh pages; the rest grows as it arrives.
+        bulk_dst_->resize(std::max(have, std::min(size, kBulkGrowStep)));
         std::memcpy(bulk_dst_->data(), in_.data() + in_begin_, have);
         in_begin_ += have;
         bulk_have_ = have;

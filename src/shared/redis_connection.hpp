@@ -130,6 +130,7 @@ class RedisConnection {
   std::string bulk_;      // the destination when the caller named none
   std::string* bulk_dst_ = nullptr;
   std::size_t bulk_have_ = 0;
+  std::size_t bulk_size_ = 0;  // the bulk's length (its destination grows toward it)
   std::string small_;
   std::vector<Segment> segs_;
   std::size_t seg_index_ = 0;

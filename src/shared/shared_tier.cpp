@@ -10,7 +10,9 @@ namespace radixtier::shared {
 
 namespace {
 
-constexpr std::size_t kPooledReplyVectors = 4;  // concurrent fetches that reuse buffers
+constexpr std::size_t kPooledReplyVectors = 4;              // concurrent fetches that reuse buffers
+constexpr std::size_t kFetchWorkers = kPooledReplyVectors;  // fetches running at once
+constexpr std::size_t kMaxQueuedFetches = 4 * kFetchWorkers;  // waiting for a worker
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -84,7 +86,7 @@ struct SharedTier::Fetch {
   std::size_t snapshot_bytes = 0, chunk_bytes = 0;
   Deadline deadline;
   Clock::time_point started;
-  std::future<void> done;
+  bool done = false;  ///< guarded by SharedTier::fetch_mu_
   // results
   std::size_t boundary_page = 0;  ///< 0: nothing usable arrived
   std::size_t first_kv_page = 0;
@@ -135,6 +137,9 @@ SharedTier::SharedTier(const SharedTierConfig& config, PrefixCache& cache, HostP
     spaces_[id] = KeySpace{model, namespace_hash(salt)};
   }
   publisher_ = std::thread([this] { publisher_loop(); });
+  for (std::size_t i = 0; i < kFetchWorkers; ++i) {
+    workers_.emplace_back([this] { worker_loop(); });
+  }
 }
 
 SharedTier::~SharedTier() {
@@ -144,7 +149,43 @@ SharedTier::~SharedTier() {
   }
   cv_.notify_all();
   publisher_.join();
-  for (auto& [id, f] : fetches_) f->done.wait();  // each ends by its deadline
+  {
+    std::lock_guard lock(fetch_mu_);
+    fetch_stop_ = true;  // the workers run what is queued (each ends by its deadline), then stop
+  }
+  fetch_cv_.notify_all();
+  for (std::thread& w : workers_) w.join();
+}
+
+void SharedTier::worker_loop() {
+  std::unique_lock lock(fetch_mu_);
+  for (;;) {
+    fetch_cv_.wait(lock, [this] { return fetch_stop_ || !fetch_queue_.empty(); });
+    if (fetch_queue_.empty()) return;  // stopping, nothing left
+    Fetch* f = fetch_queue_.front();
+    fetch_queue_.pop_front();
+    lock.unlock();
+    run_fetch(*f, store_, *reply_pool_, cache_.config().page_bytes);
+    lock.lock();
+    f->done = true;
+    done_cv_.notify_all();
+  }
+}
+
+void SharedTier::reap_abandoned() {
+  // A fetch whose finish() did not come within a fetch_deadline after its own deadline was
+  // abandoned by its caller: its buffers go (finish() on it later finds nothing).
+  const auto now = Clock::now();
+  std::lock_guard lock(fetch_mu_);
+  for (auto it = fetches_.begin(); it != fetches_.end();) {
+    if (it->second->done && now > it->second->deadline + config_.fetch_deadline) {
+      it = fetches_.erase(it);
+      std::lock_guard stats_lock(mu_);
+      ++stats_.fetches_abandoned;
+    } else {
+      ++it;
+    }
+  }
 }
 
 const KeySpace* SharedTier::space(NamespaceId ns) const {
@@ -163,6 +204,7 @@ SharedTierStats SharedTier::stats() const {
 std::uint64_t SharedTier::lookup(std::span<const Token> prompt, NamespaceId ns) {
   const KeySpace* ks = space(ns);
   if (ks == nullptr || prompt.empty()) return 0;
+  reap_abandoned();
   const auto match = cache_.peek(prompt, ns);
   if (!match) return 0;
   const CacheConfig& c = cache_.config();
@@ -210,6 +252,16 @@ std::uint64_t SharedTier::lookup(std::span<const Token> prompt, NamespaceId ns) 
     if (!candidates.empty()) ++stats_.fetches;
   }
   if (candidates.empty()) return 0;
+  {
+    // Fetches waiting for a worker, at most kMaxQueuedFetches: past that, no fetch (a miss).
+    std::lock_guard lock(fetch_mu_);
+    if (fetch_queue_.size() >= kMaxQueuedFetches) {
+      std::lock_guard stats_lock(mu_);
+      --stats_.fetches;
+      ++stats_.fetches_refused;
+      return 0;
+    }
+  }
 
   auto f = std::make_unique<Fetch>();
   const std::size_t deepest = candidates.front().boundary_page;
@@ -224,15 +276,13 @@ std::uint64_t SharedTier::lookup(std::span<const Token> prompt, NamespaceId ns) 
   f->chunk_bytes = config_.chunk_bytes;
   f->started = t0;
   f->deadline = Clock::now() + config_.fetch_deadline;
-  Fetch* raw = f.get();
-  SharedStore* store = &store_;
-  detail::ReplyPool* pool = reply_pool_.get();
-  const std::size_t page_bytes = c.page_bytes;
-  f->done = std::async(std::launch::async, [raw, store, pool, page_bytes] {
-    run_fetch(*raw, *store, *pool, page_bytes);
-  });
   const std::uint64_t id = next_fetch_++;
-  fetches_.emplace(id, std::move(f));
+  {
+    std::lock_guard lock(fetch_mu_);
+    fetch_queue_.push_back(f.get());
+    fetches_.emplace(id, std::move(f));
+  }
+  fetch_cv_.notify_one();
   return id;
 }
 
@@ -358,18 +408,23 @@ void SharedTier::run_fetch_unguarded(Fetch& f, SharedStore& store, detail::Reply
 }
 
 bool SharedTier::ready(std::uint64_t id) const {
+  std::lock_guard lock(fetch_mu_);
   auto it = fetches_.find(id);
-  return it == fetches_.end() ||
-         it->second->done.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  return it == fetches_.end() || it->second->done;
 }
 
 sched::SharedFetch SharedTier::finish(std::uint64_t id) {
   sched::SharedFetch out;
-  auto it = fetches_.find(id);
-  if (it == fetches_.end()) return out;
-  std::unique_ptr<Fetch> f = std::move(it->second);
-  fetches_.erase(it);
-  f->done.wait();
+  std::unique_ptr<Fetch> f;
+  {
+    std::unique_lock lock(fetch_mu_);
+    auto it = fetches_.find(id);
+    if (it == fetches_.end()) return out;
+    Fetch* raw = it->second.get();
+    done_cv_.wait(lock, [raw] { return raw->done; });
+    f = std::move(it->second);
+    fetches_.erase(it);
+  }
   out.bytes = f->bytes;
   {
     std::lock_guard lock(mu_);
@@ -472,6 +527,19 @@ bool SharedTier::try_publish(const Pending& p, bool last_try) {
   const bool complete = deepest == p.tokens.size();
   if (!complete && !last_try) return false;
   if (deepest == 0) return true;  // nothing resumable on host: nothing worth publishing
+  {
+    // The job's exact bytes are known before anything is copied or encoded: a job that does
+    // not fit the queue is dropped here, for free.
+    const std::uint32_t chunks = chunk_count(c.snapshot_bytes, config_.chunk_bytes);
+    const std::size_t bytes =
+        deepest / ps * (kHeaderBytes + 4 * ps + pb) +
+        copies.snapshots.size() * (chunks * kHeaderBytes + c.snapshot_bytes + kHeaderBytes + 16);
+    std::lock_guard lock(mu_);
+    if (queued_bytes_ + bytes > config_.publish_queue_bytes) {
+      ++stats_.publish_dropped;
+      return true;
+    }
+  }
 
   const KeySpace& ks = *space(p.ns);
   const std::vector<PathHash> paths = page_path_hashes(p.tokens, c.page_size, deepest / ps);

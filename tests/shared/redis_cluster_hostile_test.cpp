@@ -111,6 +111,27 @@ TEST(RedisClusterHostile, ABulkWhereExistsGetsAnIntegerCostsNoMemory) {
   EXPECT_LT(rss1, rss0 + (std::size_t{64} << 20)) << "RSS grew " << (rss1 - rss0) << " bytes";
 }
 
+TEST(RedisClusterHostile, AHugeValueAnnouncedKeepsTheDeadline) {
+  // 1 GiB announced, a few bytes sent: the destination is not zero-filled at once (before:
+  // resize(1 GiB) ran past a 100 ms deadline before the first poll).
+  FakeRespNode node([](const FakeRespNode::Command& cmd) -> std::optional<std::string> {
+    if (cmd[0] == "GET") return "$" + std::to_string(std::size_t{1} << 30) + "\r\nabc";
+    return std::nullopt;
+  });
+  auto config = config_of(node);
+  config.max_value_bytes = std::size_t{2} << 30;
+  auto client = connect(config);
+  ASSERT_TRUE(client);
+  const std::vector<std::string> keys = {"big"};
+  std::vector<GetReply> into(1);
+  const auto t0 = Clock::now();
+  client->get_into(keys, t0 + 100ms, into, GetBounds{std::size_t{2} << 30, 0});
+  const auto took = Clock::now() - t0;
+  EXPECT_EQ(into[0].state, KeyState::kFailed);
+  EXPECT_LT(took, 110ms) << std::chrono::duration<double, std::milli>(took).count() << " ms";
+  EXPECT_LT(into[0].value.capacity(), std::size_t{64} << 20);
+}
+
 TEST(RedisClusterHostile, AReplyTooManyIsNeverMatchedToALaterCommand) {
   FakeRespNode* self = nullptr;
   bool late_sent = false;  // the node's thread only

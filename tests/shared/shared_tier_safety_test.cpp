@@ -3,7 +3,9 @@
 // tier expects, and a config that leaves the model's identity empty is refused.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <new>
+#include <thread>
 
 #include "../cache_harness.hpp"
 #include "../memory_shared_store.hpp"
@@ -13,6 +15,7 @@
 namespace radixtier::shared {
 namespace {
 
+using namespace std::chrono_literals;
 using radixtier::testing::Harness;
 using radixtier::testing::MemorySharedStore;
 using radixtier::testing::seq;
@@ -41,6 +44,7 @@ class WrappedStore final : public SharedStore {
   }
   std::vector<GetReply> get(std::span<const std::string> keys, Deadline d) override {
     if (throw_) throw std::bad_alloc();
+    while (block_gets && Clock::now() < d) std::this_thread::sleep_for(1ms);
     return inner.get(keys, d);
   }
   void get_into(std::span<const std::string> keys, Deadline d, std::vector<GetReply>& replies,
@@ -53,14 +57,16 @@ class WrappedStore final : public SharedStore {
     return inner.set(items, d);
   }
   MemorySharedStore inner;
-  bool throw_ = false;
+  std::atomic<bool> throw_{false}, block_gets{false};
   std::vector<std::size_t> bounds_seen;
 };
 
 struct Instance {
-  Instance(SharedStore& store, WritePolicy w)
+  Instance(SharedStore& store, WritePolicy w, std::chrono::milliseconds fetch_deadline = 2000ms)
       : h(small_config(w), HostTransferEngine::Mode::kThreaded) {
-    auto t = SharedTier::create(tier_config(h.config), *h.cache, h.memory, store);
+    SharedTierConfig t0 = tier_config(h.config);
+    t0.fetch_deadline = fetch_deadline;
+    auto t = SharedTier::create(t0, *h.cache, h.memory, store);
     if (!t) throw std::runtime_error(t.status().to_string());
     tier = std::move(t).value();
   }
@@ -136,6 +142,50 @@ TEST(SharedTierSafety, EveryGetIsBoundedByTheValuesExactSize) {
   Instance c2(store, WritePolicy::kWriteBack);
   const auto g = c2.tier->before_admit(1, prompt, kDefaultNamespace);
   EXPECT_EQ(g.tokens, 0u);
+}
+
+/// a publishes `prompt` with snapshots at 16 and 40 into `store`.
+void publish(Instance& a, std::span<const Token> prompt) {
+  const std::size_t snaps[] = {16, 40};
+  ASSERT_EQ(a.h.serve(prompt, snaps).error, "");
+  a.h.cache->drain();
+  a.tier->publish(prompt.first(40), kDefaultNamespace);
+  a.tier->flush_publishes();
+}
+
+TEST(SharedTierSafety, FetchesRunOnABoundedPoolAndAFullQueueIsAMiss) {
+  WrappedStore store;
+  Instance a(store, WritePolicy::kWriteThrough), b(store, WritePolicy::kWriteBack, 500ms);
+  const auto prompt = seq({{1, 40}, {90, 1}});
+  publish(a, prompt);
+  store.block_gets = true;  // every fetch holds its worker until its deadline
+  std::vector<std::uint64_t> ids;
+  for (int i = 0; i < 4 + 16; ++i) {
+    ids.push_back(b.tier->lookup(prompt, kDefaultNamespace));
+    ASSERT_NE(ids.back(), 0u) << i;
+  }
+  // 4 workers busy, 16 waiting: one more is refused, not a 21st thread.
+  EXPECT_EQ(b.tier->lookup(prompt, kDefaultNamespace), 0u);
+  EXPECT_EQ(b.tier->stats().fetches_refused, 1u);
+  store.block_gets = false;
+  for (std::uint64_t id : ids) (void)b.tier->finish(id);
+  EXPECT_EQ(b.h.cache->check_invariants(), "");
+}
+
+TEST(SharedTierSafety, AFetchNeverFinishedIsFreed) {
+  WrappedStore store;
+  Instance a(store, WritePolicy::kWriteThrough), b(store, WritePolicy::kWriteBack, 50ms);
+  const auto prompt = seq({{1, 40}, {90, 1}});
+  publish(a, prompt);
+  const std::uint64_t id = b.tier->lookup(prompt, kDefaultNamespace);
+  ASSERT_NE(id, 0u);
+  while (!b.tier->ready(id)) std::this_thread::sleep_for(1ms);
+  std::this_thread::sleep_for(120ms);  // past its deadline + fetch_deadline
+  const std::uint64_t next = b.tier->lookup(prompt, kDefaultNamespace);
+  EXPECT_EQ(b.tier->stats().fetches_abandoned, 1u);
+  EXPECT_EQ(b.tier->finish(id).tokens, 0u);  // freed: nothing to enter
+  EXPECT_EQ(b.tier->finish(next).tokens, 40u);
+  EXPECT_EQ(b.h.cache->check_invariants(), "");
 }
 
 }  // namespace
