@@ -316,6 +316,8 @@ void RedisCluster::Impl::execute(const Op& op, std::size_t n, Deadline deadline,
     std::vector<Task> redirected;                              // not committed yet
     std::vector<std::pair<std::uint16_t, std::string>> moved;  // not committed yet
     std::unique_lock<std::timed_mutex> lock;
+    bool lock_pending = false;  // another call holds the connection: tried again meanwhile
+    Deadline connect_until{};   // while connecting
     bool active = false;
     bool failed = false;  // connection error or timeout (a breaker failure)
   };
@@ -369,6 +371,54 @@ void RedisCluster::Impl::execute(const Op& op, std::size_t n, Deadline deadline,
         }
       };
 
+      // A connection that could not be opened: its keys fail now (a breaker failure unless
+      // the node was outside the cluster's networks: it was never asked).
+      auto connect_failed = [&](Group& g, const Status& st) {
+        ++counters.connect_errors;
+        if (st.code() != ErrorCode::kFailedPrecondition) {
+          count_breaker(g.shard->breaker.on_failure(Clock::now()));
+        }
+        want_refresh = true;
+        g.c->conn.close();
+        g.tasks.clear();
+        g.expect.clear();
+        g.active = false;
+      };
+      // The connection's lock is held: open it (without waiting) or send at once.
+      auto prepare = [&](Group& g) {
+        // An idle connection with bytes waiting (or closed by the server) has replies nobody
+        // asked for: they must not meet this call's commands.
+        if (g.c->conn.is_open() && g.c->conn.idle_input_pending()) {
+          ++counters.protocol_errors;
+          g.c->conn.close();
+        }
+        if (!g.c->conn.is_open()) {
+          // Every shard connects at once: a black-holed one holds back only its own keys.
+          if (auto st = g.c->conn.start_connect(g.shard->endpoint); !st) {
+            connect_failed(g, st);
+            return;
+          }
+          g.connect_until = std::min(deadline, Clock::now() + cfg.connect_timeout);
+          g.active = true;
+          return;
+        }
+        fill(g);
+        g.active = !g.expect.empty();
+      };
+      // A connect that completed: AUTH goes first in the pipeline (a shard slow to answer it,
+      // stopped or paused, holds back only its own keys), then the commands.
+      auto connected = [&](Group& g) {
+        if (auto st = g.c->conn.finish_connect(creds, &auth_networks); !st) {
+          connect_failed(g, st);
+          return;
+        }
+        if (g.c->ever_opened) ++counters.reconnects;
+        g.c->ever_opened = true;
+        if (!creds.password.empty()) g.expect.push_back(kAuthReply);
+        fill(g);
+        g.active = !g.expect.empty();
+      };
+
       for (auto& [address, g] : groups) {
         g.shard = shard(address);
         if (g.shard == nullptr || !g.shard->breaker.allow(start)) {
@@ -377,39 +427,14 @@ void RedisCluster::Impl::execute(const Op& op, std::size_t n, Deadline deadline,
           continue;
         }
         g.c = &g.shard->conns[static_cast<std::size_t>(role)];
-        g.lock = std::unique_lock(g.c->mu, std::defer_lock);
-        if (!g.lock.try_lock_until(deadline)) {
-          g.tasks.clear();
+        // Never waited for here: a connection another call holds is tried again while the
+        // free shards' I/O runs, so waiting for one shard spends no other shard's time.
+        g.lock = std::unique_lock(g.c->mu, std::try_to_lock);
+        if (!g.lock.owns_lock()) {
+          g.lock_pending = true;
           continue;
         }
-        // An idle connection with bytes waiting (or closed by the server) has replies nobody
-        // asked for: they must not meet this call's commands.
-        if (g.c->conn.is_open() && g.c->conn.idle_input_pending()) {
-          ++counters.protocol_errors;
-          g.c->conn.close();
-        }
-        if (!g.c->conn.is_open()) {
-          const Deadline until = std::min(deadline, Clock::now() + cfg.connect_timeout);
-          // AUTH goes first in the pipeline: a shard slow to answer it (stopped, paused)
-          // holds back only its own keys, not the other shards' writes.
-          if (auto st = g.c->conn.connect(g.shard->endpoint, creds, until,
-                                          RedisConnection::AuthMode::kPipelined, &auth_networks);
-              !st) {
-            ++counters.connect_errors;
-            // A node outside the cluster's networks is no breaker failure: it was never asked.
-            if (st.code() != ErrorCode::kFailedPrecondition) {
-              count_breaker(g.shard->breaker.on_failure(Clock::now()));
-            }
-            want_refresh = true;
-            g.tasks.clear();
-            continue;
-          }
-          if (g.c->ever_opened) ++counters.reconnects;
-          g.c->ever_opened = true;
-          if (!creds.password.empty()) g.expect.push_back(kAuthReply);
-        }
-        fill(g);
-        g.active = !g.expect.empty();
+        prepare(g);
       }
 
       auto fail_group = [&](Group& g) {
@@ -468,18 +493,40 @@ void RedisCluster::Impl::execute(const Op& op, std::size_t n, Deadline deadline,
       std::vector<Group*> polled;
       DataReply reply;
       while (true) {
+        const auto now = Clock::now();
+        if (now >= deadline) break;
         fds.clear();
         polled.clear();
+        Deadline wake = deadline;
+        bool pending_locks = false;
         for (auto& [_, g] : groups) {
+          if (g.lock_pending) {
+            if (g.lock.try_lock()) {
+              g.lock_pending = false;
+              prepare(g);
+            } else {
+              pending_locks = true;
+              continue;
+            }
+          }
+          if (g.active && g.c->conn.connecting() && now >= g.connect_until) {
+            connect_failed(g, Status{ErrorCode::kTransferFailed, "redis: connect timed out"});
+          }
           if (!g.active) continue;
           short events = POLLIN;
-          if (g.c->conn.want_write()) events |= POLLOUT;
+          if (g.c->conn.connecting()) {
+            events = POLLOUT;
+            wake = std::min(wake, g.connect_until);
+          } else if (g.c->conn.want_write()) {
+            events |= POLLOUT;
+          }
           fds.push_back(pollfd{g.c->conn.fd(), events, 0});
           polled.push_back(&g);
         }
-        if (polled.empty()) break;
-        auto left = deadline - Clock::now();
-        if (left <= Clock::duration::zero()) break;
+        if (polled.empty() && !pending_locks) break;
+        if (pending_locks) wake = std::min(wake, now + std::chrono::milliseconds(1));
+        auto left = wake - Clock::now();
+        if (left < Clock::duration::zero()) left = Clock::duration::zero();
         const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
         timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
         const int ready = ppoll(fds.data(), fds.size(), &ts, nullptr);
@@ -489,6 +536,10 @@ void RedisCluster::Impl::execute(const Op& op, std::size_t n, Deadline deadline,
           Group& g = *polled[i];
           const short rev = fds[i].revents;
           if (rev == 0) continue;
+          if (g.c->conn.connecting()) {
+            connected(g);
+            continue;
+          }
           std::size_t io_bytes = 0;
           if (rev & POLLOUT) {
             auto st = g.c->conn.write_some(io_bytes);
@@ -547,9 +598,11 @@ void RedisCluster::Impl::execute(const Op& op, std::size_t n, Deadline deadline,
       }
       // Shards still owing replies missed the deadline: close (late replies die with it).
       for (auto& [_, g] : groups) {
+        // A connection never locked: its keys fail (it was busy, not broken).
+        if (g.c == nullptr || !g.lock.owns_lock()) continue;
         // Never left half-receiving into a caller's string (it may be gone after this call).
-        if (g.c != nullptr && g.c->conn.mid_bulk() && !g.active) g.c->conn.close();
-        if (g.c == nullptr || g.tasks.empty()) continue;
+        if (g.c->conn.mid_bulk() && !g.active) g.c->conn.close();
+        if (g.tasks.empty()) continue;
         if (g.active) {
           ++counters.timeouts;
           fail_group(g);
@@ -590,6 +643,9 @@ RedisCluster::~RedisCluster() = default;
 Result<std::unique_ptr<RedisCluster>> RedisCluster::connect(const RedisClusterConfig& config) {
   if (auto st = config.validate(); !st) return st;
   auto impl = std::make_unique<Impl>(config);
+  // The seeds' names are looked up here, blocking (setup); on a request path a connection
+  // takes addresses from the cache only (resolve_cached).
+  for (const auto& seed : config.seeds) (void)detail::resolve_now(*detail::parse_endpoint(seed));
   // Where AUTH may go, resolved once here (never on a request path).
   for (const auto& network : config.auth_networks) {
     impl->auth_networks.push_back(*detail::parse_network(network));  // validated above
@@ -629,6 +685,25 @@ void guarded(Counters& counters, std::vector<KeyState>& states, std::size_t n, F
 
 std::vector<KeyState> RedisCluster::exists(std::span<const std::string> keys, Deadline deadline) {
   Op op{Role::kProbe,
+        "EXISTS",
+        [&](std::size_t i) { return std::string_view(keys[i]); },
+        nullptr,
+        [&](std::size_t i) { return keys[i].size() + 16; },
+        [](std::size_t, DataReply& r) {
+          if (r.type != DataReply::Type::kInteger) return KeyState::kFailed;
+          return r.integer > 0 ? KeyState::kFound : KeyState::kMissing;
+        },
+        nullptr,
+        0};
+  std::vector<KeyState> states;
+  guarded(impl_->counters, states, keys.size(),
+          [&] { impl_->execute(op, keys.size(), deadline, states); });
+  return states;
+}
+
+std::vector<KeyState> RedisCluster::exists_before_write(std::span<const std::string> keys,
+                                                        Deadline deadline) {
+  Op op{Role::kPublish,
         "EXISTS",
         [&](std::size_t i) { return std::string_view(keys[i]); },
         nullptr,

@@ -57,6 +57,7 @@ RedisConnection::~RedisConnection() {
 void RedisConnection::close() {
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
+  connecting_ = false;
   // Memory goes with the connection: a closed one keeps no capacity (a big reply's buffer
   // must not stay with an idle connection).
   std::string().swap(small_);
@@ -72,41 +73,19 @@ void RedisConnection::close() {
   bulk_size_ = 0;
 }
 
-Status RedisConnection::connect(const Endpoint& endpoint, const Credentials& credentials,
-                                Deadline deadline, AuthMode auth,
-                                const std::vector<Network>* auth_networks) {
+Status RedisConnection::start_connect(const Endpoint& endpoint) {
   close();
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  const std::string port = std::to_string(endpoint.port);
-  const int gai = getaddrinfo(endpoint.host.c_str(), port.c_str(), &hints, &found);
-  if (gai != 0 || found == nullptr) {
-    return io_error("cannot resolve " + endpoint.address() + ": " + gai_strerror(gai));
-  }
+  auto addresses = resolve_cached(endpoint);  // never blocks on DNS
+  if (!addresses) return addresses.status();
   std::string last_error = "no address";
-  for (addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
-    const int fd =
-        ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
+  for (const SocketAddress& a : *addresses) {
+    const int fd = ::socket(a.addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
       last_error = std::strerror(errno);
       continue;
     }
-    int rc = ::connect(fd, ai->ai_addr, ai->ai_addrlen);
-    if (rc != 0 && errno == EINPROGRESS) {
-      if (!wait_fd(fd, POLLOUT, deadline)) {
-        ::close(fd);
-        last_error = "connect timed out";
-        continue;
-      }
-      int err = 0;
-      socklen_t len = sizeof(err);
-      getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-      rc = err == 0 ? 0 : -1;
-      errno = err;
-    }
-    if (rc != 0) {
+    const int rc = ::connect(fd, reinterpret_cast<const sockaddr*>(&a.addr), a.len);
+    if (rc != 0 && errno != EINPROGRESS) {
       last_error = std::strerror(errno);
       ::close(fd);
       continue;
@@ -114,29 +93,59 @@ Status RedisConnection::connect(const Endpoint& endpoint, const Credentials& cre
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     fd_ = fd;
-    break;
+    connecting_ = true;
+    endpoint_ = endpoint.address();
+    return Status::ok();
   }
-  freeaddrinfo(found);
-  if (fd_ < 0) return io_error("cannot connect to " + endpoint.address() + ": " + last_error);
+  return io_error("cannot connect to " + endpoint.address() + ": " + last_error);
+}
+
+Status RedisConnection::finish_connect(const Credentials& credentials,
+                                       const std::vector<Network>* auth_networks, bool queue_auth) {
+  if (fd_ < 0 || !connecting_) return io_error("finish_connect without a connect");
+  int err = 0;
+  socklen_t len = sizeof(err);
+  getsockopt(fd_, SOL_SOCKET, SO_ERROR, &err, &len);
+  if (err != 0) {
+    const std::string address = endpoint_;
+    close();
+    return io_error("cannot connect to " + address + ": " + std::strerror(err));
+  }
+  connecting_ = false;
   if (!credentials.password.empty() && auth_networks != nullptr) {
     const std::string peer = peer_host();
     const bool inside = std::any_of(auth_networks->begin(), auth_networks->end(),
                                     [&](const Network& n) { return n.contains(peer); });
     if (!inside) {
+      const std::string address = endpoint_;
       close();
-      return {ErrorCode::kFailedPrecondition,
-              "redis: " + endpoint.address() + " (" + peer +
-                  ") is outside the cluster's networks: no AUTH sent"};
+      return {ErrorCode::kFailedPrecondition, "redis: " + address + " (" + peer +
+                                                  ") is outside the cluster's networks: no "
+                                                  "AUTH sent"};
     }
   }
-  if (!credentials.password.empty() && auth == AuthMode::kPipelined) {
+  if (!credentials.password.empty() && queue_auth) {  // first in the pipeline
     if (credentials.user.empty()) {
       append({"AUTH", credentials.password});
     } else {
       append({"AUTH", credentials.user, credentials.password});
     }
-    return Status::ok();
   }
+  return Status::ok();
+}
+
+Status RedisConnection::connect(const Endpoint& endpoint, const Credentials& credentials,
+                                Deadline deadline, AuthMode auth,
+                                const std::vector<Network>* auth_networks) {
+  if (auto st = start_connect(endpoint); !st) return st;
+  if (!wait_fd(fd_, POLLOUT, deadline)) {
+    close();
+    return io_error("cannot connect to " + endpoint.address() + ": connect timed out");
+  }
+  if (auto st = finish_connect(credentials, auth_networks, auth == AuthMode::kPipelined); !st) {
+    return st;
+  }
+  if (auth == AuthMode::kPipelined) return Status::ok();  // AUTH queued first
   if (!credentials.password.empty()) {
     auto reply = credentials.user.empty()
                      ? command({"AUTH", credentials.password}, deadline)

@@ -79,6 +79,14 @@ class RedisConnection {
                  AuthMode auth = AuthMode::kWait,
                  const std::vector<Network>* auth_networks = nullptr);
   void close();
+  /// Non-blocking connect: starts it (DNS from the cache only: resolve_cached) and returns;
+  /// the caller polls fd() for POLLOUT, then calls finish_connect(), which checks the result
+  /// and the peer against `auth_networks` (as connect()) and, with queue_auth, queues AUTH
+  /// first in the pipeline (its reply is the first data-path reply).
+  Status start_connect(const Endpoint& endpoint);
+  bool connecting() const { return connecting_; }
+  Status finish_connect(const Credentials& credentials, const std::vector<Network>* auth_networks,
+                        bool queue_auth = true);
 
   /// Queues one command; views must stay valid until everything queued is written.
   void append(std::initializer_list<std::string_view> args);
@@ -123,6 +131,8 @@ class RedisConnection {
   void add_bytes(std::string_view bytes, bool may_reference);
 
   int fd_ = -1;
+  bool connecting_ = false;
+  std::string endpoint_;  // what start_connect() was given, for messages
   std::vector<char> in_;  // received bytes not parsed yet: [in_begin_, in_end_)
   std::size_t in_begin_ = 0;
   std::size_t in_end_ = 0;

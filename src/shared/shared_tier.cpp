@@ -625,7 +625,7 @@ void SharedTier::publisher_loop() {
 
 void SharedTier::run_job(Job& job) {
   const Deadline deadline = Clock::now() + config_.publish_deadline;
-  const std::vector<KeyState> there = store_.exists(job.keys, deadline);
+  const std::vector<KeyState> there = store_.exists_before_write(job.keys, deadline);
   std::uint64_t written = 0, skipped = 0, failed = 0, bytes = 0;
   std::vector<bool> ok(job.keys.size(), false);
   auto write = [&](const std::vector<std::size_t>& which) {

@@ -4,6 +4,9 @@
 // serve a stray reply as a value, or grow without bound.
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -13,6 +16,7 @@
 #include "fake_resp_node.hpp"
 #include "radixtier/shared/key_slot.hpp"
 #include "radixtier/shared/redis_cluster.hpp"
+#include "shared/endpoint.hpp"
 #include "shared/slot_map.hpp"
 
 namespace radixtier::shared {
@@ -367,6 +371,157 @@ TEST(RedisClusterHostile, ConfigRefusesABadAuthNetwork) {
   EXPECT_TRUE(c.validate().is_ok());
   c.max_value_bytes = 0;
   EXPECT_EQ(c.validate().code(), ErrorCode::kInvalidArgument);
+}
+
+/// A listening socket that never accepts, its one-slot queue already full: a connect to it
+/// is never answered (its SYNs are dropped), as a black-holed host's.
+struct BlackHole {
+  BlackHole() {
+    fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || ::listen(fd, 0) != 0) {
+      throw std::runtime_error("black hole: cannot listen");
+    }
+    socklen_t len = sizeof(addr);
+    getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    port = ntohs(addr.sin_port);
+    for (int i = 0; i < 4; ++i) {  // fill the accept queue
+      const int c = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+      (void)::connect(c, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+      fillers.push_back(c);
+    }
+    std::this_thread::sleep_for(50ms);
+  }
+  ~BlackHole() {
+    for (int c : fillers) ::close(c);
+    ::close(fd);
+  }
+  int fd = -1;
+  int port = 0;
+  std::vector<int> fillers;
+};
+
+/// Keys whose slots are below (first) and at or above (second) `split`.
+std::pair<std::vector<std::string>, std::vector<std::string>> keys_split(int split, int n) {
+  std::vector<std::string> low, high;
+  for (int i = 0; low.size() < std::size_t(n) || high.size() < std::size_t(n); ++i) {
+    std::string k = "split:" + std::to_string(i);
+    auto& into = key_slot(k) < split ? low : high;
+    if (into.size() < std::size_t(n)) into.push_back(std::move(k));
+  }
+  return {low, high};
+}
+
+/// CLUSTER SLOTS of two masters: [0, 8191] at `a`, [8192, 16383] at `b` (host, port).
+std::string two_masters(const std::string& host_a, int port_a, const std::string& host_b,
+                        int port_b) {
+  auto node = [](const std::string& h, int p) {
+    return "*2\r\n" + bulk(h) + ":" + std::to_string(p) + "\r\n";
+  };
+  return "*2\r\n*3\r\n:0\r\n:8191\r\n" + node(host_a, port_a) + "*3\r\n:8192\r\n:16383\r\n" +
+         node(host_b, port_b);
+}
+
+TEST(RedisClusterHostile, ABlackHoledShardFailsOnlyItsOwnKeysByTheDeadline) {
+  // The black hole sorts first (127.0.0.1 < 127.0.0.2): before, its connect ran first and
+  // spent the whole deadline, so the healthy shard's keys failed too.
+  BlackHole hole;
+  FakeRespNode* self = nullptr;
+  FakeRespNode healthy(
+      [&](const FakeRespNode::Command& cmd) -> std::optional<std::string> {
+        if (cmd[0] == "CLUSTER") {
+          return two_masters("127.0.0.2", self->port(), "127.0.0.1", hole.port);
+        }
+        if (cmd[0] == "GET") return bulk("v:" + cmd[1]);
+        return std::nullopt;
+      },
+      "127.0.0.2");
+  self = &healthy;
+  auto config = config_of(healthy);
+  config.connect_timeout = 1000ms;  // longer than the calls' deadlines
+  auto client = connect(config);
+  ASSERT_TRUE(client);
+  const auto [low, high] = keys_split(8192, 8);
+  std::vector<std::string> keys = low;
+  keys.insert(keys.end(), high.begin(), high.end());
+  for (int call = 0; call < 10; ++call) {
+    const auto t0 = Clock::now();
+    const auto got = client->get(keys, t0 + 50ms);
+    const auto took = Clock::now() - t0;
+    EXPECT_LT(took, 60ms) << call;
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      if (i < low.size()) {
+        ASSERT_EQ(got[i].state, KeyState::kFound) << call << " " << keys[i];
+        EXPECT_EQ(got[i].value, "v:" + keys[i]);
+      } else {
+        EXPECT_EQ(got[i].state, KeyState::kFailed) << call << " " << keys[i];
+      }
+    }
+  }
+}
+
+TEST(RedisClusterHostile, WaitingForABusyConnectionSpendsNoOtherShardsTime) {
+  // Shard a (127.0.0.1, first in address order) is held by a slow call; a second call's
+  // keys on shard b (127.0.0.2) are answered at once.
+  FakeRespNode b(
+      [](const FakeRespNode::Command& cmd) -> std::optional<std::string> {
+        if (cmd[0] == "GET") return bulk("b:" + cmd[1]);
+        return std::nullopt;
+      },
+      "127.0.0.2");
+  FakeRespNode* self = nullptr;
+  FakeRespNode a([&](const FakeRespNode::Command& cmd) -> std::optional<std::string> {
+    if (cmd[0] == "CLUSTER") return two_masters("127.0.0.1", self->port(), "127.0.0.2", b.port());
+    if (cmd[0] == "GET" && cmd[1].rfind("slow", 0) == 0) std::this_thread::sleep_for(300ms);
+    if (cmd[0] == "GET") return bulk("a:" + cmd[1]);
+    return std::nullopt;
+  });
+  self = &a;
+  auto client = connect(config_of(a));
+  ASSERT_TRUE(client);
+  const auto [low, high] = keys_split(8192, 4);
+  std::string slow;
+  for (int i = 0; slow.empty(); ++i) {
+    const std::string k = "slow" + std::to_string(i);
+    if (key_slot(k) < 8192) slow = k;
+  }
+  std::thread holder([&] {
+    const std::vector<std::string> one = {slow};
+    (void)client->get(one, in(400ms));
+  });
+  std::this_thread::sleep_for(50ms);  // the holder has a's fetch connection
+  std::vector<std::string> keys = low;
+  keys.insert(keys.end(), high.begin(), high.end());
+  const auto t0 = Clock::now();
+  const auto got = client->get(keys, t0 + 50ms);
+  EXPECT_LT(Clock::now() - t0, 60ms);
+  for (std::size_t i = low.size(); i < keys.size(); ++i) {
+    ASSERT_EQ(got[i].state, KeyState::kFound) << keys[i];
+    EXPECT_EQ(got[i].value, "b:" + keys[i]);
+  }
+  holder.join();
+}
+
+TEST(RedisClusterHostile, NamesAreResolvedOffTheRequestPath) {
+  // A name is never looked up on the calling thread: the first ask fails at once and starts
+  // a background lookup; a later ask finds it.
+  const detail::Endpoint name{"localhost", 6379};
+  const auto t0 = Clock::now();
+  auto first = detail::resolve_cached(name);
+  EXPECT_LT(Clock::now() - t0, 5ms);
+  if (first) GTEST_SKIP() << "localhost was cached already";
+  EXPECT_NE(first.status().message().find("resolving"), std::string::npos);
+  Result<std::vector<detail::SocketAddress>> later = first.status();
+  for (int i = 0; i < 200 && !later; ++i) {
+    std::this_thread::sleep_for(5ms);
+    later = detail::resolve_cached(name);
+  }
+  ASSERT_TRUE(later.is_ok()) << later.status().to_string();
+  EXPECT_FALSE(later->empty());
+  // A numeric host needs no lookup at all.
+  EXPECT_TRUE(detail::resolve_cached(detail::Endpoint{"127.0.0.1", 1}).is_ok());
 }
 
 }  // namespace

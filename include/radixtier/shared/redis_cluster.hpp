@@ -34,8 +34,11 @@
 // timeouts / connection errors; while open its keys are kFailed at once, no I/O; after
 // breaker_cooldown one call is the half-open trial: success closes it, failure reopens it.
 //
-// Thread-safe: calls may run concurrently (connections are locked in address order, each
-// lock waited for no later than the call's deadline).
+// Thread-safe: calls may run concurrently. A call never blocks on a connection another call
+// holds: it tries the lock again while the free shards' I/O runs (until its deadline), and
+// every shard's connect runs at once (non-blocking), so a busy or black-holed shard costs
+// only its own keys. Host names are resolved at connect() and in the background, never on a
+// request path (a name not resolved yet fails its keys until it is).
 #pragma once
 
 #include <cstdint>
@@ -93,6 +96,10 @@ class RedisCluster final : public SharedStore {
   RedisCluster& operator=(const RedisCluster&) = delete;
 
   std::vector<KeyState> exists(std::span<const std::string> keys, Deadline deadline) override;
+  /// EXISTS on the publish connections: a publisher's checks never queue behind, or ahead
+  /// of, a lookup's probe.
+  std::vector<KeyState> exists_before_write(std::span<const std::string> keys,
+                                            Deadline deadline) override;
   std::vector<GetReply> get(std::span<const std::string> keys, Deadline deadline) override;
   /// get() whose windows assume values of `expected_value_bytes` (0: the config's).
   std::vector<GetReply> get(std::span<const std::string> keys, Deadline deadline,

@@ -61,6 +61,12 @@ class SharedStore {
   virtual ~SharedStore() = default;
   /// Which of `keys` exist (small replies: the probe connections).
   virtual std::vector<KeyState> exists(std::span<const std::string> keys, Deadline deadline) = 0;
+  /// exists() for a writer about to write `keys` (the publisher): an engine with separate
+  /// connections runs it beside the probes (RedisCluster: on the publish connections).
+  virtual std::vector<KeyState> exists_before_write(std::span<const std::string> keys,
+                                                    Deadline deadline) {
+    return exists(keys, deadline);
+  }
   /// The values of `keys`, in order (bulk replies: the fetch connections).
   virtual std::vector<GetReply> get(std::span<const std::string> keys, Deadline deadline) = 0;
   /// get() into the caller's `replies`, reusing their strings' memory: `replies` is resized
