@@ -40,6 +40,24 @@ std::uint32_t chunk_count(std::size_t snapshot_bytes, std::size_t chunk_bytes) {
 void put_u64(std::byte* at, std::uint64_t v) {
   for (int i = 0; i < 8; ++i) at[i] = static_cast<std::byte>(v >> (8 * i));
 }
+/// Bytes [off, off + len) of the concatenation of `parts`, as spans of them.
+std::vector<std::span<const std::byte>> slice(std::span<const std::span<const std::byte>> parts,
+                                              std::size_t off, std::size_t len) {
+  std::vector<std::span<const std::byte>> out;
+  for (std::span<const std::byte> p : parts) {
+    if (len == 0) break;
+    if (off >= p.size()) {
+      off -= p.size();
+      continue;
+    }
+    const std::size_t n = std::min(len, p.size() - off);
+    out.push_back(p.subspan(off, n));
+    off = 0;
+    len -= n;
+  }
+  return out;
+}
+
 std::uint64_t get_u64(const std::byte* at) {
   std::uint64_t v = 0;
   for (int i = 0; i < 8; ++i) v |= std::uint64_t(at[i]) << (8 * i);
@@ -558,23 +576,31 @@ bool SharedTier::try_publish(const Pending& p, bool last_try) {
   std::vector<std::pair<std::string, std::string>> manifests;
   for (const HostSnapshotCopy& s : copies.snapshots) {
     const std::size_t b = s.boundary / ps;
-    std::vector<std::byte> snap(c.snapshot_bytes);
-    for (std::size_t i = 0; i < s.pages.size(); ++i) {
-      const std::size_t off = i * pb;
-      const std::size_t n = std::min(pb, snap.size() - std::min(off, snap.size()));
-      std::memcpy(snap.data() + off, host_.host_page(s.pages[i]).data(), n);
+    // The snapshot as spans of its host pages (zeros past them): each chunk is encoded
+    // straight from the pages, one copy into its value (no whole-snapshot copy first).
+    std::vector<std::span<const std::byte>> snap;
+    std::vector<std::byte> zeros;
+    std::size_t covered = 0;
+    for (std::size_t i = 0; i < s.pages.size() && covered < c.snapshot_bytes; ++i) {
+      const std::size_t n = std::min(pb, c.snapshot_bytes - covered);
+      snap.push_back(host_.host_page(s.pages[i]).first(n));
+      covered += n;
+    }
+    if (covered < c.snapshot_bytes) {
+      zeros.assign(c.snapshot_bytes - covered, std::byte{0});
+      snap.push_back(zeros);
     }
     const std::size_t first_chunk = job->values.size();
     for (std::uint32_t i = 0; i < n_chunks; ++i) {
       const std::size_t off = std::size_t(i) * config_.chunk_bytes;
-      const std::span<const std::byte> part[] = {std::span<const std::byte>(snap).subspan(
-          off, std::min(config_.chunk_bytes, snap.size() - off))};
+      const std::vector<std::span<const std::byte>> part =
+          slice(snap, off, std::min(config_.chunk_bytes, c.snapshot_bytes - off));
       job->keys.push_back(ks.chunk_key(paths[b], i));
       job->values.push_back(encode_value(id(ValueKind::kChunk, b, i), part));
     }
     std::byte body[16];
     put_u64(body, c.snapshot_bytes);
-    put_u64(body + 8, checksum(snap));
+    put_u64(body + 8, checksum(std::span<const std::span<const std::byte>>(snap)));
     const std::span<const std::byte> part[] = {std::span<const std::byte>(body, 16)};
     manifests.emplace_back(ks.manifest_key(paths[b]),
                            encode_value(id(ValueKind::kManifest, b, n_chunks), part));

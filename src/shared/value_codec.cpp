@@ -47,6 +47,13 @@ std::uint64_t checksum(std::span<const std::byte> bytes) {
   return XXH3_64bits(bytes.data(), bytes.size());
 }
 
+std::uint64_t checksum(std::span<const std::span<const std::byte>> parts) {
+  XXH3_state_t state;
+  XXH3_64bits_reset(&state);
+  for (auto p : parts) XXH3_64bits_update(&state, p.data(), p.size());
+  return XXH3_64bits_digest(&state);
+}
+
 std::string encode_value(ValueHeader h, std::span<const std::span<const std::byte>> parts) {
   std::size_t length = 0;
   XXH3_state_t state;

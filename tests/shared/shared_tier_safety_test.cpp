@@ -74,6 +74,15 @@ struct Instance {
   std::unique_ptr<SharedTier> tier;
 };
 
+TEST(SharedTierSafety, AStreamedChecksumEqualsTheJoinedOne) {
+  // The publisher checksums a snapshot from its host pages without joining them.
+  std::vector<std::byte> whole(1000);
+  for (std::size_t i = 0; i < whole.size(); ++i) whole[i] = std::byte(i * 7 + 3);
+  const std::span<const std::byte> w(whole);
+  const std::span<const std::byte> parts[] = {w.first(1), w.subspan(1, 500), w.subspan(501)};
+  EXPECT_EQ(checksum(std::span<const std::span<const std::byte>>(parts)), checksum(w));
+}
+
 TEST(SharedTierSafety, AnEmptyModelIdentityIsRefused) {
   const CacheConfig c = small_config();
   EXPECT_TRUE(tier_config(c).validate().is_ok());

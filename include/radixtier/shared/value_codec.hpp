@@ -79,5 +79,7 @@ Decoded decode_kv_page(std::string_view value, const ValueHeader& expect,
                        std::span<const Token> tokens, std::size_t page_bytes);
 
 std::uint64_t checksum(std::span<const std::byte> bytes);
+/// checksum() of the parts' concatenation (streamed: the parts are never joined).
+std::uint64_t checksum(std::span<const std::span<const std::byte>> parts);
 
 }  // namespace radixtier::shared
