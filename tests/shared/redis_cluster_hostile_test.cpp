@@ -424,6 +424,71 @@ std::string two_masters(const std::string& host_a, int port_a, const std::string
          node(host_b, port_b);
 }
 
+TEST(RedisClusterHostile, ASlowLorisSlotMapDuringACallKeepsItsDeadline) {
+  // After connect(), CLUSTER SLOTS trickles (a byte every 5 ms, never done) and every GET is
+  // MOVED, so each call asks for a refresh: the call still returns by its deadline + 10 ms.
+  std::atomic<bool> connected{false};
+  FakeRespNode* self = nullptr;
+  FakeRespNode node([&](const FakeRespNode::Command& cmd) -> std::optional<std::string> {
+    if (cmd[0] == "CLUSTER" && connected) {
+      for (int i = 0; i < 20; ++i) self->then_after(5ms, "*");
+      return std::string("*1\r\n");
+    }
+    if (cmd[0] == "GET") {
+      return "-MOVED " + std::to_string(key_slot(cmd[1])) + " " + self->address() + "\r\n";
+    }
+    return std::nullopt;
+  });
+  self = &node;
+  auto client = connect(config_of(node));
+  ASSERT_TRUE(client);
+  connected = true;
+  for (int call = 0; call < 5; ++call) {
+    const std::vector<std::string> keys = {"loris:" + std::to_string(call)};
+    const auto t0 = Clock::now();
+    EXPECT_EQ(client->get(keys, t0 + 50ms)[0].state, KeyState::kFailed);
+    const auto took = Clock::now() - t0;
+    EXPECT_LT(took, 60ms) << std::chrono::duration<double, std::milli>(took).count() << " ms";
+  }
+}
+
+TEST(RedisClusterHostile, TenThousandCallsWithHostileRepliesKeepMemoryBounded) {
+  // Every other call meets a hostile reply (a huge length, a reply too many, garbage); RSS
+  // after 10^4 calls stays within 64 MiB of where it started.
+  int n = 0;
+  FakeRespNode node([&](const FakeRespNode::Command& cmd) -> std::optional<std::string> {
+    if (cmd[0] != "GET") return std::nullopt;
+    switch (n++ % 6) {
+      case 1:
+        return std::string("$4611686018427387904\r\n");
+      case 3:
+        return bulk("x") + bulk("y");
+      case 5:
+        return std::string("?garbage\r\n");
+      default:
+        return bulk(std::string(4096, 'v'));
+    }
+  });
+  auto client = connect(config_of(node));
+  ASSERT_TRUE(client);
+  const std::vector<std::string> keys = {"mem"};
+  std::vector<GetReply> into;
+  for (int i = 0; i < 200; ++i) client->get_into(keys, in(500ms), into);  // warm
+  const std::size_t rss0 = rss_bytes();
+  std::size_t found = 0;
+  for (int i = 0; i < 10000; ++i) {
+    client->get_into(keys, in(500ms), into, GetBounds{1u << 20, 0});
+    if (into[0].state == KeyState::kFound) {
+      ++found;
+      ASSERT_EQ(into[0].value, std::string(4096, 'v'));
+    }
+  }
+  const std::size_t rss1 = rss_bytes();
+  EXPECT_GE(found, 10000u / 2 - 10);
+  EXPECT_LT(rss1, rss0 + (std::size_t{64} << 20)) << "grew " << (rss1 - rss0) << " bytes";
+  EXPECT_EQ(client->stats().internal_errors, 0u);
+}
+
 TEST(RedisClusterHostile, ABlackHoledShardFailsOnlyItsOwnKeysByTheDeadline) {
   // The black hole sorts first (127.0.0.1 < 127.0.0.2): before, its connect ran first and
   // spent the whole deadline, so the healthy shard's keys failed too.
