@@ -90,10 +90,11 @@ TEST(RedisClusterHostile, AHugeBulkLengthFailsTheKeyAndClosesItsConnection) {
 }
 
 TEST(RedisClusterHostile, ABulkWhereExistsGetsAnIntegerCostsNoMemory) {
-  // 256 MiB announced and sent to the probe connection: refused from the header, nothing
-  // kept (before: the probe connection received it whole and kept its capacity after close).
+  // 256 MiB announced to the probe connection, half of it sent, then silence: refused from
+  // the header, nothing kept (before: the probe connection sized a 256 MiB buffer for it and
+  // kept its capacity after the deadline closed it).
   const std::size_t size = std::size_t{256} << 20;
-  const std::string payload = std::string(size, 'z') + "\r\n";  // before rss0: the node's
+  const std::string payload(size / 2, 'z');  // built before rss0: the node's, not the client's
   FakeRespNode* self = nullptr;
   FakeRespNode node([&](const FakeRespNode::Command& cmd) -> std::optional<std::string> {
     if (cmd[0] != "EXISTS") return std::nullopt;
@@ -106,8 +107,8 @@ TEST(RedisClusterHostile, ABulkWhereExistsGetsAnIntegerCostsNoMemory) {
   const std::size_t rss0 = rss_bytes();
   const std::vector<std::string> keys = {"k"};
   const auto t0 = Clock::now();
-  const auto states = client->exists(keys, in(2000ms));
-  EXPECT_LT(Clock::now() - t0, 2010ms);
+  const auto states = client->exists(keys, in(500ms));
+  EXPECT_LT(Clock::now() - t0, 510ms);
   ASSERT_EQ(states.size(), 1u);
   EXPECT_EQ(states[0], KeyState::kFailed);
   EXPECT_GE(client->stats().protocol_errors, 1u);
@@ -563,7 +564,7 @@ TEST(RedisClusterHostile, WaitingForABusyConnectionSpendsNoOtherShardsTime) {
   const auto got = client->get(keys, t0 + 50ms);
   EXPECT_LT(Clock::now() - t0, 60ms);
   for (std::size_t i = low.size(); i < keys.size(); ++i) {
-    ASSERT_EQ(got[i].state, KeyState::kFound) << keys[i];
+    EXPECT_EQ(got[i].state, KeyState::kFound) << keys[i];
     EXPECT_EQ(got[i].value, "b:" + keys[i]);
   }
   holder.join();
