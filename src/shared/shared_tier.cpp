@@ -84,6 +84,17 @@ Status SharedTierConfig::validate() const {
         "SharedTierConfig: bandwidth and prefill_tokens_per_s must be > 0, "
         "latency_s >= 0");
   if (max_probe_pages == 0) return invalid_argument("SharedTierConfig.max_probe_pages must be > 0");
+  for (const auto& [id, key] : namespace_keys) {
+    if (key.size() < kMinKeyBytes || key.size() > kMaxKeyBytes)
+      return invalid_argument("SharedTierConfig.namespace_keys: namespace#" + std::to_string(id) +
+                              "'s key must have " + std::to_string(kMinKeyBytes) + " to " +
+                              std::to_string(kMaxKeyBytes) + " bytes");
+    const bool shared =
+        namespace_salts.count(id) > 0 || (share_default && id == kDefaultNamespace.value());
+    if (!shared)
+      return invalid_argument("SharedTierConfig.namespace_keys: namespace#" + std::to_string(id) +
+                              " has a key but is not shared");
+  }
   for (const auto& [id, salt] : namespace_salts) {
     if (salt.empty())
       return invalid_argument("SharedTierConfig.namespace_salts: namespace#" + std::to_string(id) +
@@ -148,12 +159,14 @@ SharedTier::SharedTier(const SharedTierConfig& config, PrefixCache& cache, HostP
       reply_pool_(
           std::make_unique<detail::ReplyPool>(kPooledReplyVectors, config.fetch_buffer_bytes)) {
   const std::uint64_t model = config.model.hash();
-  if (config.share_default) {
-    spaces_[kDefaultNamespace.value()] = KeySpace{model, namespace_hash("default")};
-  }
-  for (const auto& [id, salt] : config.namespace_salts) {
-    spaces_[id] = KeySpace{model, namespace_hash(salt)};
-  }
+  auto space_of = [&](std::uint32_t id, const std::string& salt) {
+    auto key = config.namespace_keys.find(id);
+    if (key == config.namespace_keys.end()) return KeySpace{model, namespace_hash(salt), {}};
+    return KeySpace{model, namespace_hash(salt, key->second), key->second};
+  };
+  if (config.share_default)
+    spaces_[kDefaultNamespace.value()] = space_of(kDefaultNamespace.value(), "default");
+  for (const auto& [id, salt] : config.namespace_salts) spaces_[id] = space_of(id, salt);
   publisher_ = std::thread([this] { publisher_loop(); });
   for (std::size_t i = 0; i < kFetchWorkers; ++i) {
     workers_.emplace_back([this] { worker_loop(); });
@@ -337,7 +350,8 @@ void SharedTier::run_fetch_unguarded(Fetch& f, SharedStore& store, detail::Reply
   // The snapshot at boundary page b from its manifest and chunks (replies[at...]).
   auto assemble = [&](std::size_t b, std::span<GetReply> replies) {
     if (replies.size() < 1 + n_chunks || replies[0].state != KeyState::kFound) return false;
-    const Decoded m = decode_value(replies[0].value, header(ValueKind::kManifest, b, n_chunks));
+    const Decoded m =
+        decode_value(replies[0].value, header(ValueKind::kManifest, b, n_chunks), f.space.key);
     if (m.error != DecodeError::kNone || m.payload.size() != 16 ||
         get_u64(m.payload.data()) != f.snapshot_bytes) {
       ++f.rejected;
@@ -349,7 +363,7 @@ void SharedTier::run_fetch_unguarded(Fetch& f, SharedStore& store, detail::Reply
     for (std::uint32_t i = 0; i < n_chunks; ++i) {
       const GetReply& r = replies[1 + i];
       if (r.state != KeyState::kFound) return false;
-      const Decoded d = decode_value(r.value, header(ValueKind::kChunk, b, i));
+      const Decoded d = decode_value(r.value, header(ValueKind::kChunk, b, i), f.space.key);
       const std::size_t want = std::min(f.chunk_bytes, f.snapshot_bytes - i * f.chunk_bytes);
       if (d.error != DecodeError::kNone || d.payload.size() != want) {
         ++f.rejected;
@@ -376,9 +390,10 @@ void SharedTier::run_fetch_unguarded(Fetch& f, SharedStore& store, detail::Reply
   detail::ReplyPool::Lease lease(pool);
   std::vector<GetReply>& replies = *lease;
   // Every value's exact length is known: the store refuses a longer one from its length alone.
-  const std::size_t chunk_value = kHeaderBytes + std::min(f.chunk_bytes, f.snapshot_bytes);
-  const std::size_t snapshot_value = std::max(chunk_value, kHeaderBytes + 16);
-  const std::size_t kv_value = kHeaderBytes + std::size_t{4} * ps + page_bytes;
+  const bool keyed = !f.space.key.empty();
+  const std::size_t chunk_value = value_bytes(std::min(f.chunk_bytes, f.snapshot_bytes), keyed);
+  const std::size_t snapshot_value = std::max(chunk_value, value_bytes(16, keyed));
+  const std::size_t kv_value = value_bytes(kv_payload_bytes(ps, page_bytes, keyed), keyed);
   store.get_into(keys, f.deadline, replies,
                  GetBounds{n_kv > 0 ? std::max(kv_value, snapshot_value) : snapshot_value, 0});
   replies.resize(keys.size());
@@ -388,9 +403,9 @@ void SharedTier::run_fetch_unguarded(Fetch& f, SharedStore& store, detail::Reply
   for (std::size_t i = 0; i < n_kv; ++i) {
     const std::size_t p = top.first_kv_page + i;
     if (replies[i].state != KeyState::kFound) break;
-    const Decoded d =
-        decode_kv_page(replies[i].value, header(ValueKind::kKvPage, p + 1, 0),
-                       std::span<const Token>(f.prompt).subspan(p * ps, ps), page_bytes);
+    const Decoded d = decode_kv_page(replies[i].value, header(ValueKind::kKvPage, p + 1, 0),
+                                     std::span<const Token>(f.prompt).subspan(p * ps, ps),
+                                     page_bytes, f.space.key);
     if (d.error != DecodeError::kNone) {
       ++f.rejected;
       break;
@@ -545,13 +560,15 @@ bool SharedTier::try_publish(const Pending& p, bool last_try) {
   const bool complete = deepest == p.tokens.size();
   if (!complete && !last_try) return false;
   if (deepest == 0) return true;  // nothing resumable on host: nothing worth publishing
+  const KeySpace& ks = *space(p.ns);
+  const bool keyed = !ks.key.empty();
   {
     // The job's exact bytes are known before anything is copied or encoded: a job that does
     // not fit the queue is dropped here, for free.
     const std::uint32_t chunks = chunk_count(c.snapshot_bytes, config_.chunk_bytes);
-    const std::size_t bytes =
-        deepest / ps * (kHeaderBytes + 4 * ps + pb) +
-        copies.snapshots.size() * (chunks * kHeaderBytes + c.snapshot_bytes + kHeaderBytes + 16);
+    const std::size_t bytes = deepest / ps * value_bytes(kv_payload_bytes(ps, pb, keyed), keyed) +
+                              copies.snapshots.size() * (chunks * value_bytes(0, keyed) +
+                                                         c.snapshot_bytes + value_bytes(16, keyed));
     std::lock_guard lock(mu_);
     if (queued_bytes_ + bytes > config_.publish_queue_bytes) {
       ++stats_.publish_dropped;
@@ -559,7 +576,6 @@ bool SharedTier::try_publish(const Pending& p, bool last_try) {
     }
   }
 
-  const KeySpace& ks = *space(p.ns);
   const std::vector<PathHash> paths = page_path_hashes(p.tokens, c.page_size, deepest / ps);
   auto job = std::make_unique<Job>();
   auto id = [&](ValueKind kind, std::size_t pages, std::uint32_t index) {
@@ -570,7 +586,7 @@ bool SharedTier::try_publish(const Pending& p, bool last_try) {
     job->keys.push_back(ks.kv_key(paths[i + 1]));
     job->values.push_back(encode_kv_page(id(ValueKind::kKvPage, i + 1, 0),
                                          std::span(p.tokens).subspan(i * ps, ps),
-                                         host_.host_page(copies.kv[i])));
+                                         host_.host_page(copies.kv[i]), ks.key));
   }
   const std::uint32_t n_chunks = chunk_count(c.snapshot_bytes, config_.chunk_bytes);
   std::vector<std::pair<std::string, std::string>> manifests;
@@ -596,14 +612,14 @@ bool SharedTier::try_publish(const Pending& p, bool last_try) {
       const std::vector<std::span<const std::byte>> part =
           slice(snap, off, std::min(config_.chunk_bytes, c.snapshot_bytes - off));
       job->keys.push_back(ks.chunk_key(paths[b], i));
-      job->values.push_back(encode_value(id(ValueKind::kChunk, b, i), part));
+      job->values.push_back(encode_value(id(ValueKind::kChunk, b, i), part, ks.key));
     }
     std::byte body[16];
     put_u64(body, c.snapshot_bytes);
     put_u64(body + 8, checksum(std::span<const std::span<const std::byte>>(snap)));
     const std::span<const std::byte> part[] = {std::span<const std::byte>(body, 16)};
     manifests.emplace_back(ks.manifest_key(paths[b]),
-                           encode_value(id(ValueKind::kManifest, b, n_chunks), part));
+                           encode_value(id(ValueKind::kManifest, b, n_chunks), part, ks.key));
     job->chunks_of.emplace_back(first_chunk, n_chunks);
   }
   job->first_manifest = job->values.size();

@@ -66,6 +66,13 @@ struct SharedTierConfig {
   /// the store: the same salt on every instance). The default namespace is shared under the
   /// salt "default" unless share_default is false or a salt is listed for it.
   std::map<std::uint32_t, std::string> namespace_salts;
+  /// Secret keys by namespace id (kMinKeyBytes..kMaxKeyBytes bytes each, the same on every
+  /// instance of the namespace; the namespace must be shared): its key names are derived
+  /// with the key (namespace_hash(salt, key)), its values carry a keyed BLAKE2b MAC and its
+  /// KV pages a keyed digest of their tokens instead of the tokens (value_codec.hpp). Without
+  /// a key a namespace's values are checked against accidents only: anyone who can write to
+  /// the store can make its readers serve wrong bytes (docs/shared-tier.md, Security).
+  std::map<std::uint32_t, std::string> namespace_keys;
   bool share_default = true;
   std::chrono::milliseconds probe_deadline{20};
   std::chrono::milliseconds fetch_deadline{2000};
