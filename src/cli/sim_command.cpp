@@ -46,8 +46,7 @@ radixtier::cli::CommandRun setup_sim(CLI::App& app) {
       ->required()
       ->check(CLI::IsMember(sim::scenario_names()));
   app.add_option("--cache", a.cache,
-                 "node | attention-only | sglang-like | index | gpu-only | ideal (trace "
-                 "reference)")
+                 std::string(sim::kCacheKindNames) + " (ideal: the trace reference)")
       ->capture_default_str()
       ->check(radixtier::cli::parsed_by(sim::parse_cache_kind, "KIND"));
   app.add_option("--model", a.opt.model,
