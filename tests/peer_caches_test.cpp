@@ -491,6 +491,30 @@ TEST(SimCli, EveryCacheKindIsNamedInTheHelpList) {
   EXPECT_FALSE(parse_cache_kind("sglang").is_ok());
 }
 
+TEST(VllmLike, DecodeCachesTheStateOfEveryBlockItFills) {
+  // Align mode: a state at each i x block_size decode reaches, not only the finish's. One
+  // request of 2,000 prompt tokens and 3,000 output tokens, blocks of 1,056 (fp32 state):
+  // 1,056 in prefill, then 2,112, 3,168 and 4,224 in decode.
+  const ModelGeometry m = *find_model("qwen3-next-80b");
+  TraceRequest t;
+  t.input_length = 2000;
+  t.output_length = 3000;
+  t.hash_ids = {1, 2, 3, 4};
+  ScenarioOptions so;
+  so.trace_host_bytes = 0;
+  const Scenario s = trace_scenario({t}, m, so);
+  SimOptions o;
+  o.cache = CacheKind::kVllmLike;
+  o.hardware = "h200-gen5";
+  o.instances = 1;
+  o.check_invariants = true;
+  auto r = simulate(s, o);
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  ASSERT_EQ(r->rows.size(), 1u);
+  EXPECT_EQ(r->config.page_size, 1056u);
+  EXPECT_EQ(r->rows[0].snapshots_kept, 4u);
+}
+
 TEST(Router, CacheAwareRoutingBalancesAnOverloadedInstance) {
   Router r(RouterKind::kPrefix, 2, 1'000'000, 64);
   TraceRequest t;

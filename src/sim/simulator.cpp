@@ -202,6 +202,9 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
                                                                                    : 2048;
     sc.chunk_tokens = std::max<std::size_t>(1, budget / vg.block_size) * vg.block_size;
     sc.chunk_origin = sched::ChunkOrigin::kResume;
+    // Align mode in decode: each block filled gets its state cached (MambaManager's running
+    // block becomes a cached block when full), so every block boundary decode crosses.
+    sc.insert_decode_checkpoints = true;
   }
   sc.max_running = s.max_running;
   sc.policy = *policy;
