@@ -6,6 +6,7 @@
 
 #include "radixtier/scheduler/snapshot_policy.hpp"
 #include "sim/cost_model.hpp"
+#include "sim/model_config.hpp"
 #include "sim/router.hpp"
 #include "sim/scenarios.hpp"
 #include "sim/sglang_like_cache.hpp"
@@ -513,6 +514,18 @@ TEST(VllmLike, DecodeCachesTheStateOfEveryBlockItFills) {
   ASSERT_EQ(r->rows.size(), 1u);
   EXPECT_EQ(r->config.page_size, 1056u);
   EXPECT_EQ(r->rows[0].snapshots_kept, 4u);
+}
+
+TEST(VllmDtype, ThePresetWithVllmsDefaultStateDtypeGivesEveryColumnBf16States) {
+  // vLLM: mamba_ssm_cache_dtype "auto" = the model dtype (mamba_utils.py,
+  // MambaStateDtypeCalculator._mamba_state_dtype), bfloat16 for Qwen3-Next.
+  const ModelGeometry fp32 = *find_model("qwen3-next-80b");
+  const ModelGeometry bf16 = *find_model("qwen3-next-80b-bf16-state");
+  EXPECT_EQ(fp32.recurrent_dtype, "float32");
+  EXPECT_EQ(bf16.recurrent_dtype, "bfloat16");
+  // The same bytes as --recurrent-dtype bfloat16: 36 x 32 x 128 x 128 x 2 fewer.
+  EXPECT_EQ(bf16.snapshot_bytes(), fp32.snapshot_bytes() - 36u * 32 * 128 * 128 * 2);
+  EXPECT_EQ(bf16.kv_bytes_per_token(), fp32.kv_bytes_per_token());
 }
 
 TEST(Router, CacheAwareRoutingBalancesAnOverloadedInstance) {
