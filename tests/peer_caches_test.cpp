@@ -323,14 +323,28 @@ TEST(SglangLikeCache, AMatchRefreshesEveryStateOnItsPathNotOnlyTheOneResumedFrom
 }
 
 TEST(SglangLikeCache, AnInsertRefreshesThePathItWalks) {
-  // _insert_helper: every node the insertion walks is refreshed. A prompt of exactly P+a
-  // matches P alone (the match leaves the last token), so only the insertion of P+a at its end
-  // walks P+a: its state then outlives Q's.
+  // _insert_helper: every node the insertion walks is refreshed, not only its end. A prompt of
+  // exactly P+a matches P alone (the match leaves the last token); its request then inserts
+  // P+a+b (b: its output): the walk refreshes P+a, whose state then outlives Q's.
   auto c = sglang_cache(/*kv=*/100, /*cached=*/3);
-  const auto p = tokens(4, 100), a = tokens(4, 200), q = tokens(4, 300);
+  const auto p = tokens(4, 100), a = tokens(4, 200), b = tokens(4, 400), q = tokens(4, 300);
   run_request(*c, concat(concat(p, a), tokens(1, 9)), {4, 8}, {true, true});
   run_request(*c, concat(q, tokens(1, 9)), {4}, {true});
-  run_request(*c, concat(p, a), {8}, {false});
+  {
+    auto r = c->admit(concat(p, a));
+    ASSERT_TRUE(r.is_ok());
+    ASSERT_EQ(r->cached_tokens, 4u);
+    auto pages = *c->path_pages(r->lock);
+    auto more = c->alloc_pages(r->lock, 2);
+    ASSERT_TRUE(more.is_ok());
+    pages.insert(pages.end(), more->begin(), more->end());
+    const auto seq = concat(concat(p, a), b);
+    auto ins = c->insert(r->lock, seq, pages, std::nullopt);
+    ASSERT_TRUE(ins.is_ok());
+    ASSERT_TRUE(c->free_pages(r->lock, ins->not_taken).is_ok());
+    ASSERT_TRUE(c->release(r->lock).is_ok());
+    ASSERT_EQ(c->check_invariants(), "");
+  }
   ASSERT_EQ(c->cached_states(), 3u);
   auto r = c->admit(tokens(9, 500));
   ASSERT_TRUE(r.is_ok());
