@@ -46,13 +46,13 @@ radixtier::cli::CommandRun setup_sim(CLI::App& app) {
       ->required()
       ->check(CLI::IsMember(sim::scenario_names()));
   app.add_option("--cache", a.cache,
-                 "node | attention-only | sglang-like | index | gpu-only | ideal (trace "
-                 "reference)")
+                 std::string(sim::kCacheKindNames) + " (ideal: the trace reference)")
       ->capture_default_str()
       ->check(radixtier::cli::parsed_by(sim::parse_cache_kind, "KIND"));
-  app.add_option("--model", a.opt.model,
-                 "a model preset (qwen3-next-80b, seed-hybrid) or the path of a Hugging Face "
-                 "config.json of a hybrid model (docs/simulator.md, \"Models as data\")")
+  app.add_option(
+         "--model", a.opt.model,
+         "a model preset (qwen3-next-80b, qwen3-next-80b-bf16-state, seed-hybrid) or the path "
+         "of a Hugging Face config.json of a hybrid model (docs/simulator.md, \"Models as data\")")
       ->capture_default_str();
   app.add_option("--kv-dtype", a.opt.dtypes.kv,
                  "KV cache element type (default: radixtier.kv_cache_dtype, else the model's)")

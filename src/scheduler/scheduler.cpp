@@ -422,6 +422,12 @@ Scheduler::Outcome Scheduler::decode_token(Running& r) {
       return Outcome::kFailed;
     }
     r.checkpoint_at = r.done;
+    if (config_.insert_decode_checkpoints && r.done > r.inserted) {
+      if (Status st = insert_boundary(r, r.done, StateSource::kCheckpoint); !st) {
+        fail(r, st);
+        return Outcome::kFailed;
+      }
+    }
   }
   return emit_token(r);
 }
