@@ -526,6 +526,9 @@ class PrefixCache final : public CacheBackend {
   void emit(const CacheEvent& event);
   /// AllBlocksCleared, then every node's usable residency as stored events (parents first).
   void emit_contents();
+  /// Restarts the stream of every sink that lost events (EventSink::lost_events: a full
+  /// queue), so a router's copy is never stale past the next entry point (poll()).
+  void restart_lossy_sinks();
   std::uint64_t tail_hash(Node* n);
   /// The namespace whose tree holds n (O(depth + namespaces); only while a sink is attached).
   std::uint32_t namespace_of(const Node* n) const;
