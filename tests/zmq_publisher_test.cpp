@@ -469,7 +469,7 @@ TEST(ZmqPublisher, AStalledSubscriberNeverBlocksTheCache) {
   h.cache->remove_event_sink(&(*pub)->sink());
 }
 
-/// A subscriber written as vLLM's (examples/online_serving/kv_events_subscriber.py: a gap
+/// A subscriber written as vLLM's (its example subscriber, examples/features/kv_events/: a gap
 /// in the sequence numbers -> a replay request from the first missing one) and llm-d's
 /// (pkg/kvevents: the same over a DEALER socket): every batch is applied once, in order, to a
 /// router's index of the contents.
