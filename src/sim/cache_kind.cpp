@@ -25,6 +25,8 @@ const char* to_string(CacheKind kind) {
       return "sglang-like";
     case CacheKind::kVllmLike:
       return "vllm-like";
+    case CacheKind::kOracle:
+      return "oracle";
   }
   return "?";
 }
@@ -32,12 +34,12 @@ const char* to_string(CacheKind kind) {
 Result<CacheKind> parse_cache_kind(std::string_view text) {
   for (CacheKind k :
        {CacheKind::kNode, CacheKind::kAttentionOnly, CacheKind::kSglangLike, CacheKind::kVllmLike,
-        CacheKind::kIndex, CacheKind::kGpuOnly, CacheKind::kIdeal}) {
+        CacheKind::kIndex, CacheKind::kGpuOnly, CacheKind::kIdeal, CacheKind::kOracle}) {
     if (text == to_string(k)) return k;
   }
   return invalid_argument(
       "unknown cache '" + std::string(text) +
-      "' (known: node, attention-only, sglang-like, vllm-like, index, gpu-only, ideal)");
+      "' (known: node, attention-only, sglang-like, vllm-like, index, gpu-only, ideal, oracle)");
 }
 
 CacheConfig config_for(CacheKind kind, const CacheConfig& base) {
@@ -79,6 +81,7 @@ CacheConfig config_for(CacheKind kind, const CacheConfig& base) {
     case CacheKind::kNode:
     case CacheKind::kIndex:
     case CacheKind::kIdeal:
+    case CacheKind::kOracle:
       break;
   }
   return c;

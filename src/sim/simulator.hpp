@@ -21,6 +21,9 @@
 //   ideal           trace only, reference: BlockLruIdeal with the same total bytes (GPU KV +
 //                   GPU snapshot slots + host KV + host snapshot slots, x instances), no
 //                   snapshots needed, strictly in order, no time
+//   oracle          trace only, headroom: a hybrid cache that knows the future (oracle_cache.hpp)
+//                   with the same total bytes as the ideal, paying snapshot bytes, strictly in
+//                   order, no time; oracle_bound_ratio: the same with free snapshots (a bound)
 //
 // Cluster (traces): `instances` modeled GPUs, each with its own scheduler, cache, executor
 // and the scenario's budgets, behind a Router; the instances run in time order (the one whose
@@ -69,10 +72,20 @@
 
 namespace radixtier::sim {
 
-enum class CacheKind { kNode, kIndex, kGpuOnly, kIdeal, kAttentionOnly, kSglangLike, kVllmLike };
+enum class CacheKind {
+  kNode,
+  kIndex,
+  kGpuOnly,
+  kIdeal,
+  kAttentionOnly,
+  kSglangLike,
+  kVllmLike,
+  kOracle
+};
 
 const char* to_string(CacheKind kind);
-/// "node" | "index" | "gpu-only" | "ideal" | "attention-only" | "sglang-like" | "vllm-like"
+/// "node" | "index" | "gpu-only" | "ideal" | "attention-only" | "sglang-like" | "vllm-like" |
+/// "oracle"
 Result<CacheKind> parse_cache_kind(std::string_view text);
 
 /// SGLang's options the sglang-like cache runs with (docs/sglang-like.md cites each default).
@@ -246,6 +259,10 @@ struct SimResult {
   double ceiling_blocks_ratio = 0;    ///< trace: the same from hash ids (infinite_cache_ceiling)
   std::string trace_construction;     ///< trace: "faithful" | "hash-only"
   std::size_t trace_with_parent = 0;  ///< trace, faithful: requests that continue an earlier one
+  /// oracle: its run with free snapshots, MIN over pages (a true upper bound, oracle_cache.hpp)
+  double oracle_bound_ratio = 0;
+  /// oracle: every request's infinite-cache resume point, at page granularity
+  double oracle_page_ceiling_ratio = 0;
   CacheConfig config;
   CacheStats stats;
   sched::SchedulerStats sched;
