@@ -417,9 +417,11 @@ int run_sim(SimArgs& args) {
       if (r->cache == "oracle") {
         std::printf(
             "oracle: hit ratio %.4f paying snapshot bytes (%llu snapshots placed); free "
-            "snapshots (a true bound) %.4f; page-level ceiling %.4f\n",
+            "snapshots (a true bound) %.4f; page-level ceiling %.4f; pages past a cap seen "
+            "before %llu\n",
             r->hit_ratio, static_cast<unsigned long long>(r->snapshots_kept), r->oracle_bound_ratio,
-            r->oracle_page_ceiling_ratio);
+            r->oracle_page_ceiling_ratio,
+            static_cast<unsigned long long>(r->oracle_pages_past_cap));
       }
     }
   }

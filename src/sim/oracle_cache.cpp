@@ -92,6 +92,7 @@ OracleStats run_oracle(const OracleTrace& t, std::uint64_t capacity_bytes, std::
       snap_uses[seq[i][d - 1]].push_back(static_cast<std::uint32_t>(i));
     }
     st.reusable_tokens += d * ps;
+    for (std::size_t k = cap; k < seq[i].size(); ++k) st.pages_past_cap += seen[seq[i][k]];
     for (std::uint32_t id : seq[i]) seen[id] = 1;
   }
 

@@ -27,7 +27,9 @@
 // With free snapshots (snapshot_bytes 0) the run is MIN with bypass over unit-size pages,
 // each request touching its pages root to leaf: the optimum of a page-granular attention-only
 // cache of those bytes serving the trace in order, hence a true upper bound for any hybrid
-// cache there (it pays for its snapshots and resumes from fewer boundaries). With paid
+// cache there (it pays for its snapshots and resumes from fewer boundaries). Exactly so when
+// no page reappears past a later request's cap (pages_past_cap 0: a reappearance there is a
+// free reload that MIN over counted uses does not exploit). With paid
 // snapshots it is a near-optimal oracle, not a bound (the hybrid problem couples a snapshot
 // with the pages under it; the greedy prices each item alone).
 //
@@ -69,6 +71,10 @@ struct OracleStats {
   std::uint64_t page_evictions = 0, snapshot_evictions = 0;
   std::uint64_t snapshots_placed = 0;  ///< snapshots created (paid ones only)
   std::uint64_t peak_bytes = 0;        ///< after eviction, the largest resident bytes
+  /// Pages of a sequence past its request's cap that an earlier sequence already had: free
+  /// reloads that MIN over counted uses does not exploit. 0: the free-snapshot run is exactly
+  /// the optimum (see above).
+  std::uint64_t pages_past_cap = 0;
   double hit_ratio() const {
     return input_tokens == 0 ? 0.0 : static_cast<double>(hits) / static_cast<double>(input_tokens);
   }

@@ -46,6 +46,7 @@ Result<SimResult> simulate_oracle(const Scenario& s, const ModelGeometry& m,
   out.snapshots_kept = st.snapshots_placed;
   out.oracle_bound_ratio = bound.hit_ratio();
   out.oracle_page_ceiling_ratio = st.ceiling_ratio();
+  out.oracle_pages_past_cap = st.pages_past_cap;
   finish_totals(out);
   return out;
 }

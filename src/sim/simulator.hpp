@@ -263,6 +263,8 @@ struct SimResult {
   double oracle_bound_ratio = 0;
   /// oracle: every request's infinite-cache resume point, at page granularity
   double oracle_page_ceiling_ratio = 0;
+  /// oracle: OracleStats::pages_past_cap (0: the bound is exactly MIN's optimum)
+  std::uint64_t oracle_pages_past_cap = 0;
   CacheConfig config;
   CacheStats stats;
   sched::SchedulerStats sched;
