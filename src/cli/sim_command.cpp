@@ -45,15 +45,15 @@ radixtier::cli::CommandRun setup_sim(CLI::App& app) {
   app.add_option("--scenario", a.scenario, "the workload (docs/simulator.md, \"Scenarios\")")
       ->required()
       ->check(CLI::IsMember(sim::scenario_names()));
-  app.add_option(
-         "--cache", a.cache,
-         "node | attention-only | sglang-like | vllm-like | index | gpu-only | ideal (trace "
-         "reference) | oracle (trace headroom: knows the future)")
+  app.add_option("--cache", a.cache,
+                 std::string(sim::kCacheKindNames) +
+                     " (ideal: the trace reference; oracle: the trace headroom, knows the future)")
       ->capture_default_str()
       ->check(radixtier::cli::parsed_by(sim::parse_cache_kind, "KIND"));
-  app.add_option("--model", a.opt.model,
-                 "a model preset (qwen3-next-80b, seed-hybrid) or the path of a Hugging Face "
-                 "config.json of a hybrid model (docs/simulator.md, \"Models as data\")")
+  app.add_option(
+         "--model", a.opt.model,
+         "a model preset (qwen3-next-80b, qwen3-next-80b-bf16-state, seed-hybrid) or the path "
+         "of a Hugging Face config.json of a hybrid model (docs/simulator.md, \"Models as data\")")
       ->capture_default_str();
   app.add_option("--kv-dtype", a.opt.dtypes.kv,
                  "KV cache element type (default: radixtier.kv_cache_dtype, else the model's)")

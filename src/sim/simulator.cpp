@@ -18,6 +18,7 @@
 #include "sim/cost_executor.hpp"
 #include "sim/counting_store_engine.hpp"
 #include "sim/counting_transfer_engine.hpp"
+#include "sim/sglang_like_cache.hpp"
 #include "sim/simulator_internal.hpp"
 #include "sim/vllm_like_cache.hpp"
 
@@ -74,7 +75,8 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
   out.instances = n_inst;
   out.router = n_inst > 1 ? to_string(o.router) : "-";
   Budget budget = s.budget;
-  if (budget.gpu_kv_tokens == 0 && o.cache == CacheKind::kSglangLike) {
+  const bool sglang = o.cache == CacheKind::kSglangLike || o.cache == CacheKind::kSglangUnified;
+  if (budget.gpu_kv_tokens == 0 && sglang) {
     // SGLang sizes its state pool from the memory ratio (model_runner_kv_cache_mixin.py,
     // handle_max_mamba_cache): rest x r / (1 + r) in whole slots, the rest KV.
     auto bytes = gpu_cache_bytes(*hw, *model);
@@ -134,12 +136,17 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
       std::uint64_t{out.config.host_pages} * out.config.page_bytes +
       std::uint64_t{out.config.host_snapshot_slots} * out.config.snapshot_bytes;
   CacheConfig base_config = out.config;
-  if (o.cache == CacheKind::kSglangLike && !o.sglang.hicache) {
+  if (sglang && !o.sglang.hicache) {
     base_config.host_pages = 0;
     base_config.host_snapshot_slots = 0;
   }
   CacheConfig config = config_for(o.cache, base_config);
-  if (o.cache == CacheKind::kNode || o.cache == CacheKind::kSglangLike) {
+  // SGLang without HiCache (its default) runs on SglangLikeCache, its own device pools; with
+  // HiCache on PrefixCache configured as SGLang (docs/sglang-like.md).
+  const bool sglang_pools = o.cache == CacheKind::kSglangUnified ||
+                            (o.cache == CacheKind::kSglangLike && config.host_pages == 0 &&
+                             config.host_snapshot_slots == 0);
+  if (o.cache == CacheKind::kNode || (o.cache == CacheKind::kSglangLike && !sglang_pools)) {
     // PrefixCache keeps cached snapshots in pages of its GPU pool (issue 21): of the GPU
     // snapshot bytes the budget gives, the live slots running requests compute in stay slots
     // (a resumed state and one being materialized each, live_slots_for), the rest joins the
@@ -153,8 +160,8 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
     config.gpu_pages += static_cast<std::uint32_t>(freed / config.page_bytes);
     config.gpu_snapshot_slots = live;
   }
-  if (o.cache == CacheKind::kAttentionOnly || o.cache == CacheKind::kSglangLike ||
-      o.cache == CacheKind::kVllmLike || o.cache == CacheKind::kNode) {
+  if (o.cache == CacheKind::kAttentionOnly || sglang || o.cache == CacheKind::kVllmLike ||
+      o.cache == CacheKind::kNode) {
     out.config = config;
   }
   const bool vllm = o.cache == CacheKind::kVllmLike;
@@ -178,7 +185,6 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
     out.config.gpu_snapshot_slots = 0;
   }
   const bool node_like = o.cache == CacheKind::kNode || o.cache == CacheKind::kAttentionOnly;
-  const bool sglang = o.cache == CacheKind::kSglangLike;
   const char* default_policy =
       node_like ? kDefaultPolicy
       : sglang  ? (o.sglang.extra_buffer ? "sglang-extra-buffer" : "sglang-no-buffer")
@@ -203,6 +209,9 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
                                                                                    : 2048;
     sc.chunk_tokens = std::max<std::size_t>(1, budget / vg.block_size) * vg.block_size;
     sc.chunk_origin = sched::ChunkOrigin::kResume;
+    // Align mode in decode: each block filled gets its state cached (MambaManager's running
+    // block becomes a cached block when full), so every block boundary decode crosses.
+    sc.insert_decode_checkpoints = true;
   }
   sc.max_running = s.max_running;
   sc.policy = *policy;
@@ -217,14 +226,17 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
   out.policy = policy->name();
   out.eviction = node_like ? radixtier::to_string(config.snapshot_eviction)
                  : sglang  ? std::string(radixtier::to_string(config.snapshot_eviction)) +
-                                (config.host_pages > 0 ? "+hicache" : "")
+                                (o.cache == CacheKind::kSglangUnified ? "+unified"
+                                 : config.host_pages > 0              ? "+hicache"
+                                                                      : "")
                  : vllm && vllm_cpu_ids > 0 ? "lru+cpu-offload"
                                             : "lru";
 
   CostExecutorOptions eo;
   eo.decode_step_s = o.decode_step_s;
   eo.decode_batch = s.max_running;
-  eo.gpu_slots = vllm ? 0 : config.gpu_snapshot_slots;  // vllm-like: states are blocks
+  // vllm-like: states are blocks; SglangLikeCache: slot ids of its own pool
+  eo.gpu_slots = vllm || sglang_pools ? 0 : config.gpu_snapshot_slots;
   // The stores outlive the caches (declared first, destroyed last): a restart keeps them.
   const bool with_store = o.disk_bytes > 0 && o.cache == CacheKind::kNode;
   if (s.restart_before && s.is_trace()) {
@@ -261,7 +273,22 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
   auto start_process = [&](Instance& in, std::size_t k) -> Status {
     in.engine = std::make_unique<CountingTransferEngine>(config);
     in.prefix = nullptr;
-    if (o.cache == CacheKind::kNode || o.cache == CacheKind::kSglangLike) {
+    if (sglang_pools) {
+      SglangLikeCache::Options sg;
+      sg.page_size = config.page_size;
+      sg.pools = o.cache == CacheKind::kSglangUnified ? SglangLikeCache::Pools::kUnified
+                                                      : SglangLikeCache::Pools::kSplit;
+      sg.kv_pages = config.gpu_pages;
+      sg.state_slots = config.gpu_snapshot_slots;
+      sg.page_bytes = config.page_bytes;
+      sg.state_bytes = config.snapshot_bytes;
+      sg.max_running = static_cast<std::uint32_t>(s.max_running);
+      sg.live_per_request = sglang_live_slots_per_request(
+          policy->kind() == sched::SnapshotPolicy::Kind::kSglangExtraBuffer);
+      auto c = SglangLikeCache::create(sg);
+      if (!c) return c.status();
+      in.cache = std::move(*c);
+    } else if (o.cache == CacheKind::kNode || o.cache == CacheKind::kSglangLike) {
       auto c = stores[k] ? PrefixCache::create(config, *in.engine, stores[k].get())
                          : PrefixCache::create(config, *in.engine);
       if (!c) return c.status();
@@ -489,6 +516,13 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
     detail::add_sched_stats(out.sched, in->sched->stats());
     out.placement_alignment = std::max(out.placement_alignment, in->sched->learner().alignment());
     out.keep_finish = in->sched->learner().keep_finish();
+    const sched::PlacementLearner& learner = in->sched->learner();
+    for (std::size_t k = 0; k < sched::kBoundaryKinds; ++k) {
+      out.placement_credits[k] += learner.credits(static_cast<sched::BoundaryKind>(k));
+    }
+    out.keep_kinds = {learner.keep(sched::BoundaryKind::kPromptEnd),
+                      learner.keep(sched::BoundaryKind::kTail),
+                      learner.keep(sched::BoundaryKind::kChunk)};
     out.sim_clock_s = std::max(out.sim_clock_s, in->kept_clock_s + in->sched->now());
     executor_s += in->executor->prefill_seconds_total() + in->executor->decode_seconds_total();
   }
