@@ -10,31 +10,32 @@
 //               to a page) such that every page up to b is resident and a snapshot at exactly
 //               b is resident; with free snapshots (the attention-only bound) every resident
 //               boundary is resumable, so b = the leading run of resident pages.
-//   insert    = every page of S(t); a snapshot at each boundary of S(t) that a later request
-//               will resume from (its target: the deepest boundary it shares with any earlier
-//               sequence, the infinite cache's resume point), unless one is there.
-//   evict     = while the bytes exceed the capacity, Belady's MIN over the resident items:
-//               an item never used again first; else the page or snapshot with the largest
+//   insert    = every page of S(t); a snapshot at each boundary of S(t) past hit(t) (the
+//               states it computed) that a later request will resume from (its target: the
+//               deepest boundary it shares with any earlier sequence, the infinite cache's
+//               resume point), unless one is there.
+//   evict     = while the bytes exceed the capacity, Belady's MIN over the resident items,
+//               priced: an item never used again first; else the one with the largest
 //               (next use - now) x bytes / the tokens that use resumes through it (a page: its
 //               page_size tokens; a snapshot: its depth, the whole prefix it makes resumable).
 //               A page's next use = the next request with that page within its cap; a
-//               snapshot's = the next request whose target it is. Snapshots are ordered by
-//               next use, the farthest one is the candidate. Ties among
-//               pages: the deeper first, so the victim is always a leaf (a page's next use is
-//               never after its children's) and the resident pages stay prefix-closed.
-//               Evicting a page drops the snapshot at it.
+//               snapshot's = the next request whose target it is. Candidates: the leaf pages
+//               without a snapshot, by (next use, depth) (a page's next use is never after
+//               its children's, so the resident pages stay prefix-closed and a page goes only
+//               after the snapshot at it), and per bucket of depth (a factor 2^(1/8) each) the
+//               snapshot with the farthest next use.
 //
 // With free snapshots (snapshot_bytes 0) the run is MIN with bypass over unit-size pages,
 // each request touching its pages root to leaf: the optimum of a page-granular attention-only
 // cache of those bytes serving the trace in order, hence a true upper bound for any hybrid
 // cache there (it pays for its snapshots and resumes from fewer boundaries). Exactly so when
 // no page reappears past a later request's cap (pages_past_cap 0: a reappearance there is a
-// free reload that MIN over counted uses does not exploit). With paid
-// snapshots it is a near-optimal oracle, not a bound (the hybrid problem couples a snapshot
-// with the pages under it; the greedy prices each item alone).
+// free reload that MIN over counted uses does not exploit). With paid snapshots it is a
+// near-optimal oracle, not a bound (the hybrid problem couples a snapshot with the pages under
+// it; the greedy prices each item alone and keeps snapshots only at targets).
 //
 // O(P log P) for P pages over all sequences: every item's next use is found by binary search
-// in its sorted list of uses, the resident items are two ordered sets.
+// in its sorted list of uses; the candidates are ordered sets.
 #pragma once
 
 #include <cstdint>
