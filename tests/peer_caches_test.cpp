@@ -499,7 +499,7 @@ TEST(SimCli, EveryCacheKindIsNamedInTheHelpList) {
   const std::string names = kCacheKindNames;
   for (CacheKind k : {CacheKind::kNode, CacheKind::kIndex, CacheKind::kGpuOnly, CacheKind::kIdeal,
                       CacheKind::kAttentionOnly, CacheKind::kSglangLike, CacheKind::kSglangUnified,
-                      CacheKind::kVllmLike}) {
+                      CacheKind::kVllmLike, CacheKind::kOracle}) {
     EXPECT_NE(names.find(to_string(k)), std::string::npos) << to_string(k);
     EXPECT_TRUE(parse_cache_kind(to_string(k)).is_ok()) << to_string(k);
   }

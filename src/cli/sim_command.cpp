@@ -46,7 +46,8 @@ radixtier::cli::CommandRun setup_sim(CLI::App& app) {
       ->required()
       ->check(CLI::IsMember(sim::scenario_names()));
   app.add_option("--cache", a.cache,
-                 std::string(sim::kCacheKindNames) + " (ideal: the trace reference)")
+                 std::string(sim::kCacheKindNames) +
+                     " (ideal: the trace reference; oracle: the trace headroom, knows the future)")
       ->capture_default_str()
       ->check(radixtier::cli::parsed_by(sim::parse_cache_kind, "KIND"));
   app.add_option(
@@ -413,6 +414,15 @@ int run_sim(SimArgs& args) {
           r->trace_construction.c_str(), r->trace_with_parent, r->ceiling_ratio,
           r->ceiling_blocks_ratio, r->instances, r->router.c_str(), r->utilization,
           r->busy_utilization, r->config.gpu_pages, r->ttft_s_p50, r->ttft_s_p90, r->ttft_s_p99);
+      if (r->cache == "oracle") {
+        std::printf(
+            "oracle: hit ratio %.4f paying snapshot bytes (%llu snapshots placed); free "
+            "snapshots (a true bound) %.4f; page-level ceiling %.4f; pages past a cap seen "
+            "before %llu\n",
+            r->hit_ratio, static_cast<unsigned long long>(r->snapshots_kept), r->oracle_bound_ratio,
+            r->oracle_page_ceiling_ratio,
+            static_cast<unsigned long long>(r->oracle_pages_past_cap));
+      }
     }
   }
   std::fflush(stdout);

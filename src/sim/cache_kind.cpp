@@ -27,6 +27,8 @@ const char* to_string(CacheKind kind) {
       return "sglang-unified";
     case CacheKind::kVllmLike:
       return "vllm-like";
+    case CacheKind::kOracle:
+      return "oracle";
   }
   return "?";
 }
@@ -34,7 +36,7 @@ const char* to_string(CacheKind kind) {
 Result<CacheKind> parse_cache_kind(std::string_view text) {
   for (CacheKind k : {CacheKind::kNode, CacheKind::kAttentionOnly, CacheKind::kSglangLike,
                       CacheKind::kSglangUnified, CacheKind::kVllmLike, CacheKind::kIndex,
-                      CacheKind::kGpuOnly, CacheKind::kIdeal}) {
+                      CacheKind::kGpuOnly, CacheKind::kIdeal, CacheKind::kOracle}) {
     if (text == to_string(k)) return k;
   }
   return invalid_argument("unknown cache '" + std::string(text) +
@@ -85,6 +87,7 @@ CacheConfig config_for(CacheKind kind, const CacheConfig& base) {
     case CacheKind::kNode:
     case CacheKind::kIndex:
     case CacheKind::kIdeal:
+    case CacheKind::kOracle:
       break;
   }
   return c;

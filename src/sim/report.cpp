@@ -22,7 +22,7 @@ constexpr CacheKind kCaches[] = {CacheKind::kNode, CacheKind::kSglangLike, Cache
                                  CacheKind::kIndex, CacheKind::kGpuOnly};
 constexpr CacheKind kTraceCaches[] = {
     CacheKind::kNode,  CacheKind::kAttentionOnly, CacheKind::kSglangLike, CacheKind::kVllmLike,
-    CacheKind::kIndex, CacheKind::kGpuOnly,       CacheKind::kIdeal};
+    CacheKind::kIndex, CacheKind::kGpuOnly,       CacheKind::kIdeal,      CacheKind::kOracle};
 
 std::string f(const char* format, double v) {
   char buf[64];
@@ -315,8 +315,10 @@ Status write_report(const ReportOptions& o) {
           "cache's "
           "twin with free snapshots and every page boundary resumable: *tax* = node / "
           "attention-only at the same budget. ideal = LRU cache of KV blocks alone with the "
-          "cluster's total bytes, strictly in order, no time (reference only). Prompts are "
-          "token-faithful: "
+          "cluster's total bytes, strictly in order, no time (reference only). oracle = a hybrid "
+          "cache that knows the future, with the same total bytes as the ideal, paying snapshot "
+          "bytes, strictly in order, no time (the headroom; docs/simulator.md, \"The oracle\"). "
+          "Prompts are token-faithful: "
        << (probe.trace_parents ? probe.trace_parents->with_parent : 0)
        << " requests continue an earlier one (its prompt + its output + their own tokens; "
           "docs/simulator.md). Infinite-cache ceiling (token-level): **"
@@ -360,13 +362,17 @@ Status write_report(const ReportOptions& o) {
       }
       trace_res.push_back(std::move(at));
     }
-    md << "\nThe ideal has no TTFT of its own (it runs without time): its percentiles are "
+    md << "\nThe ideal and the oracle have no TTFT of their own (they run without time): their "
+          "percentiles are "
           "t0 + reload + prefill of each request alone. Host peak is the largest instance's.\n\n";
     std::vector<std::string> xs;
     for (double g : o.trace_host_gib) xs.push_back(f("%g GiB", g));
     std::vector<svg::Series> series;
     for (CacheKind k : kTraceCaches) {
-      svg::Series se{to_string(k), {}, k == CacheKind::kIdeal || k == CacheKind::kAttentionOnly};
+      svg::Series se{
+          to_string(k),
+          {},
+          k == CacheKind::kIdeal || k == CacheKind::kAttentionOnly || k == CacheKind::kOracle};
       for (const auto& at : trace_res) se.values.push_back(at.at(k).hit_ratio);
       series.push_back(std::move(se));
     }
@@ -431,6 +437,13 @@ Status write_report(const ReportOptions& o) {
          << " (goal >= 90%): " << mark(node >= 0.9 * ideal) << "; above the index tier ("
          << f("%.4f", idx) << "): " << mark(node > idx) << ". Ceiling " << f("%.4f", ceiling)
          << ".\n";
+      const SimResult& orc = trace_res[i].at(CacheKind::kOracle);
+      md << "  Headroom: node / oracle = "
+         << f("%.3f", orc.hit_ratio > 0 ? node / orc.hit_ratio : 0) << " (oracle "
+         << f("%.4f", orc.hit_ratio) << "; its free-snapshot bound "
+         << f("%.4f", orc.oracle_bound_ratio) << ", node / bound = "
+         << f("%.3f", orc.oracle_bound_ratio > 0 ? node / orc.oracle_bound_ratio : 0)
+         << "; node / attention-only = " << f("%.3f", twin > 0 ? node / twin : 0) << ").\n";
     }
   }
   md << "\n";

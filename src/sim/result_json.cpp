@@ -51,6 +51,11 @@ std::string to_json(const SimResult& r, bool rows) {
     o["trace_construction"] = r.trace_construction;
     o["trace_with_parent"] = r.trace_with_parent;
   }
+  if (r.cache == "oracle") {
+    o["oracle_bound_ratio"] = num(r.oracle_bound_ratio);
+    o["oracle_page_ceiling_ratio"] = num(r.oracle_page_ceiling_ratio);
+    o["oracle_pages_past_cap"] = r.oracle_pages_past_cap;
+  }
   o["sim_clock_s"] = num(r.sim_clock_s);
   o["clock_span_ratio"] = num(r.clock_span_ratio);
   o["overrun"] = r.overrun;

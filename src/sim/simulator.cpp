@@ -2,7 +2,7 @@
 // config, the instances' processes and their restart, the request loop that routes and steps
 // them in time order, and the result gathered from them. Its parts: cache_kind.cpp,
 // cluster_metrics.cpp, request_accounting.cpp, result_totals.cpp, ideal_run.cpp,
-// result_json.cpp (the helpers they share: simulator_internal.hpp).
+// oracle_run.cpp, result_json.cpp (the helpers they share: simulator_internal.hpp).
 #include "sim/simulator.hpp"
 
 #include <algorithm>
@@ -122,8 +122,9 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
     out.trace_construction = s.trace_parents ? "faithful" : "hash-only";
     out.trace_with_parent = s.trace_parents ? s.trace_parents->with_parent : 0;
   }
-  if (o.cache == CacheKind::kIdeal) {
-    auto r = detail::simulate_ideal(s, *model, *hw, std::move(out));
+  if (o.cache == CacheKind::kIdeal || o.cache == CacheKind::kOracle) {
+    auto r = o.cache == CacheKind::kIdeal ? detail::simulate_ideal(s, *model, *hw, std::move(out))
+                                          : detail::simulate_oracle(s, *model, *hw, std::move(out));
     if (r) {
       detail::finish_cluster(*r, s, *hw, o.decode_step_s, 0);
       r->wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -25,6 +25,9 @@
 //   ideal           trace only, reference: BlockLruIdeal with the same total bytes (GPU KV +
 //                   GPU snapshot slots + host KV + host snapshot slots, x instances), no
 //                   snapshots needed, strictly in order, no time
+//   oracle          trace only, headroom: a hybrid cache that knows the future (oracle_cache.hpp)
+//                   with the same total bytes as the ideal, paying snapshot bytes, strictly in
+//                   order, no time; oracle_bound_ratio: the same with free snapshots (a bound)
 //
 // Cluster (traces): `instances` modeled GPUs, each with its own scheduler, cache, executor
 // and the scenario's budgets, behind a Router; the instances run in time order (the one whose
@@ -82,16 +85,18 @@ enum class CacheKind {
   kAttentionOnly,
   kSglangLike,
   kSglangUnified,
-  kVllmLike
+  kVllmLike,
+  kOracle
 };
 
 const char* to_string(CacheKind kind);
 /// "node" | "index" | "gpu-only" | "ideal" | "attention-only" | "sglang-like" |
-/// "sglang-unified" | "vllm-like"
+/// "sglang-unified" | "vllm-like" | "oracle"
 Result<CacheKind> parse_cache_kind(std::string_view text);
 /// Every name parse_cache_kind accepts, " | " between them (sim --help lists them all).
 inline constexpr const char* kCacheKindNames =
-    "node | attention-only | sglang-like | sglang-unified | vllm-like | index | gpu-only | ideal";
+    "node | attention-only | sglang-like | sglang-unified | vllm-like | index | gpu-only | ideal | "
+    "oracle";
 
 /// SGLang's options the sglang-like cache runs with (docs/sglang-like.md cites each default).
 struct SglangOptions {
@@ -269,6 +274,12 @@ struct SimResult {
   double ceiling_blocks_ratio = 0;    ///< trace: the same from hash ids (infinite_cache_ceiling)
   std::string trace_construction;     ///< trace: "faithful" | "hash-only"
   std::size_t trace_with_parent = 0;  ///< trace, faithful: requests that continue an earlier one
+  /// oracle: its run with free snapshots, MIN over pages (a true upper bound, oracle_cache.hpp)
+  double oracle_bound_ratio = 0;
+  /// oracle: every request's infinite-cache resume point, at page granularity
+  double oracle_page_ceiling_ratio = 0;
+  /// oracle: OracleStats::pages_past_cap (0: the bound is exactly MIN's optimum)
+  std::uint64_t oracle_pages_past_cap = 0;
   CacheConfig config;
   CacheStats stats;
   sched::SchedulerStats sched;

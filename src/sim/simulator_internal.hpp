@@ -51,4 +51,9 @@ void add_sched_stats(sched::SchedulerStats& a, const sched::SchedulerStats& b);
 Result<SimResult> simulate_ideal(const Scenario& s, const ModelGeometry& m,
                                  const HardwarePreset& hw, SimResult out);
 
+// --- oracle_run.cpp ---
+/// The oracle's column (trace only): run_oracle() with the same total bytes, no time.
+Result<SimResult> simulate_oracle(const Scenario& s, const ModelGeometry& m,
+                                  const HardwarePreset& hw, SimResult out);
+
 }  // namespace radixtier::sim::detail
