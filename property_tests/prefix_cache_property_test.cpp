@@ -285,17 +285,6 @@ struct Release : Cmd {
   void show(std::ostream& os) const override { os << "Release"; }
 };
 
-// A held request supersedes the snapshot it resumed from (issue 36): only its eviction key
-// changes, so every rule still holds and the bytes stay exact (the final checks).
-struct Supersede : Cmd {
-  void checkPreconditions(const Model& m) const override { RC_PRE(m.held > 0u); }
-  void run(const Model&, Sut& s) const override {
-    RC_ASSERT(s.h.cache->supersede(s.held.back()).is_ok());
-    check_invariants(s);
-  }
-  void show(std::ostream& os) const override { os << "Supersede"; }
-};
-
 struct Pressure : Cmd {
   std::size_t pages = *rc::gen::inRange<std::size_t>(1, 33);
   void run(const Model&, Sut& s) const override {
@@ -654,9 +643,9 @@ void run_property(WritePolicy policy, std::uint32_t host_pages,
   model.store = store_slots > 0;
   rc::state::check(
       model, sut,
-      rc::state::gen::execOneOfWithArgs<Serve, Serve, Serve, Hold, Release, Supersede, Pressure,
-                                        Pressure, CompleteOne, CompleteOne, FailNext, DropHost,
-                                        Evict, Pin, Import, StoreFault, StoreTiming, Restart>());
+      rc::state::gen::execOneOfWithArgs<Serve, Serve, Serve, Hold, Release, Pressure, Pressure,
+                                        CompleteOne, CompleteOne, FailNext, DropHost, Evict, Pin,
+                                        Import, StoreFault, StoreTiming, Restart>());
   for (LockId l : sut.held) RC_ASSERT(sut.h.cache->release(l).is_ok());
   for (const auto& p : sut.pins) RC_ASSERT(sut.h.cache->unpin(p.pin).is_ok());
   sut.pins.clear();  // unpinned: the final check must not expect them usable any more

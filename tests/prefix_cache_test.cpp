@@ -672,41 +672,5 @@ TEST_F(BadInputTest, TokensThatDoNotExtendTheLock) {
   expect_unchanged();
 }
 
-// Issue 36: a snapshot a request resumed from and continued past (a conversation's previous
-// finish) forgets its uses: it leaves before an older one still expected to serve.
-TEST(PrefixCacheSupersede, TheResumedSnapshotLeavesFirstAndBadLocksChangeNothing) {
-  Harness h{small_config()};
-  const auto b = seq({{100, 8}});  // 2 pages, a snapshot at its end
-  const auto a = seq({{200, 8}});
-  const std::size_t at8[] = {8};
-  ASSERT_EQ(h.serve(b, at8).error, "");
-  ASSERT_EQ(h.serve(a, at8).error, "");
-  // A continuation of `a` resumes from a's snapshot.
-  auto longer = a;
-  for (Token t = 300; t < 306; ++t) longer.push_back(t);
-  auto adm = h.cache->admit(longer);
-  ASSERT_TRUE(adm);
-  EXPECT_EQ(adm->cached_tokens, 8u);
-  ASSERT_TRUE(h.cache->wait(adm->lock));
-  EXPECT_EQ(h.cache->supersede(LockId(adm->lock.value() + 1000)).code(), ErrorCode::kNotFound);
-  EXPECT_EQ(h.cache->check_invariants(), "");
-  EXPECT_TRUE(h.cache->supersede(adm->lock));
-  EXPECT_EQ(h.cache->check_invariants(), "");
-  EXPECT_TRUE(h.cache->release(adm->lock));
-  auto ax = a, bx = b;
-  ax.push_back(999);
-  bx.push_back(999);
-  ASSERT_TRUE(h.cache->match(ax).snapshot_on_gpu);
-  ASSERT_TRUE(h.cache->match(bx).snapshot_on_gpu);
-  // One snapshot must leave the GPU: a's (resumed more recently, but superseded), not b's.
-  auto ev = h.cache->evict(EvictRequest{0, 1, Tier::kGpu});
-  ASSERT_TRUE(ev);
-  EXPECT_EQ(ev->snapshots, 1u);
-  h.cache->drain();
-  EXPECT_FALSE(h.cache->match(ax).snapshot_on_gpu);
-  EXPECT_TRUE(h.cache->match(bx).snapshot_on_gpu);
-  EXPECT_EQ(h.cache->check_invariants(), "");
-}
-
 }  // namespace
 }  // namespace radixtier

@@ -283,16 +283,6 @@ bool PrefixCache::materialize(Node* n, GpuSlotId slot) {
   return true;
 }
 
-Status PrefixCache::supersede(LockId lock) {
-  auto found = find_lock(lock);
-  if (!found) return found.status();
-  Node* n = (*found)->snap_node;
-  if (n == nullptr || !n->has_snapshot() || n->snap_uses == 0) return Status::ok();
-  n->snap_uses = 0;
-  refresh(n);
-  return Status::ok();
-}
-
 Status PrefixCache::release(LockId lock) {
   auto found = find_lock(lock);
   if (!found) return found.status();

@@ -454,15 +454,6 @@ Scheduler::Outcome Scheduler::finish(Running& r) {
         fail(r, s);
         return Outcome::kFailed;
       }
-      // A conversation that resumes from finishes (and not from prompt boundaries) will
-      // resume from this one next: the finish it resumed from has served (issue 36).
-      const bool kept =
-          !r.res.snapshot_boundaries.empty() && r.res.snapshot_boundaries.back() == boundary;
-      if (kept && r.res.cached_tokens > 0 &&
-          config_.policy.kind() == SnapshotPolicy::Kind::kAdaptive && q.keep_finish &&
-          !q.keep_prompt_end) {
-        (void)cache_.supersede(r.lock);
-      }
     }
   }
   r.res.finished_s = now_;

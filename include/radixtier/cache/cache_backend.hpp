@@ -164,14 +164,6 @@ class CacheBackend {
                                       std::span<const GpuPageId> pages,
                                       std::optional<GpuSlotId> snapshot) = 0;
   virtual Status release(LockId lock) = 0;
-  /// The request continued past the snapshot it resumed from and kept a deeper one on the
-  /// same path (a conversation's next finish): the one it resumed from has served its
-  /// continuation, so it keeps only its recency, not the value of its past uses. A cache
-  /// without a value order ignores it.
-  virtual Status supersede(LockId lock) {
-    (void)lock;
-    return Status::ok();
-  }
   virtual CacheStats stats() const = 0;
   /// Empty when every rule of the brief holds, else a description of the first violation.
   virtual std::string check_invariants() const = 0;

@@ -64,9 +64,7 @@
 // its OrderKey, lowest first. Keys follow GreedyDual-Size-Frequency: priority = the pool's
 // age (the priority of its last victim) at the node's last use + uses x value per byte, where
 // a KV node's value is its tokens (one per kv_bytes_per_token bytes) and a snapshot's is the
-// recompute back to the snapshot above it (snap_gap tokens); PrefixCache::supersede() sets a
-// snapshot's uses to 0 when the request that resumed from it kept a deeper one on the same
-// path (a conversation's next finish), so only its age holds it. A key is a function of what the
+// recompute back to the snapshot above it (snap_gap tokens). A key is a function of what the
 // node stores about its last use, so a node that re-enters a set (a parent exposed by
 // evicting its child, a copy that finished) takes its old place, never the most recent one.
 // Class 0 goes before class 1 whatever the priority: dead KV (no snapshot at or below the

@@ -141,10 +141,6 @@ class PrefixCache final : public CacheBackend {
                               std::span<const GpuPageId> pages,
                               std::optional<GpuSlotId> snapshot) override;
   Status release(LockId lock) override;
-  /// The snapshot `lock` resumed from forgets its uses (its key keeps its age only), so it
-  /// leaves before snapshots and KV still expected to serve (node.hpp, "Eviction orders").
-  /// An unknown lock is an error; no resumed snapshot, nothing to do.
-  Status supersede(LockId lock) override;
   CacheStats stats() const override { return stats_; }
   std::string check_invariants() const override;
 
