@@ -22,6 +22,37 @@ std::vector<Token> tokens(std::size_t n, Token base = 1) {
   return t;
 }
 
+/// Four requests a second apart, `input` tokens in and 4 out; request i's block b (b < blocks)
+/// has the hash id hash(i, b).
+template <class Hash>
+std::vector<TraceRequest> four_requests(std::uint64_t input, std::uint64_t blocks, Hash hash) {
+  std::vector<TraceRequest> trace;
+  for (std::uint64_t i = 0; i < 4; ++i) {
+    TraceRequest t;
+    t.timestamp_ms = 1000 * i;
+    t.input_length = input;
+    t.output_length = 4;
+    for (std::uint64_t b = 0; b < blocks; ++b) t.hash_ids.push_back(hash(i, b));
+    trace.push_back(t);
+  }
+  return trace;
+}
+
+ScenarioOptions without_host() {
+  ScenarioOptions so;
+  so.trace_host_bytes = 0;
+  return so;
+}
+
+/// One sglang-like instance on the H200 (PCIe Gen5 host link).
+SimOptions one_sglang_like() {
+  SimOptions o;
+  o.cache = CacheKind::kSglangLike;
+  o.hardware = "h200-gen5";
+  o.instances = 1;
+  return o;
+}
+
 TEST(VllmGeometry, Qwen3NextGetsVllmsBlockSize) {
   // bf16 state (vLLM's default): 12 attention layers x 2 KV heads x 256 x 2 B x 2 = 24,576 B
   // per token; 36 GDN layers x 1,097,728 B. vLLM: block 544, 1 attention + 3 GDN groups.
@@ -193,22 +224,11 @@ TEST(SglangLike, StatePoolFromTheMemoryRatioAndItsChunkSize) {
   EXPECT_EQ(sglang_chunk_tokens(141e9), 8192u);
   EXPECT_EQ(sglang_chunk_tokens(192e9), 16384u);
   const ModelGeometry m = *find_model("qwen3-next-80b");
-  std::vector<TraceRequest> trace;
-  for (int i = 0; i < 4; ++i) {
-    TraceRequest t;
-    t.timestamp_ms = 1000 * i;
-    t.input_length = 2000;
-    t.output_length = 4;
-    for (std::uint64_t b = 0; b < 4; ++b) t.hash_ids.push_back(10 * std::uint64_t(i) + b);
-    trace.push_back(t);
-  }
-  ScenarioOptions so;
-  so.trace_host_bytes = 0;
-  const Scenario s = trace_scenario(trace, m, so);
-  SimOptions o;
-  o.cache = CacheKind::kSglangLike;
-  o.hardware = "h200-gen5";
-  o.instances = 1;
+  // Four different prompts: no request resumes from another.
+  const std::vector<TraceRequest> trace =
+      four_requests(2000, 4, [](std::uint64_t i, std::uint64_t b) { return 10 * i + b; });
+  const Scenario s = trace_scenario(trace, m, without_host());
+  SimOptions o = one_sglang_like();
   auto r = simulate(s, o);
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
   // The memory ratio sizes SGLang's state pool (rest x r / (1 + r), r = 0.9) out of the same
@@ -459,23 +479,11 @@ TEST(SglangLikeCache, LiveSlotsPerRunningRequestAsSglangReservesThem) {
 
 TEST(SglangLike, WithoutHicacheItRunsSglangsSplitPoolsAndTheUnifiedRowOneBuffer) {
   const ModelGeometry m = *find_model("qwen3-next-80b");
-  std::vector<TraceRequest> trace;
-  for (int i = 0; i < 4; ++i) {
-    TraceRequest t;
-    t.timestamp_ms = 1000 * i;
-    t.input_length = 9000;
-    t.output_length = 4;
-    // One prompt four times: no_buffer keeps the state of its non-final chunk end (8,192).
-    for (std::uint64_t b = 1; b <= 18; ++b) t.hash_ids.push_back(b);
-    trace.push_back(t);
-  }
-  ScenarioOptions so;
-  so.trace_host_bytes = 0;
-  const Scenario s = trace_scenario(trace, m, so);
-  SimOptions o;
-  o.cache = CacheKind::kSglangLike;
-  o.hardware = "h200-gen5";
-  o.instances = 1;
+  // One prompt four times: no_buffer keeps the state of its non-final chunk end (8,192).
+  const Scenario s =
+      trace_scenario(four_requests(9000, 18, [](std::uint64_t, std::uint64_t b) { return b + 1; }),
+                     m, without_host());
+  SimOptions o = one_sglang_like();
   o.check_invariants = true;
   auto split = simulate(s, o);
   ASSERT_TRUE(split.is_ok()) << split.status().to_string();

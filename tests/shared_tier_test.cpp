@@ -6,6 +6,7 @@
 #include "cache_harness.hpp"
 #include "memory_shared_store.hpp"
 #include "radixtier/shared/shared_tier.hpp"
+#include "shared_tier_test_config.hpp"
 
 namespace radixtier {
 namespace {
@@ -20,16 +21,7 @@ using testing::small_config;
 #define ASSERT_INVARIANTS(h) ASSERT_EQ((h).cache->check_invariants(), "")
 
 SharedTierConfig tier_config(const CacheConfig& c) {
-  SharedTierConfig t;
-  t.model.model_id = "test-model";
-  t.model.weights_version = "v1";
-  t.model.kv_dtype = "f32";
-  t.model.page_size = c.page_size;
-  t.model.page_bytes = c.page_bytes;
-  t.model.snapshot_bytes = c.snapshot_bytes;
-  t.min_tokens = 4;
-  t.chunk_bytes = 64;          // a 200-byte snapshot in 4 chunks
-  t.prefill_tokens_per_s = 1;  // recompute is always dearer here
+  SharedTierConfig t = testing::memory_tier_config(c, "test-model");
   t.namespace_salts[5] = "tenant-a";
   return t;
 }

@@ -288,6 +288,8 @@ struct RedisCluster::Impl {
   // anything thrown inside (std::bad_alloc) fails the keys not yet answered and closes every
   // connection the pass held.
   void execute(const Op& op, std::size_t n, Deadline deadline, std::vector<KeyState>& states);
+  // EXISTS over `keys` sent as `role` (a lookup's probe, or the check before a write).
+  std::vector<KeyState> exists(Role role, std::span<const std::string> keys, Deadline deadline);
 };
 
 void RedisCluster::Impl::execute(const Op& op, std::size_t n, Deadline deadline,
@@ -683,8 +685,9 @@ void guarded(Counters& counters, std::vector<KeyState>& states, std::size_t n, F
 
 }  // namespace
 
-std::vector<KeyState> RedisCluster::exists(std::span<const std::string> keys, Deadline deadline) {
-  Op op{Role::kProbe,
+std::vector<KeyState> RedisCluster::Impl::exists(Role role, std::span<const std::string> keys,
+                                                 Deadline deadline) {
+  Op op{role,
         "EXISTS",
         [&](std::size_t i) { return std::string_view(keys[i]); },
         nullptr,
@@ -696,28 +699,17 @@ std::vector<KeyState> RedisCluster::exists(std::span<const std::string> keys, De
         nullptr,
         0};
   std::vector<KeyState> states;
-  guarded(impl_->counters, states, keys.size(),
-          [&] { impl_->execute(op, keys.size(), deadline, states); });
+  guarded(counters, states, keys.size(), [&] { execute(op, keys.size(), deadline, states); });
   return states;
+}
+
+std::vector<KeyState> RedisCluster::exists(std::span<const std::string> keys, Deadline deadline) {
+  return impl_->exists(Role::kProbe, keys, deadline);
 }
 
 std::vector<KeyState> RedisCluster::exists_before_write(std::span<const std::string> keys,
                                                         Deadline deadline) {
-  Op op{Role::kPublish,
-        "EXISTS",
-        [&](std::size_t i) { return std::string_view(keys[i]); },
-        nullptr,
-        [&](std::size_t i) { return keys[i].size() + 16; },
-        [](std::size_t, DataReply& r) {
-          if (r.type != DataReply::Type::kInteger) return KeyState::kFailed;
-          return r.integer > 0 ? KeyState::kFound : KeyState::kMissing;
-        },
-        nullptr,
-        0};
-  std::vector<KeyState> states;
-  guarded(impl_->counters, states, keys.size(),
-          [&] { impl_->execute(op, keys.size(), deadline, states); });
-  return states;
+  return impl_->exists(Role::kPublish, keys, deadline);
 }
 
 std::vector<GetReply> RedisCluster::get(std::span<const std::string> keys, Deadline deadline) {

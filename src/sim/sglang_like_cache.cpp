@@ -39,21 +39,6 @@ SglangLikeCache::SglangLikeCache(const Options& o) : o_(o) {
   nodes_[0].live = true;
 }
 
-Result<SglangLikeCache::Request*> SglangLikeCache::find(LockId lock, const char* what) {
-  auto r = std::as_const(*this).find(lock, what);
-  if (!r) return r.status();
-  return const_cast<Request*>(*r);
-}
-
-Result<const SglangLikeCache::Request*> SglangLikeCache::find(LockId lock, const char* what) const {
-  auto it = requests_.find(lock.value());
-  if (it == requests_.end()) {
-    return Status(ErrorCode::kNotFound,
-                  std::string(what) + ": unknown lock " + std::to_string(lock.value()));
-  }
-  return &it->second;
-}
-
 std::optional<std::uint32_t> SglangLikeCache::lookup(std::uint64_t hash) const {
   auto it = index_.find(hash);
   if (it == index_.end()) return std::nullopt;
@@ -258,28 +243,14 @@ Result<Admission> SglangLikeCache::admit(std::span<const Token> prompt) {
   r.state_locked = lock_path(r.locked);
   r.path = std::move(path);
   r.cached = best * o_.page_size;
-  const LockId id(next_lock_++);
   Admission a;
-  a.lock = id;
   a.cached_tokens = a.gpu_tokens = r.cached;
   a.kv_tokens = r.kv;
-  requests_.emplace(id.value(), std::move(r));
+  a.lock = add(std::move(r));
   ++stats_.admissions;
   stats_.requested_tokens += prompt.size() - 1;
   stats_.hit_tokens_gpu += a.cached_tokens;
   return a;
-}
-
-Result<TransferState> SglangLikeCache::poll(LockId lock) {
-  auto r = find(lock, "poll");
-  if (!r) return r.status();
-  return TransferState::kDone;  // device pools only: nothing is copied
-}
-
-Result<std::size_t> SglangLikeCache::wait(LockId lock) {
-  auto r = find(lock, "wait");
-  if (!r) return r.status();
-  return (*r)->cached;
 }
 
 Result<std::vector<GpuPageId>> SglangLikeCache::path_pages(LockId lock) const {
@@ -327,48 +298,6 @@ Result<GpuSlotId> SglangLikeCache::alloc_snapshot_slot(LockId lock) {
   return GpuSlotId(s);
 }
 
-namespace {
-
-bool disown(std::vector<std::uint32_t>& owned, std::uint32_t u) {
-  auto it = std::find(owned.begin(), owned.end(), u);
-  if (it == owned.end()) return false;
-  owned.erase(it);
-  return true;
-}
-
-bool owns(const std::vector<std::uint32_t>& owned, std::uint32_t u) {
-  return std::find(owned.begin(), owned.end(), u) != owned.end();
-}
-
-}  // namespace
-
-Status SglangLikeCache::free_pages(LockId lock, std::span<const GpuPageId> pages) {
-  auto r = find(lock, "free_pages");
-  if (!r) return r.status();
-  for (GpuPageId p : pages) {
-    if (!owns((*r)->pages, p.value())) {
-      return invalid_argument("free_pages: page " + std::to_string(p.value()) +
-                              " is not this request's");
-    }
-  }
-  for (GpuPageId p : pages) {
-    disown((*r)->pages, p.value());
-    put_page(p.value());
-  }
-  return Status::ok();
-}
-
-Status SglangLikeCache::free_snapshot_slot(LockId lock, GpuSlotId slot) {
-  auto r = find(lock, "free_snapshot_slot");
-  if (!r) return r.status();
-  if (!disown((*r)->states, slot.value())) {
-    return invalid_argument("free_snapshot_slot: slot " + std::to_string(slot.value()) +
-                            " is not this request's");
-  }
-  put_slot(slot.value());
-  return Status::ok();
-}
-
 Result<InsertResult> SglangLikeCache::insert(LockId lock, std::span<const Token> tokens,
                                              std::span<const GpuPageId> pages,
                                              std::optional<GpuSlotId> snapshot) {
@@ -382,16 +311,7 @@ Result<InsertResult> SglangLikeCache::insert(LockId lock, std::span<const Token>
                             "at or beyond the " + std::to_string(r.path.size()) +
                             " pages inserted");
   }
-  for (std::size_t i = r.path.size(); i < n; ++i) {
-    if (!owns(r.pages, pages[i].value())) {
-      return invalid_argument("insert: page " + std::to_string(pages[i].value()) +
-                              " is not this request's");
-    }
-  }
-  if (snapshot && !owns(r.states, snapshot->value())) {
-    return invalid_argument("insert: snapshot slot " + std::to_string(snapshot->value()) +
-                            " is not this request's");
-  }
+  if (Status s = check_owned(r, pages, r.path.size(), snapshot); !s) return s;
   InsertResult out;
   std::uint64_t parent_hash = r.path.empty() ? 0 : nodes_[r.path.back()].hash;
   for (std::size_t i = r.path.size(); i < n; ++i) {
@@ -448,17 +368,10 @@ Result<InsertResult> SglangLikeCache::insert(LockId lock, std::span<const Token>
   return out;
 }
 
-Status SglangLikeCache::release(LockId lock) {
-  auto it = requests_.find(lock.value());
-  if (it == requests_.end()) {
-    return Status(ErrorCode::kNotFound, "release: unknown lock " + std::to_string(lock.value()));
-  }
-  Request& r = it->second;
+void SglangLikeCache::drop(Request& r) {
   unlock_path(r.locked, r.state_locked);
   for (std::uint32_t p : r.pages) put_page(p);
   for (std::uint32_t s : r.states) put_slot(s);
-  requests_.erase(it);
-  return Status::ok();
 }
 
 bool SglangLikeCache::has_kv(std::span<const Token> tokens) const {

@@ -39,10 +39,21 @@
 
 #include "radixtier/cache/cache_backend.hpp"
 #include "radixtier/config.hpp"
+#include "sim/peer_cache_base.hpp"
 
 namespace radixtier::sim {
 
-class SglangLikeCache final : public CacheBackend {
+/// A request SglangLikeCache admitted (internal; PeerCacheBase's `Request`).
+struct SglangLikeRequest {
+  std::vector<std::uint32_t> path;           ///< nodes of [0, inserted), the last one locked
+  std::uint32_t locked = 0;                  ///< the node inc_lock_ref'd (root: none)
+  bool state_locked = false;                 ///< its state was locked with it
+  std::uint32_t resume = 0;                  ///< the node whose state the request resumed from
+  std::vector<std::uint32_t> pages, states;  ///< allocated, not in the tree
+  std::size_t cached = 0, kv = 0;
+};
+
+class SglangLikeCache final : public PeerCacheBase<SglangLikeRequest> {
  public:
   enum class Pools : std::uint8_t { kSplit, kUnified };
   struct Options {
@@ -59,20 +70,15 @@ class SglangLikeCache final : public CacheBackend {
 
   std::uint32_t page_size() const override { return o_.page_size; }
   Result<Admission> admit(std::span<const Token> prompt) override;
-  Result<TransferState> poll(LockId lock) override;
-  Result<std::size_t> wait(LockId lock) override;
   Result<std::vector<GpuPageId>> path_pages(LockId lock) const override;
   Result<GpuSlotId> path_snapshot(LockId lock) const override;
   Result<std::vector<GpuPageId>> alloc_pages(LockId lock, std::size_t n) override;
   Result<GpuSlotId> alloc_snapshot_slot(LockId lock) override;
-  Status free_pages(LockId lock, std::span<const GpuPageId> pages) override;
-  Status free_snapshot_slot(LockId lock, GpuSlotId slot) override;
   Result<InsertResult> insert(LockId lock, std::span<const Token> tokens,
                               std::span<const GpuPageId> pages,
                               std::optional<GpuSlotId> snapshot) override;
-  Status release(LockId lock) override;
-  CacheStats stats() const override { return stats_; }
   std::string check_invariants() const override;
+  using PeerCacheBase::free_pages;  // beside free_pages() below
 
   std::size_t cached_pages() const { return nodes_in_tree_; }
   std::size_t cached_states() const { return states_in_tree_; }
@@ -93,18 +99,9 @@ class SglangLikeCache final : public CacheBackend {
     std::uint64_t stamp = 0;  ///< last access (both LRU orders)
     bool in_leaves = false, in_states = false, live = false;
   };
-  struct Request {
-    std::vector<std::uint32_t> path;           ///< nodes of [0, inserted), the last one locked
-    std::uint32_t locked = 0;                  ///< the node inc_lock_ref'd (root: none)
-    bool state_locked = false;                 ///< its state was locked with it
-    std::uint32_t resume = 0;                  ///< the node whose state the request resumed from
-    std::vector<std::uint32_t> pages, states;  ///< allocated, not in the tree
-    std::size_t cached = 0, kv = 0;
-  };
+  using Request = SglangLikeRequest;
 
   explicit SglangLikeCache(const Options& o);
-  Result<Request*> find(LockId lock, const char* what);
-  Result<const Request*> find(LockId lock, const char* what) const;
   std::optional<std::uint32_t> lookup(std::uint64_t hash) const;
 
   /// Files a node in the evictable sets its state says (after any change of stamp, children,
@@ -128,8 +125,10 @@ class SglangLikeCache final : public CacheBackend {
 
   std::uint32_t take_page();
   std::uint32_t take_slot();
-  void put_page(std::uint32_t p);
-  void put_slot(std::uint32_t s);
+  void put_page(std::uint32_t p) override;
+  void put_slot(std::uint32_t s) override;
+  /// dec_lock_ref of the request's node, its allocations back to the pools.
+  void drop(Request& r) override;
 
   Options o_;
   std::uint64_t budget_bytes_ = 0;  ///< unified: the one buffer, live reservation excluded
@@ -144,9 +143,6 @@ class SglangLikeCache final : public CacheBackend {
   std::set<std::pair<std::uint64_t, std::uint32_t>> states_;  ///< unlocked states by stamp
   std::uint64_t clock_ = 0;
   std::size_t nodes_in_tree_ = 0, states_in_tree_ = 0;
-  std::unordered_map<std::uint32_t, Request> requests_;
-  std::uint32_t next_lock_ = 0;
-  CacheStats stats_;
 };
 
 }  // namespace radixtier::sim

@@ -70,21 +70,6 @@ VllmLikeCache::VllmLikeCache(std::uint32_t blocks, std::uint32_t page_size, std:
   }
 }
 
-Result<VllmLikeCache::Request*> VllmLikeCache::find(LockId lock, const char* what) {
-  auto r = std::as_const(*this).find(lock, what);
-  if (!r) return r.status();
-  return const_cast<Request*>(*r);
-}
-
-Result<const VllmLikeCache::Request*> VllmLikeCache::find(LockId lock, const char* what) const {
-  auto it = requests_.find(lock.value());
-  if (it == requests_.end()) {
-    return Status(ErrorCode::kNotFound,
-                  std::string(what) + ": unknown lock " + std::to_string(lock.value()));
-  }
-  return &it->second;
-}
-
 void VllmLikeCache::evict(std::uint32_t u) {
   Unit& unit = units_[u];
   const bool state = blocks_[unit.ids.front()].owner == Owner::kState;
@@ -274,8 +259,7 @@ Result<Admission> VllmLikeCache::admit(std::span<const Token> prompt) {
   }
   for (std::size_t i = 0; i < hit; ++i) r.path.push_back(*path[i]);
   r.cached = r.inserted = hit * page_size_;
-  const LockId lock(next_lock_++);
-  requests_.emplace(lock.value(), std::move(r));
+  const LockId lock = add(std::move(r));
   ++stats_.admissions;
   stats_.requested_tokens += prompt.size() - 1;
   const std::size_t on_gpu = std::min(gpu_hit, hit);
@@ -288,18 +272,6 @@ Result<Admission> VllmLikeCache::admit(std::span<const Token> prompt) {
   a.host_tokens = (hit - on_gpu) * page_size_;
   a.kv_tokens = kv * page_size_;
   return a;
-}
-
-Result<TransferState> VllmLikeCache::poll(LockId lock) {
-  auto r = find(lock, "poll");
-  if (!r) return r.status();
-  return TransferState::kDone;  // GPU only: nothing is ever copied
-}
-
-Result<std::size_t> VllmLikeCache::wait(LockId lock) {
-  auto r = find(lock, "wait");
-  if (!r) return r.status();
-  return (*r)->cached;
 }
 
 Result<std::vector<GpuPageId>> VllmLikeCache::path_pages(LockId lock) const {
@@ -344,45 +316,6 @@ Result<GpuSlotId> VllmLikeCache::alloc_snapshot_slot(LockId lock) {
   return GpuSlotId(u);
 }
 
-namespace {
-
-/// Removes `u` from `owned`; false when the request does not own it.
-bool disown(std::vector<std::uint32_t>& owned, std::uint32_t u) {
-  auto it = std::find(owned.begin(), owned.end(), u);
-  if (it == owned.end()) return false;
-  owned.erase(it);
-  return true;
-}
-
-}  // namespace
-
-Status VllmLikeCache::free_pages(LockId lock, std::span<const GpuPageId> pages) {
-  auto r = find(lock, "free_pages");
-  if (!r) return r.status();
-  for (GpuPageId p : pages) {
-    if (std::find((*r)->pages.begin(), (*r)->pages.end(), p.value()) == (*r)->pages.end()) {
-      return invalid_argument("free_pages: page " + std::to_string(p.value()) +
-                              " is not this request's");
-    }
-  }
-  for (GpuPageId p : pages) {
-    disown((*r)->pages, p.value());
-    unpin(p.value());
-  }
-  return Status::ok();
-}
-
-Status VllmLikeCache::free_snapshot_slot(LockId lock, GpuSlotId slot) {
-  auto r = find(lock, "free_snapshot_slot");
-  if (!r) return r.status();
-  if (!disown((*r)->states, slot.value())) {
-    return invalid_argument("free_snapshot_slot: slot " + std::to_string(slot.value()) +
-                            " is not this request's");
-  }
-  unpin(slot.value());
-  return Status::ok();
-}
-
 Result<InsertResult> VllmLikeCache::insert(LockId lock, std::span<const Token> tokens,
                                            std::span<const GpuPageId> pages,
                                            std::optional<GpuSlotId> snapshot) {
@@ -395,17 +328,7 @@ Result<InsertResult> VllmLikeCache::insert(LockId lock, std::span<const Token> t
                             std::to_string(pages.size()) + " pages: whole pages from the root, " +
                             "at or beyond the inserted " + std::to_string(r.inserted));
   }
-  for (std::size_t i = r.path.size(); i < n; ++i) {
-    if (std::find(r.pages.begin(), r.pages.end(), pages[i].value()) == r.pages.end()) {
-      return invalid_argument("insert: page " + std::to_string(pages[i].value()) +
-                              " is not this request's");
-    }
-  }
-  if (snapshot &&
-      std::find(r.states.begin(), r.states.end(), snapshot->value()) == r.states.end()) {
-    return invalid_argument("insert: snapshot slot " + std::to_string(snapshot->value()) +
-                            " is not this request's");
-  }
+  if (Status s = check_owned(r, pages, r.path.size(), snapshot); !s) return s;
   InsertResult out;
   std::uint64_t parent = r.path.empty() ? 0 : *units_[r.path.back()].hash;
   for (std::size_t i = r.path.size(); i < n; ++i) {
@@ -438,19 +361,12 @@ Result<InsertResult> VllmLikeCache::insert(LockId lock, std::span<const Token> t
   return out;
 }
 
-Status VllmLikeCache::release(LockId lock) {
-  auto it = requests_.find(lock.value());
-  if (it == requests_.end()) {
-    return Status(ErrorCode::kNotFound, "release: unknown lock " + std::to_string(lock.value()));
-  }
-  Request& r = it->second;
+void VllmLikeCache::drop(Request& r) {
   // single_type_kv_cache_manager.py free(): the tail first, so it is evicted first.
   for (auto u = r.path.rbegin(); u != r.path.rend(); ++u) unpin(*u);
   if (r.path_state) unpin(*r.path_state);
   for (std::uint32_t u : r.pages) unpin(u);
   for (std::uint32_t u : r.states) unpin(u);
-  requests_.erase(it);
-  return Status::ok();
 }
 
 std::string VllmLikeCache::check_invariants() const {

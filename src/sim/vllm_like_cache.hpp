@@ -35,6 +35,7 @@
 
 #include "radixtier/cache/cache_backend.hpp"
 #include "radixtier/config.hpp"
+#include "sim/peer_cache_base.hpp"
 
 namespace radixtier::sim {
 
@@ -54,7 +55,15 @@ Result<VllmBlockGeometry> vllm_block_geometry(std::uint32_t full_layers,
                                               std::uint64_t kv_bytes_per_token,
                                               std::uint32_t gdn_layers, std::uint64_t state_bytes);
 
-class VllmLikeCache final : public CacheBackend {
+/// A request VllmLikeCache admitted (internal; PeerCacheBase's `Request`).
+struct VllmLikeRequest {
+  std::vector<std::uint32_t> path;           ///< cached pages of [0, inserted), pinned
+  std::optional<std::uint32_t> path_state;   ///< the state resumed from, pinned
+  std::vector<std::uint32_t> pages, states;  ///< allocated, not inserted
+  std::size_t cached = 0, inserted = 0;
+};
+
+class VllmLikeCache final : public PeerCacheBase<VllmLikeRequest> {
  public:
   /// `blocks` block ids in the pool; pages of `page_size` (= the block size) tokens.
   /// `cpu_ids` > 0: the CPU offloading tier, in block ids of `id_bytes` each.
@@ -64,19 +73,13 @@ class VllmLikeCache final : public CacheBackend {
 
   std::uint32_t page_size() const override { return page_size_; }
   Result<Admission> admit(std::span<const Token> prompt) override;
-  Result<TransferState> poll(LockId lock) override;
-  Result<std::size_t> wait(LockId lock) override;
   Result<std::vector<GpuPageId>> path_pages(LockId lock) const override;
   Result<GpuSlotId> path_snapshot(LockId lock) const override;
   Result<std::vector<GpuPageId>> alloc_pages(LockId lock, std::size_t n) override;
   Result<GpuSlotId> alloc_snapshot_slot(LockId lock) override;
-  Status free_pages(LockId lock, std::span<const GpuPageId> pages) override;
-  Status free_snapshot_slot(LockId lock, GpuSlotId slot) override;
   Result<InsertResult> insert(LockId lock, std::span<const Token> tokens,
                               std::span<const GpuPageId> pages,
                               std::optional<GpuSlotId> snapshot) override;
-  Status release(LockId lock) override;
-  CacheStats stats() const override { return stats_; }
   std::string check_invariants() const override;
 
   std::uint32_t free_ids() const { return static_cast<std::uint32_t>(queue_.size()); }
@@ -99,12 +102,7 @@ class VllmLikeCache final : public CacheBackend {
     std::uint32_t ref = 0;
     bool live = false;
   };
-  struct Request {
-    std::vector<std::uint32_t> path;           ///< cached pages of [0, inserted), pinned
-    std::optional<std::uint32_t> path_state;   ///< the state resumed from, pinned
-    std::vector<std::uint32_t> pages, states;  ///< allocated, not inserted
-    std::size_t cached = 0, inserted = 0;
-  };
+  using Request = VllmLikeRequest;
 
   VllmLikeCache(std::uint32_t blocks, std::uint32_t page_size, std::uint32_t kv_ids,
                 std::uint32_t state_ids, std::uint64_t cpu_ids, std::uint64_t id_bytes);
@@ -117,8 +115,6 @@ class VllmLikeCache final : public CacheBackend {
   /// GPU has no free block ids for it.
   std::optional<std::uint32_t> load(std::uint64_t hash, bool state);
 
-  Result<Request*> find(LockId lock, const char* what);
-  Result<const Request*> find(LockId lock, const char* what) const;
   /// Takes n ids from the front of the queue, evicting what they held; kOutOfMemory and no
   /// change when fewer are free.
   Result<std::vector<std::uint32_t>> take(std::size_t n);
@@ -127,23 +123,25 @@ class VllmLikeCache final : public CacheBackend {
   void pin(std::uint32_t unit_index);
   /// Drops one reference; at 0 the unit's ids go to the back (cached) or the front (not).
   void unpin(std::uint32_t unit_index);
+  /// A page or a snapshot slot a request did not insert: its reference dropped.
+  void put_page(std::uint32_t unit_index) override { unpin(unit_index); }
+  void put_slot(std::uint32_t unit_index) override { unpin(unit_index); }
+  /// single_type_kv_cache_manager.py free(): the path's tail first, so it is evicted first.
+  void drop(Request& r) override;
 
   std::uint32_t page_size_, kv_ids_, state_ids_;
   std::vector<Block> blocks_;
   std::list<std::uint32_t> queue_;  ///< free ids, front evicted first
   std::vector<Unit> units_;
   std::vector<std::uint32_t> free_units_;
-  std::unordered_map<std::uint64_t, std::uint32_t> kv_;      ///< hash -> page unit
-  std::unordered_map<std::uint64_t, std::uint32_t> states_;  ///< hash -> state unit
-  std::unordered_map<std::uint32_t, Request> requests_;
-  std::uint32_t next_lock_ = 0;
+  std::unordered_map<std::uint64_t, std::uint32_t> kv_;           ///< hash -> page unit
+  std::unordered_map<std::uint64_t, std::uint32_t> states_;       ///< hash -> state unit
   std::uint64_t cpu_capacity_ = 0, cpu_used_ = 0, id_bytes_ = 0;  ///< in block ids, bytes
   struct CpuEntry {
     std::uint64_t key = 0, ids = 0;  ///< cpu_key() and the block ids it holds
   };
   std::list<CpuEntry> cpu_lru_;  ///< front: evicted first
   std::unordered_map<std::uint64_t, std::list<CpuEntry>::iterator> cpu_;
-  CacheStats stats_;
 };
 
 }  // namespace radixtier::sim

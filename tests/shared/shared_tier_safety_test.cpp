@@ -9,6 +9,7 @@
 
 #include "../cache_harness.hpp"
 #include "../memory_shared_store.hpp"
+#include "../shared_tier_test_config.hpp"
 #include "radixtier/shared/shared_keys.hpp"
 #include "radixtier/shared/shared_tier.hpp"
 #include "radixtier/shared/value_codec.hpp"
@@ -23,17 +24,7 @@ using radixtier::testing::seq;
 using radixtier::testing::small_config;
 
 SharedTierConfig tier_config(const CacheConfig& c) {
-  SharedTierConfig t;
-  t.model.model_id = "safety-test";
-  t.model.weights_version = "v1";
-  t.model.kv_dtype = "f32";
-  t.model.page_size = c.page_size;
-  t.model.page_bytes = c.page_bytes;
-  t.model.snapshot_bytes = c.snapshot_bytes;
-  t.min_tokens = 4;
-  t.chunk_bytes = 64;  // a 200-byte snapshot in 4 chunks
-  t.prefill_tokens_per_s = 1;
-  return t;
+  return radixtier::testing::memory_tier_config(c, "safety-test");
 }
 
 /// A MemorySharedStore that can throw from every call and records the bounds of each GET.
