@@ -1,0 +1,113 @@
+// Issue 36's goals (docs/results.md, "Conversations replayed faithfully"), asserted on the
+// token-faithful replay of the committed conversation trace and of the shipped trace, on
+// h200-gen5 with qwen3-next-80b at the default instance counts (ctest label `goals`).
+//
+// Each peer runs at its best as the yardstick defines it: sglang-like with extra_buffer (its
+// better strategy on these traces; no_buffer measured 0.2541 on the conversation trace), on
+// its default split pools and on the one-buffer opt-in (sglang-unified), and vllm-like, with
+// HiCache / CPU offloading where a host budget is given. Where a goal is not met the test
+// asserts the measured level as a regression floor, named as such.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "sim/scenarios.hpp"
+#include "sim/simulator.hpp"
+
+namespace radixtier::sim {
+namespace {
+
+std::string data(const std::string& file) {
+  return (std::filesystem::path(__FILE__).parent_path() / "data" / file).string();
+}
+
+Scenario trace(const std::string& file, double host_gib) {
+  ScenarioOptions so;
+  so.trace_path = data(file);
+  so.trace_host_bytes = static_cast<std::uint64_t>(host_gib * double(kGiB));
+  auto s = make_scenario("trace", *find_model("qwen3-next-80b"), so);
+  EXPECT_TRUE(s.is_ok()) << s.status().to_string();
+  return s ? std::move(*s) : Scenario{};
+}
+
+struct Row {
+  std::string name;
+  SimResult r;
+};
+
+SimResult run(const Scenario& s, CacheKind cache, bool extra_buffer = false,
+              bool vllm_offload = false) {
+  SimOptions o;
+  o.cache = cache;
+  o.hardware = "h200-gen5";
+  o.sglang.extra_buffer = extra_buffer;
+  o.vllm_offload = vllm_offload;
+  auto r = simulate(s, o);
+  EXPECT_TRUE(r.is_ok()) << r.status().to_string();
+  if (!r) return {};
+  EXPECT_TRUE(r->status.empty()) << r->status;
+  EXPECT_EQ(r->failed, 0u);
+  return std::move(*r);
+}
+
+std::vector<Row> peers(const Scenario& s, bool host) {
+  std::vector<Row> out;
+  out.push_back({"sglang-like extra_buffer", run(s, CacheKind::kSglangLike, true)});
+  out.push_back({"sglang-unified extra_buffer", run(s, CacheKind::kSglangUnified, true)});
+  out.push_back({"vllm-like", run(s, CacheKind::kVllmLike, false, host)});
+  return out;
+}
+
+// node's hit ratio over the best peer's, and whether its TTFT p50 and p99 are no worse than
+// every peer's.
+void expect_ahead(const SimResult& node, const std::vector<Row>& peers, double ratio,
+                  const char* what) {
+  double best = 0;
+  std::string best_name;
+  for (const Row& p : peers) {
+    if (p.r.hit_ratio > best) {
+      best = p.r.hit_ratio;
+      best_name = p.name;
+    }
+    EXPECT_LE(node.ttft_s_p50, p.r.ttft_s_p50) << what << ": TTFT p50 vs " << p.name;
+    EXPECT_LE(node.ttft_s_p99, p.r.ttft_s_p99) << what << ": TTFT p99 vs " << p.name;
+  }
+  ASSERT_GT(best, 0);
+  EXPECT_GE(node.hit_ratio / best, ratio)
+      << what << ": node " << node.hit_ratio << ", best peer " << best_name << " " << best;
+}
+
+// Goal: node >= 1.15x each peer with no host tier, TTFT p50 and p99 no worse. Measured:
+// node 0.4634 against sglang-unified extra_buffer 0.3832 (1.21x), sglang-like extra_buffer
+// 0.3126, vllm-like 0.3224; TTFT p50 1.59 s / p99 15.6 s against 2.17 / 26.2 s at best.
+TEST(ConversationGoals, NoHostTierNodeLeadsEveryPeerByFifteenPercent) {
+  const Scenario s = trace("conversation_trace.jsonl", 0);
+  ASSERT_TRUE(s.is_trace());
+  expect_ahead(run(s, CacheKind::kNode), peers(s, false), 1.15, "conversations, 0 GiB");
+}
+
+// Goal: node >= 1.10x each peer at 16 GiB. Measured: node 0.5329 against sglang-like
+// extra_buffer with HiCache 0.3880 (1.37x), sglang-unified 0.3812, vllm-like 0.3182.
+TEST(ConversationGoals, SixteenGibNodeLeadsEveryPeerByTenPercent) {
+  const Scenario s = trace("conversation_trace.jsonl", 16);
+  ASSERT_TRUE(s.is_trace());
+  expect_ahead(run(s, CacheKind::kNode), peers(s, true), 1.10, "conversations, 16 GiB");
+}
+
+// Goal: node >= 1.15x each peer with no host tier on the shipped trace. NOT MET: measured
+// node 0.5841 against vllm-like 0.5442 (1.073x), sglang-unified extra_buffer 0.5280,
+// sglang-like extra_buffer 0.5088. The shipped trace is mostly single requests sharing
+// documents (339 of 3,993 continue an earlier one), where vLLM's state at every block is
+// what a continuation needs. The floor asserted is 1.06 (a regression floor, not the goal).
+TEST(ConversationGoals, ShippedTraceNoHostTierRegressionFloor) {
+  const Scenario s = trace("mooncake_synthetic_trace.jsonl", 0);
+  ASSERT_TRUE(s.is_trace());
+  constexpr double kFloor = 1.06;
+  expect_ahead(run(s, CacheKind::kNode), peers(s, false), kFloor, "shipped, 0 GiB");
+}
+
+}  // namespace
+}  // namespace radixtier::sim
