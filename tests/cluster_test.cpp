@@ -2,6 +2,8 @@
 // attention-only twin and the sglang-like configuration.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <numeric>
 
 #include "sim/attention_only_cache.hpp"
@@ -135,6 +137,32 @@ TEST(Cluster, EveryRequestRunsOnceWhicheverTheRouter) {
   };
   EXPECT_GT(run(RouterKind::kPrefix), run(RouterKind::kRoundRobin));
   EXPECT_GT(run(RouterKind::kSession), run(RouterKind::kRoundRobin));
+}
+
+TEST(Cluster, PrefixRouterIndexIsTheCacheBytesWithoutAHostTierItDoesNotHave) {
+  // vllm-like without its offloading tier keeps nothing on host: the host budget must not
+  // grow the router's index of it. It did: on the shipped trace's first 1,500 requests (8
+  // instances) it routed, and hit, differently at 0 and 16 GiB (0.2088 vs 0.2077).
+  auto trace = load_trace(
+      (std::filesystem::path(__FILE__).parent_path() / "data/mooncake_synthetic_trace.jsonl")
+          .string());
+  ASSERT_TRUE(trace.is_ok()) << trace.status().to_string();
+  trace->resize(std::min<std::size_t>(trace->size(), 1500));
+  std::vector<std::size_t> cached[2];
+  for (int with_host = 0; with_host < 2; ++with_host) {
+    ScenarioOptions so;
+    so.trace_host_bytes = with_host ? 16 * kGiB : 0;
+    const Scenario s = trace_scenario(*trace, qwen(), so);
+    SimOptions o;
+    o.hardware = "h200-gen5";
+    o.router = RouterKind::kPrefix;
+    o.cache = CacheKind::kVllmLike;
+    auto r = simulate(s, o);
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    ASSERT_GT(r->instances, 1u);
+    for (const RequestRow& row : r->rows) cached[with_host].push_back(row.cached_tokens);
+  }
+  EXPECT_EQ(cached[0], cached[1]);
 }
 
 TEST(Cluster, SeveralInstancesNeedATrace) {

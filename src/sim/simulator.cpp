@@ -320,10 +320,15 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
         disk_write_seconds(*hw, out.restart.persist_writes, out.restart.persist_bytes);
     return Status::ok();
   };
-  Router router(
-      o.router, n_inst,
-      out.total_budget_bytes / (std::uint64_t{kTraceBlockTokens} * model->kv_bytes_per_token()),
-      s.page_size);
+  // The prefix router's index of an instance is as large as that instance's cache: its GPU
+  // bytes, and the host budget only when the cache has a host tier (vllm-like without its
+  // offloading tier, sglang-like without HiCache and gpu-only have none).
+  const bool host_tier = vllm ? vllm_cpu_ids > 0 : config.host_pool_pages() > 0;
+  const std::uint64_t cache_bytes =
+      out.total_budget_bytes - (host_tier ? 0 : std::min(host_budget, out.total_budget_bytes));
+  Router router(o.router, n_inst,
+                cache_bytes / (std::uint64_t{kTraceBlockTokens} * model->kv_bytes_per_token()),
+                s.page_size);
 
   // Submit lazily (a trace's prompts are synthesized when they are about to arrive) and route
   // each request when it arrives: first every instance steps until its next step would run at
