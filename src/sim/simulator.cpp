@@ -132,6 +132,24 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
     base_config.host_snapshot_slots = 0;
   }
   CacheConfig config = config_for(o.cache, base_config);
+  if (budget.host_snapshot_bytes > 0 &&
+      (o.cache == CacheKind::kNode || o.cache == CacheKind::kSglangLike ||
+       o.cache == CacheKind::kGpuOnly)) {
+    // PrefixCache keeps a host snapshot in whole pages of its one host pool
+    // (CacheConfig::snapshot_pages(), rounded up): host snapshots given in bytes (the trace,
+    // --host-gib, --host-snapshot-gib) count at that rounded size, and what is left of their
+    // bytes goes to KV pages, so the pool stays within the budget. Snapshots given in slots
+    // (the seed scenarios' 32) keep their slots.
+    const std::uint64_t slot_bytes = std::uint64_t{config.snapshot_pages()} * config.page_bytes;
+    const std::uint64_t snap_bytes =
+        std::uint64_t{config.host_snapshot_slots} * config.snapshot_bytes;
+    if (slot_bytes > config.snapshot_bytes && snap_bytes > 0) {
+      config.host_snapshot_slots = static_cast<std::uint32_t>(snap_bytes / slot_bytes);
+      config.host_pages += static_cast<std::uint32_t>(
+          (snap_bytes - std::uint64_t{config.host_snapshot_slots} * slot_bytes) /
+          config.page_bytes);
+    }
+  }
   if (o.cache == CacheKind::kNode || o.cache == CacheKind::kSglangLike) {
     // PrefixCache keeps cached snapshots in pages of its GPU pool (issue 21): of the GPU
     // snapshot bytes the budget gives, the live slots running requests compute in stay slots
