@@ -141,8 +141,11 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
     // bytes goes to KV pages, so the pool stays within the budget. Snapshots given in slots
     // (the seed scenarios' 32) keep their slots.
     const std::uint64_t slot_bytes = std::uint64_t{config.snapshot_pages()} * config.page_bytes;
+    // node: the budget's snapshot bytes; sglang-like: its own split (config_for), in slots
     const std::uint64_t snap_bytes =
-        std::uint64_t{config.host_snapshot_slots} * config.snapshot_bytes;
+        o.cache == CacheKind::kNode
+            ? budget.host_snapshot_bytes
+            : std::uint64_t{config.host_snapshot_slots} * config.snapshot_bytes;
     if (slot_bytes > config.snapshot_bytes && snap_bytes > 0) {
       config.host_snapshot_slots = static_cast<std::uint32_t>(snap_bytes / slot_bytes);
       config.host_pages += static_cast<std::uint32_t>(
