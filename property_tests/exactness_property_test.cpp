@@ -82,9 +82,14 @@ RC_GTEST_PROP(Exactness, ReuseIsBitIdenticalToRecompute, ()) {
     largest_pages = std::max(largest_pages, (prompt.size() + out + ps - 1) / ps);
     w.requests.push_back(sched::Request{i + 1, std::move(prompt), out, at});
   }
-  // Pools: the GPU holds the largest request plus a little; host may be absent or tiny.
+  // Pools: the GPU holds the largest request and a cached snapshot (the pool holds both;
+  // validate() refuses one that cannot hold a page and a snapshot) plus a little; host may
+  // be absent or tiny.
   w.cache.page_size = ps;
-  w.cache.gpu_pages = static_cast<std::uint32_t>(largest_pages + *rc::gen::inRange(0, 10));
+  const std::size_t snapshot_pages =
+      (model.state_bytes() + model.page_bytes() - 1) / model.page_bytes();
+  w.cache.gpu_pages =
+      static_cast<std::uint32_t>(largest_pages + snapshot_pages + *rc::gen::inRange(0, 10));
   w.cache.host_pages = *rc::gen::element(0u, 4u, 64u, 64u, 64u);
   w.cache.gpu_snapshot_slots = *rc::gen::inRange(1u, 3u);
   w.cache.host_snapshot_slots = *rc::gen::element(0u, 1u, 16u, 16u, 16u);

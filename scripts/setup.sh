@@ -18,7 +18,7 @@ case "$what" in
   all) pkgs+=(libgtest-dev librapidcheck-dev libbenchmark-dev
     pybind11-dev python3-dev python3-torch python3-pytest python3-numpy
     libzmq3-dev cppzmq-dev libmsgpack-cxx-dev prometheus-cpp-dev python3-zmq python3-msgpack
-    libhiredis-dev redis-server redis-tools) ;;
+    libhiredis-dev libsodium-dev redis-server redis-tools) ;;
   *) echo "scripts/setup.sh: '$what' is not all or demo" >&2; exit 2 ;;
 esac
 case "$preset" in

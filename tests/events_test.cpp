@@ -293,32 +293,130 @@ TEST(EventQueue, AFullQueueDropsAndCountsWithoutBlockingTheCache) {
   Harness h(testing::small_config());
   auto q = EventQueue::create(8);
   ASSERT_TRUE(q);
-  std::vector<CacheEvent> all;
-  CallbackSink sink([&](const CacheEvent& e) { all.push_back(e); });
   h.cache->add_event_sink(q->get());
-  h.cache->add_event_sink(&sink);
-  // Nobody pops: the workload still completes (the queue cannot block), and every event past
-  // the first 8 is counted as dropped.
-  for (int i = 0; i < 20; ++i) {
-    const std::vector<Token> p = testing::seq({{1000 * (i + 1), 13}});
-    const std::size_t snaps[] = {8};
-    ASSERT_EQ(h.serve(p, snaps).error, "");
-  }
-  // The queue saw its own AllBlocksCleared and then what the sink saw after its own.
-  const std::size_t emitted = all.size();
-  EXPECT_EQ((*q)->size(), 8u);
-  EXPECT_EQ((*q)->pushed(), 8u);
-  EXPECT_EQ((*q)->dropped(), emitted - 8);
-  // What it kept is the oldest events, in order.
   CacheEvent e;
-  ASSERT_TRUE((*q)->pop(e));
+  ASSERT_TRUE((*q)->pop(e));  // the attach's restart: AllBlocksCleared (the cache is empty)
   EXPECT_TRUE(std::holds_alternative<AllBlocksCleared>(e));
-  for (std::size_t i = 0; i < 7; ++i) {
+  EXPECT_FALSE((*q)->pop(e));
+  // Nobody pops and no entry point of the cache runs: the queue keeps the oldest 8 events,
+  // counts the rest as dropped, and says it lost events.
+  EXPECT_FALSE((*q)->lost_events());
+  for (int i = 0; i < 20; ++i) (*q)->on_event(BlockRemoved{{std::uint64_t(i)}, Medium::kGpu});
+  EXPECT_TRUE((*q)->lost_events());
+  EXPECT_EQ((*q)->size(), 8u);
+  EXPECT_EQ((*q)->pushed(), 1u + 8);
+  EXPECT_EQ((*q)->dropped(), 20u - 8);
+  for (std::uint64_t i = 0; i < 8; ++i) {
     ASSERT_TRUE((*q)->pop(e));
-    EXPECT_EQ(e, all[i + 1]) << i;  // `all` started with the sink's own AllBlocksCleared
+    EXPECT_EQ(std::get<BlockRemoved>(e).block_hashes.at(0), i);
   }
   EXPECT_FALSE((*q)->pop(e));
+  // Lossy: even with room again, nothing more goes in (it would follow a hole).
+  (*q)->on_event(AllBlocksCleared{});
+  EXPECT_EQ((*q)->pushed(), 1u + 8);
+  EXPECT_EQ((*q)->restarts(), 0u);
+  // The next entry point restarts it: AllBlocksCleared and the (empty) contents.
+  h.cache->poll();
+  EXPECT_FALSE((*q)->lost_events());
+  EXPECT_EQ((*q)->restarts(), 1u);
+  ASSERT_TRUE((*q)->pop(e));
+  EXPECT_TRUE(std::holds_alternative<AllBlocksCleared>(e));
+  EXPECT_FALSE((*q)->pop(e));
   h.cache->remove_event_sink(q->get());
+}
+
+// Issue 34 item 1: a drop is never invisible. The cache restarts a lossy queue's stream at its
+// next poll() (every entry point): AllBlocksCleared and the contents, handed over whole even
+// when they exceed the queue, so the consumer's copy is exact again.
+TEST(EventQueue, ALossyQueueIsRestartedAtTheNextPollAndItsConsumerEndsExact) {
+  Harness h(testing::small_config());
+  auto q = EventQueue::create(4);
+  ASSERT_TRUE(q);
+  h.cache->add_event_sink(q->get());
+  EventMirror mirror;
+  std::vector<std::vector<Token>> known;
+  std::mt19937_64 rng(34);
+  for (int i = 0; i < 300; ++i) {
+    known.push_back(testing::seq({{Token(100 * (rng() % 40)), std::size_t(9 + rng() % 30)}}));
+    const std::size_t snaps[] = {8, 16, 24, 32};
+    (void)h.serve(known.back(), snaps);
+    if (i % 50 == 0) h.settle();
+    // A consumer that falls behind: it reads now and then only.
+    CacheEvent e;
+    if (i % 7 == 0)
+      while ((*q)->pop(e)) mirror.apply(e);
+  }
+  h.settle();
+  EXPECT_GT((*q)->dropped(), 0u) << "the queue overflowed";
+  EXPECT_GT((*q)->restarts(), 0u) << "and its stream was restarted";
+  // The last operations may have lost events: the next entry point restarts the stream once
+  // the consumer has taken the restart already waiting.
+  CacheEvent e;
+  for (int k = 0; k < 10; ++k) {
+    while ((*q)->pop(e)) mirror.apply(e);
+    h.cache->poll();
+    if (!(*q)->lost_events()) break;
+  }
+  while ((*q)->pop(e)) mirror.apply(e);
+  EXPECT_FALSE((*q)->lost_events());
+  EXPECT_EQ(mirror.error, "");
+  EXPECT_EQ(mirror.difference(EventMirror::from_inspect(*h.cache, known)), "");
+  EXPECT_EQ((*q)->size(), 0u);
+  h.cache->remove_event_sink(q->get());
+}
+
+// A queue attached to a cache that holds more than the queue: the contents arrive whole.
+TEST(EventQueue, AttachedToACacheLargerThanItselfItReceivesTheWholeContents) {
+  Harness h(testing::small_config());
+  std::vector<std::vector<Token>> known;
+  for (int i = 0; i < 12; ++i) {
+    known.push_back(testing::seq({{Token(1000 * (i + 1)), 13}}));
+    const std::size_t snaps[] = {8};
+    ASSERT_EQ(h.serve(known.back(), snaps).error, "");
+  }
+  h.settle();
+  const EventMirror want = EventMirror::from_inspect(*h.cache, known);
+  ASSERT_GT(want.blocks.size() + want.snapshots.size(), 4u);
+  auto q = EventQueue::create(4);
+  ASSERT_TRUE(q);
+  h.cache->add_event_sink(q->get());
+  EXPECT_EQ((*q)->dropped(), 0u);
+  EXPECT_FALSE((*q)->lost_events());
+  EventMirror mirror;
+  CacheEvent e;
+  while ((*q)->pop(e)) mirror.apply(e);
+  EXPECT_EQ(mirror.error, "");
+  EXPECT_EQ(mirror.cleared, 1u);
+  EXPECT_EQ(mirror.difference(want), "");
+  h.cache->remove_event_sink(q->get());
+}
+
+// A restart supersedes what the consumer has not taken yet: the queued events before it and
+// the rest of an earlier restart; flush()'s arithmetic (pushed = popped + superseded) holds.
+TEST(EventQueue, ARestartSupersedesWhatWasQueuedBeforeIt) {
+  auto q = EventQueue::create(4);
+  ASSERT_TRUE(q);
+  for (std::uint64_t i = 0; i < 6; ++i) (*q)->on_event(SnapshotStored{i, i, Medium::kGpu});
+  ASSERT_TRUE((*q)->lost_events());
+  (*q)->on_restart({AllBlocksCleared{}, SnapshotStored{100, 1, Medium::kGpu}});
+  EXPECT_FALSE((*q)->lost_events());
+  (*q)->on_event(SnapshotStored{7, 7, Medium::kGpu});  // the ring is still full: lost again
+  // ... but while a restart waits for the consumer the cache is not asked for another one
+  // (it would only replace it): one tree walk per restart the consumer takes.
+  EXPECT_FALSE((*q)->lost_events());
+  (*q)->on_restart({AllBlocksCleared{}, SnapshotStored{200, 2, Medium::kGpu}});
+  EXPECT_EQ((*q)->restarts(), 2u);
+  std::vector<CacheEvent> got;
+  CacheEvent e;
+  ASSERT_TRUE((*q)->pop(e));  // takes the restart: the ring's 4 events are superseded
+  got.push_back(e);
+  (*q)->on_event(SnapshotStored{300, 3, Medium::kGpu});  // room again
+  EXPECT_FALSE((*q)->lost_events());
+  while ((*q)->pop(e)) got.push_back(e);
+  const std::vector<CacheEvent> want = {AllBlocksCleared{}, SnapshotStored{200, 2, Medium::kGpu},
+                                        SnapshotStored{300, 3, Medium::kGpu}};
+  EXPECT_EQ(got, want);
+  EXPECT_EQ((*q)->pushed(), got.size() + (*q)->superseded());
 }
 
 TEST(EventQueue, ConcurrentConsumerSeesEveryKeptEventInOrder) {

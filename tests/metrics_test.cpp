@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "cache_harness.hpp"
+#include "radixtier/cache/event_queue.hpp"
 #include "radixtier/metrics/cache_metrics.hpp"
 
 namespace radixtier {
@@ -102,6 +103,30 @@ TEST(Metrics, ScrapedValuesEqualStatsAndOccupancy) {
   EXPECT_EQ(m["radixtier_admission_latency_seconds_count"], double(s.admissions));
   EXPECT_GT(m["radixtier_copy_latency_seconds_count{direction=\"d2h\"}"], 0);
   EXPECT_GT(m["radixtier_copy_latency_seconds_count{direction=\"h2d\"}"], 0);
+}
+
+// Issue 34 item 1: a queue's drops and the stream restarts that followed them are scraped.
+TEST(Metrics, EventDropsAndTheStreamRestartsTheyCausedAreCounted) {
+  Harness h(testing::small_config());
+  auto q = EventQueue::create(2);
+  ASSERT_TRUE(q);
+  h.cache->add_event_sink(q->get());
+  auto m = MetricsServer::create(*h.cache, "127.0.0.1:0", q->get());
+  ASSERT_TRUE(m) << m.status().to_string();
+  CacheEvent e;
+  for (int round = 0; round < 2; ++round) {
+    while ((*q)->pop(e)) {  // the consumer takes what waits (the attach's restart first)
+    }
+    for (std::uint64_t i = 0; i < 5; ++i) (*q)->on_event(BlockRemoved{{i}, Medium::kGpu});
+    h.cache->poll();  // restarts the lossy stream
+  }
+  ASSERT_EQ((*q)->restarts(), 2u);
+  (*m)->update();
+  auto v = parse(scrape((*m)->port()));
+  EXPECT_EQ(v["radixtier_events_dropped_total"], double((*q)->dropped()));
+  EXPECT_GT(v["radixtier_events_dropped_total"], 0.0);
+  EXPECT_EQ(v["radixtier_events_restarts_total"], 2.0);
+  h.cache->remove_event_sink(q->get());
 }
 
 }  // namespace

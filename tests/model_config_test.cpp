@@ -47,9 +47,10 @@ TEST(ModelConfig, ShippedConfigFilesGiveTheBytesToTheByte) {
     EXPECT_EQ(seed->weight_bytes, 80'000'000'000u);
   }
   // Every embedded preset parses and find_model() finds it by its file name.
-  ASSERT_EQ(model_presets().size(), 2u);
+  ASSERT_EQ(model_presets().size(), 3u);
   EXPECT_EQ(model_presets()[0].name, "qwen3-next-80b");
-  EXPECT_EQ(model_presets()[1].name, "seed-hybrid");
+  EXPECT_EQ(model_presets()[1].name, "qwen3-next-80b-bf16-state");  // vLLM's state dtype
+  EXPECT_EQ(model_presets()[2].name, "seed-hybrid");
   EXPECT_EQ(find_model("seed-hybrid")->snapshot_bytes(), 115'642'376u);
 }
 

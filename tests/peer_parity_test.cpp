@@ -511,13 +511,62 @@ TEST(PeerParityItem10, TheCapLooksBelowASnapshotAttachedInsideAPath) {
 
 TEST(PeerParityItem10, ConfigRejectsACapThatCouldNeverBind) {
   CacheConfig c = small_config();
-  // 4 GPU slots + (64 + 8 x 5) / 5 = 20 host snapshots.
-  c.max_snapshots_per_path = 24;
+  // 32 / 5 = 6 snapshots in the GPU pool + (64 + 8 x 5) / 5 = 20 on host.
+  c.max_snapshots_per_path = 26;
   EXPECT_TRUE(c.validate());
-  c.max_snapshots_per_path = 25;
+  c.max_snapshots_per_path = 27;
   const Status s = c.validate();
   ASSERT_FALSE(s);
   EXPECT_NE(s.message().find("max_snapshots_per_path"), std::string::npos) << s.message();
+}
+
+// The cached snapshots live in the GPU pool's pages, not in the live slots (issue 34 item 3):
+// 1000 pages of 64 bytes hold 250 snapshots of 256 bytes, whatever gpu_snapshot_slots is.
+TEST(CacheConfigValidate, CountsTheGpuPoolsSnapshotsNotTheLiveSlots) {
+  CacheConfig c;
+  c.page_size = 4;
+  c.gpu_pages = 1000;
+  c.gpu_snapshot_slots = 2;
+  c.page_bytes = 64;
+  c.snapshot_bytes = 256;
+  c.max_snapshots_per_path = 10;
+  EXPECT_TRUE(c.validate()) << c.validate().message();
+  c.max_snapshots_per_path = 250;
+  EXPECT_TRUE(c.validate()) << c.validate().message();
+  c.max_snapshots_per_path = 251;  // no host tier: 250 is all there is
+  EXPECT_FALSE(c.validate());
+}
+
+// A GPU pool that cannot hold a page of KV and one snapshot would never cache a snapshot
+// (every request recomputes from the root, no error anywhere): refused, saying what to size.
+TEST(CacheConfigValidate, RefusesAGpuPoolThatCannotHoldKvAndOneSnapshot) {
+  CacheConfig c;
+  c.page_size = 4;
+  c.gpu_pages = 3;
+  c.gpu_snapshot_slots = 2;
+  c.host_pages = 64;
+  c.page_bytes = 64;
+  c.snapshot_bytes = 256;  // snapshot_pages() = 4
+  ASSERT_EQ(c.snapshot_pages(), 4u);
+  for (std::uint32_t pages : {3u, 4u}) {
+    c.gpu_pages = pages;
+    const Status s = c.validate();
+    ASSERT_FALSE(s) << pages;
+    EXPECT_NE(s.message().find("CacheConfig.gpu_pages"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("at least 5 pages"), std::string::npos) << s.message();
+  }
+  c.gpu_pages = 5;
+  EXPECT_TRUE(c.validate()) << c.validate().message();
+  // And at 5 pages one request does cache its snapshot (what the rule promises).
+  Harness h([&] {
+    CacheConfig k = c;
+    k.gpu_free_low_watermark = k.gpu_free_high_watermark = 0;
+    return k;
+  }());
+  const auto p = seq({{1, 4}, {9, 1}});
+  const std::size_t snaps[] = {4};
+  ASSERT_EQ(h.serve(p, snaps).error, "");
+  EXPECT_EQ(h.serve(p, snaps).cached, 4u);
 }
 
 }  // namespace

@@ -97,17 +97,47 @@ TEST(Priority, LowPriorityLeavesTheHostPoolFirst) {
   ASSERT_EQ(h.serve(lo, snaps).error, "");
   h.request_options = at(kDefaultPriority);
   ASSERT_EQ(h.serve(third, snaps).error, "");
-  // Everything to host, then the host pool full: the low-priority copies go.
-  // One node's KV and snapshot (pages of the one GPU pool) to host per round.
-  for (int round = 0; round < 3; ++round) {
-    auto freed = h.cache->evict({1, 1, Tier::kGpu});
-    ASSERT_TRUE(freed);
-    ASSERT_EQ(freed->kv_pages, 2u);
-    ASSERT_EQ(freed->snapshots, 1u);
-  }
+  // Everything to host in one demotion batch, into a host pool with room for two of the
+  // three nodes: the low-priority one is the one left out, although it is demoted first (its
+  // planned copy must not keep the host room from the higher ones demoted after it).
+  // Room for all three nodes (KV 2 pages + snapshot 5 pages each) in one allocation.
+  auto room = take_pages(h, h.cache->occupancy().gpu_pages_free + 3 * (2 + 5));
+  ASSERT_EQ(room.size(), c.gpu_pages);
+  ASSERT_TRUE(h.cache->free_pages(h.side_lock(), room));
+  h.cache->drain();
   ASSERT_INVARIANTS(h);
   EXPECT_EQ(h.cache->match(lo).usable_tokens, 0u);
   EXPECT_EQ(h.cache->match(hi).usable_tokens, 8u);
+  EXPECT_EQ(h.cache->match(third).usable_tokens, 8u);
+  EXPECT_EQ(h.cache->inspect(hi).at(0).kv, Residency::kHost);
+  EXPECT_EQ(h.cache->inspect(third).at(0).snapshot, Residency::kHost);
+}
+
+// The same with more nodes than the host holds, by priority in the opposite order of their
+// recency, over several batches: after each batch the host keeps the highest priorities.
+TEST(Priority, EachDemotionBatchKeepsTheHighestPrioritiesOnHost) {
+  for (SnapshotEviction e : kAll) {
+    SCOPED_TRACE(to_string(e));
+    CacheConfig c = config(e);
+    c.host_pages = 6;  // three nodes' KV (2 pages each), three snapshots' worth below
+    c.host_snapshot_slots = 3;
+    Harness h(c);
+    std::vector<std::vector<Token>> prompts;
+    const std::size_t snaps[] = {8};
+    for (int i = 0; i < 4; ++i) {
+      prompts.push_back(seq({{1000 + 100 * i, 8}, {50 + i, 1}}));
+      h.request_options = at(static_cast<RetentionPriority>(90 - 20 * i));  // newest lowest
+      ASSERT_EQ(h.serve(prompts.back(), snaps).error, "");
+    }
+    // Four nodes demoted in one batch into room for three: the lowest priority one is out.
+    auto room = take_pages(h, h.cache->occupancy().gpu_pages_free + 4 * (2 + 5));
+    ASSERT_EQ(room.size(), c.gpu_pages);
+    ASSERT_TRUE(h.cache->free_pages(h.side_lock(), room));
+    h.cache->drain();
+    ASSERT_INVARIANTS(h);
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(h.cache->match(prompts[i]).usable_tokens, 8u) << i;
+    EXPECT_EQ(h.cache->match(prompts[3]).usable_tokens, 0u);
+  }
 }
 
 // A node keeps the highest priority of the requests that used it: a shared prefix used by a

@@ -22,6 +22,8 @@ using testing::small_config;
 SharedTierConfig tier_config(const CacheConfig& c) {
   SharedTierConfig t;
   t.model.model_id = "test-model";
+  t.model.weights_version = "v1";
+  t.model.kv_dtype = "f32";
   t.model.page_size = c.page_size;
   t.model.page_bytes = c.page_bytes;
   t.model.snapshot_bytes = c.snapshot_bytes;

@@ -326,5 +326,90 @@ TEST(PlacementLearner, KeepsFinishSnapshotsOnlyWhileContinuationsShareTheOutput)
   EXPECT_EQ(l.finish_continuations(), 1u);
 }
 
+// Issue 36: conversations that continue from their outputs credit finishes; prompt ends,
+// tails and chunk ends stop being kept after a window without a credit, and come back.
+TEST(PlacementLearner, StopsKeepingPromptBoundariesThatConversationsNeverResumeFrom) {
+  PlacementLearnerOptions o;
+  o.finish_window = 8;
+  PlacementLearner l(16, o);
+  EXPECT_TRUE(l.keep(BoundaryKind::kPromptEnd));
+  EXPECT_TRUE(l.keep(BoundaryKind::kTail));
+  EXPECT_TRUE(l.keep(BoundaryKind::kChunk));
+  // A conversation: each turn is the previous turn's prompt + output + a new message.
+  auto seq = tokens(5, 300);
+  for (int turn = 0; turn < 10; ++turn) {
+    l.observe_admission(seq, 0, 0);
+    l.observe_prompt(seq, 64, 0);
+    auto out = tokens(100 + turn, 40);
+    seq.insert(seq.end(), out.begin(), out.end());
+    l.observe_finish(std::span<const Token>(seq).first(seq.size() / 16 * 16));
+    auto msg = tokens(200 + turn, 70);
+    seq.insert(seq.end(), msg.begin(), msg.end());
+  }
+  EXPECT_EQ(l.credits(BoundaryKind::kFinish), 9u);  // every turn but the first
+  EXPECT_EQ(l.credits(BoundaryKind::kPromptEnd), 0u);
+  EXPECT_TRUE(l.keep_finish());
+  EXPECT_FALSE(l.keep(BoundaryKind::kPromptEnd));
+  EXPECT_FALSE(l.keep(BoundaryKind::kTail));
+  EXPECT_FALSE(l.keep(BoundaryKind::kChunk));
+  EXPECT_TRUE(l.keep(BoundaryKind::kBranch));  // never dropped
+  // A replay of an earlier prompt's exact prefix (a regenerated turn) credits its prompt end
+  // (recorded although no snapshot was kept there): prompt ends are kept again.
+  const auto first = tokens(5, 300);
+  auto regen = first;
+  regen.push_back(Token{9});
+  l.observe_admission(regen, 0, 288);
+  EXPECT_EQ(l.credits(BoundaryKind::kPromptEnd), 1u);
+  EXPECT_TRUE(l.keep(BoundaryKind::kPromptEnd));
+  EXPECT_FALSE(l.keep(BoundaryKind::kChunk));
+}
+
+TEST(PlacementLearner, AJunctionManyRequestsLeaveCreditsTheBranchNotTheChunks) {
+  PlacementLearner l(16);
+  // Requests on one 128-token system prompt (two 64-token chunks), each with its own message.
+  const auto system = tokens(1, 128);
+  for (int i = 0; i < 5; ++i) {
+    auto p = system;
+    auto msg = tokens(50 + i, 200);
+    p.insert(p.end(), msg.begin(), msg.end());
+    l.observe_admission(p, i == 0 ? 0 : 128, i == 0 ? 0 : 128);
+    l.observe_prompt(p, 64, i == 0 ? 0 : 128);
+  }
+  // The second request's resume point was only a chunk end of the first prompt; from the
+  // third on it is a recorded branch point.
+  EXPECT_EQ(l.credits(BoundaryKind::kChunk), 1u);
+  EXPECT_EQ(l.credits(BoundaryKind::kBranch), 3u);
+}
+
+TEST(SnapshotPolicy, AdaptiveSkipsTheKindsTheLearnerDropped) {
+  const auto a = SnapshotPolicy::adaptive();
+  SnapshotQuery q = query(992);
+  EXPECT_TRUE(a.keep(q));
+  q.keep_prompt_end = false;
+  EXPECT_FALSE(a.keep(q));
+  EXPECT_TRUE(SnapshotPolicy::end_only().keep(q));  // only adaptive learns
+  q = query(0);
+  q.alignment = 128;
+  q.boundary = 896;  // the aligned tail
+  q.keep_tail = false;
+  EXPECT_FALSE(a.keep(q));
+  q.boundary = 960;  // the chunk tail
+  EXPECT_FALSE(a.keep(q));
+  q.cached_tokens = 128;
+  q.branch_tokens = 600;
+  q.boundary = 592;  // the branch point: always
+  q.keep_chunks = false;
+  EXPECT_TRUE(a.keep(q));
+  // Budgeted intermediates only while chunk ends are resumed from.
+  q = query(0);
+  q.boundary = 512;
+  const auto plan = a.plan(q);
+  ASSERT_FALSE(plan.empty());
+  q.boundary = plan.front();
+  EXPECT_TRUE(a.keep(q));
+  q.keep_chunks = false;
+  EXPECT_FALSE(a.keep(q));
+}
+
 }  // namespace
 }  // namespace radixtier::sched

@@ -6,8 +6,10 @@
 // stream with vLLM's, Dynamo's and llm-d's decoders restated.
 #include <gtest/gtest.h>
 
+#include <iostream>
 #include <map>
 #include <msgpack.hpp>
+#include <optional>
 #include <random>
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
@@ -229,7 +231,18 @@ TEST(ZmqPublisher, RejectsBadConfigAndUnbindableEndpoint) {
   c = {};
   c.endpoint = "tcp://127.0.0.1:5599";
   c.snapshot_endpoint = "tcp://127.0.0.1:5599";
-  rejects(c, "two sockets");
+  rejects(c, "snapshot_endpoint = tcp://127.0.0.1:5599 is also given to another socket");
+  // A wildcard host with a fixed port is one port (issue 34 item 2): refused before any bind,
+  // with the field named, not left to fail at bind.
+  c = {};
+  c.endpoint = "tcp://*:5557";
+  c.replay_endpoint = "tcp://*:5557";
+  rejects(c, "ZmqPublisherConfig.replay_endpoint = tcp://*:5557 is also given to another socket");
+  // A wildcard port is a new port each time: the same one twice is two sockets.
+  c = {};
+  c.endpoint = "tcp://127.0.0.1:*";
+  c.replay_endpoint = "tcp://127.0.0.1:*";
+  EXPECT_TRUE(c.validate()) << c.validate().message();
   c = {};
   c.endpoint = "nonsense://*";
   rejects(c, "cannot bind");
@@ -454,6 +467,172 @@ TEST(ZmqPublisher, AStalledSubscriberNeverBlocksTheCache) {
   want.snapshots.clear();
   EXPECT_EQ(mirror.difference(want), "");
   h.cache->remove_event_sink(&(*pub)->sink());
+}
+
+/// A subscriber written as vLLM's (its example subscriber, examples/features/kv_events/: a gap
+/// in the sequence numbers -> a replay request from the first missing one) and llm-d's
+/// (pkg/kvevents: the same over a DEALER socket): every batch is applied once, in order, to a
+/// router's index of the contents.
+class GapReplayingSubscriber {
+ public:
+  GapReplayingSubscriber(zmq::context_t& ctx, const ZmqPublisher& pub, const std::string& topic)
+      : ctx_(ctx), replay_at_(pub.replay_endpoint()), sub_(ctx, zmq::socket_type::sub) {
+    sub_.set(zmq::sockopt::subscribe, topic);
+    sub_.connect(pub.endpoint());
+  }
+
+  /// Reads what arrived (waiting up to `wait` for the first message).
+  void pump(std::chrono::milliseconds wait) {
+    sub_.set(zmq::sockopt::rcvtimeo, static_cast<int>(wait.count()));
+    for (;;) {
+      std::vector<zmq::message_t> frames;
+      if (!zmq::recv_multipart(sub_, std::back_inserter(frames))) return;
+      sub_.set(zmq::sockopt::rcvtimeo, 0);
+      if (frames.size() != 3) return fail("a live message of " + std::to_string(frames.size()));
+      const std::int64_t seq = be64(frames[1]);
+      if (seq <= last_) continue;  // already applied (from a replay)
+      if (seq > last_ + 1) {
+        ++gaps;
+        replay_from(last_ + 1);
+      }
+      if (seq == last_ + 1) apply(seq, frames[2]);
+      if (seq > last_) return fail("the replay did not fill the gap before " + std::to_string(seq));
+    }
+  }
+  /// Pumps until batch `n - 1` is applied (false on timeout).
+  bool catch_up(std::uint64_t n) {
+    for (int i = 0; i < 200 && last_ + 1 < static_cast<std::int64_t>(n); ++i)
+      pump(std::chrono::milliseconds(50));
+    return last_ + 1 == static_cast<std::int64_t>(n);
+  }
+
+  EventMirror index;
+  std::size_t gaps = 0, replayed = 0;
+  std::string error;
+
+ private:
+  void fail(const std::string& why) {
+    if (error.empty()) error = why;
+  }
+  void apply(std::int64_t seq, const zmq::message_t& payload) {
+    for (const CacheEvent& e : decode(payload, WireFormat::kVllmCurrent).events) index.apply(e);
+    last_ = seq;
+  }
+  void replay_from(std::int64_t start) {
+    zmq::socket_t s(ctx_, zmq::socket_type::dealer);
+    s.set(zmq::sockopt::rcvtimeo, 10'000);
+    s.connect(replay_at_);
+    std::string be(8, '\0');
+    for (int i = 0; i < 8; ++i) be[i] = static_cast<char>(std::uint64_t(start) >> (8 * (7 - i)));
+    s.send(zmq::str_buffer(""), zmq::send_flags::sndmore);
+    s.send(zmq::buffer(be));
+    for (;;) {
+      std::vector<zmq::message_t> frames;  // delimiter, topic, seq, payload
+      if (!zmq::recv_multipart(s, std::back_inserter(frames)) || frames.size() != 4)
+        return fail("replay reply lost or malformed");
+      const std::int64_t seq = be64(frames[2]);
+      if (seq == -1) return;
+      if (seq == last_ + 1) {
+        apply(seq, frames[3]);
+        ++replayed;
+      }
+    }
+  }
+
+  zmq::context_t& ctx_;
+  std::string replay_at_;
+  zmq::socket_t sub_;
+  std::int64_t last_ = -1;
+};
+
+// Issue 34 item 1: with a queue far too small (4 events) the publisher drops, and the stream
+// says so: the cache restarts it (AllBlocksCleared, then the contents) at its next poll(), on
+// the same sequence numbers. A subscriber that joins late, follows gaps with replay requests
+// and reads only now and then ends with an index equal to the cache's contents.
+TEST(ZmqPublisher, AnOverloadedQueueRestartsTheStreamAndARoutersIndexEndsExact) {
+  ZmqPublisherConfig pc;
+  pc.endpoint = "tcp://127.0.0.1:*";
+  pc.replay_endpoint = "tcp://127.0.0.1:*";
+  pc.queue_capacity = 4;
+  auto pub = ZmqPublisher::create(pc);
+  ASSERT_TRUE(pub) << pub.status().to_string();
+  zmq::context_t ctx;
+  Harness h(testing::small_config());
+  h.cache->add_event_sink(&(*pub)->sink());
+  std::optional<GapReplayingSubscriber> router;
+  std::vector<std::vector<Token>> known;
+  for (int i = 0; i < 300; ++i) {
+    known.push_back(testing::seq({{Token(100 * (i % 50)), std::size_t(9 + i % 30)}}));
+    const std::size_t snaps[] = {8, 16, 24, 32};
+    (void)h.serve(known.back(), snaps);
+    if (i % 50 == 0) h.settle();
+    if (i == 40) router.emplace(ctx, **pub, pc.topic);  // joins late: a gap from seq 0
+    if (router && i % 10 == 0) router->pump(std::chrono::milliseconds(0));
+  }
+  h.settle();
+  // The last operations may have lost events: the next entry point restarts the stream.
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_TRUE((*pub)->flush(std::chrono::seconds(10)));  // the restart waiting is taken
+    h.cache->poll();
+    if (!(*pub)->sink().lost_events()) break;
+  }
+  ASSERT_FALSE((*pub)->sink().lost_events());
+  ASSERT_TRUE((*pub)->flush(std::chrono::seconds(10)));
+  std::cout << "[ measured ] queue_capacity 4, 300 requests: " << (*pub)->dropped()
+            << " events dropped, " << (*pub)->restarts() << " restarts, " << (*pub)->batches()
+            << " batches\n";
+  EXPECT_GT((*pub)->dropped(), 0u) << "the queue overflowed";
+  EXPECT_GT((*pub)->restarts(), 0u);
+  ASSERT_TRUE(router->catch_up((*pub)->batches()));
+  EXPECT_EQ(router->error, "");
+  EXPECT_GE(router->gaps, 1u) << "it joined late";
+  EXPECT_GT(router->replayed, 0u);
+  EXPECT_EQ(router->index.error, "");
+  EXPECT_GT(router->index.cleared, 1u) << "the restarts reached it";
+  EventMirror want = EventMirror::from_inspect(*h.cache, known);
+  want.snapshots.clear();
+  EXPECT_FALSE(want.blocks.empty());
+  EXPECT_EQ(router->index.difference(want), "");
+  h.cache->remove_event_sink(&(*pub)->sink());
+}
+
+// Issue 34 item 2: Dynamo builds before mid-2026 file every medium under the GPU tier, so a
+// CPU removal (drop_host) would take a block that is still on GPU out of their GPU view.
+// media = kGpuOnly sends the GPU events alone: the stream rebuilds exactly the GPU contents.
+TEST(ZmqPublisher, GpuOnlyMediaSendsTheGpuContentsAlone) {
+  ZmqPublisherConfig pc;
+  pc.endpoint = "tcp://127.0.0.1:*";
+  pc.replay_endpoint = "tcp://127.0.0.1:*";
+  pc.media = MediaFilter::kGpuOnly;
+  auto pub = ZmqPublisher::create(pc);
+  ASSERT_TRUE(pub) << pub.status().to_string();
+  Workload w;
+  w.h.cache->add_event_sink(&(*pub)->sink());
+  w.run(300, 5);
+  w.h.cache->drop_host();
+  ASSERT_TRUE((*pub)->flush(std::chrono::seconds(10)));
+  zmq::context_t ctx;
+  EventMirror mirror;
+  std::size_t not_gpu = 0;
+  replay(ctx, (*pub)->replay_endpoint(), pc.replay_format, pc.topic, [&](const auto& p) {
+    for (const auto& e : decode(p, pc.wire_format).events) {
+      if (const auto* s = std::get_if<BlockStored>(&e)) not_gpu += s->medium != Medium::kGpu;
+      if (const auto* r = std::get_if<BlockRemoved>(&e)) not_gpu += r->medium != Medium::kGpu;
+      mirror.apply(e);
+    }
+  });
+  EXPECT_EQ(not_gpu, 0u);
+  EXPECT_EQ(mirror.error, "");
+  EventMirror want = EventMirror::from_inspect(*w.h.cache, w.known);
+  want.snapshots.clear();
+  std::size_t host = 0;
+  std::erase_if(want.blocks, [&](const auto& b) {
+    host += b.first.second != Medium::kGpu;
+    return b.first.second != Medium::kGpu;
+  });
+  EXPECT_GT(host, 0u) << "the workload has host and store copies that stay unpublished";
+  EXPECT_EQ(mirror.difference(want), "");
+  w.h.cache->remove_event_sink(&(*pub)->sink());
 }
 
 }  // namespace

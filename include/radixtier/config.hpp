@@ -34,7 +34,11 @@ const char* to_string(SnapshotEviction eviction);
 
 struct CacheConfig {
   std::uint32_t page_size = 64;  ///< tokens per page
-  std::uint32_t gpu_pages = 0;   ///< GPU KV pool, in pages
+  /// The GPU pool, in pages of page_bytes: the running requests' KV *and* the cached
+  /// snapshots (each snapshot_pages() pages, not contiguous); eviction decides the split at
+  /// every moment. At least snapshot_pages() + 1 (a page of KV and one snapshot), else no
+  /// snapshot could ever be cached.
+  std::uint32_t gpu_pages = 0;
   /// Host tier, in pages of page_bytes. PrefixCache keeps KV *and* snapshots in one pool of
   /// host_pool_pages() pages (a snapshot spans snapshot_pages() of them, not contiguous);
   /// with kCostAware eviction decides the split at every moment.

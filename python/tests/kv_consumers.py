@@ -9,7 +9,8 @@ vLLM     vllm/distributed/kv_events.py: EventBatch (msgspec Struct, array_like, 
          field without a default must be there, with its type (an int is not a bool); an
          unknown key of a map is ignored; an array may carry extra trailing elements; an
          unknown tag fails the whole batch.
-         examples/online_serving/kv_events_subscriber.py: SUB on the topic, REQ replay.
+         its example subscriber (examples/features/kv_events/, formerly
+         examples/online_serving/): SUB on the topic, REQ replay.
 Dynamo   lib/kv-router/src/zmq_wire/types.rs (KvEventBatch: the tuple (f64, Vec<RawKvEvent>,
          Option<i32>); BlockHashValue i64 | u64; token ids u32) and deserialize.rs
          (RawKvEventVisitor: a tagged map by field name, "cache_salt" the cache namespace, or a

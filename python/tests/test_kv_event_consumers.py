@@ -118,6 +118,8 @@ class RouterView:
                             ev["block_size"], ev[medium], scope(ev))
             elif ev["type"] == "BlockRemoved":
                 self.removed(ev["block_hashes"], ev[medium])
+            elif ev["type"] == "AllBlocksCleared":
+                self.blocks.clear()
 
     def keys(self):
         return {(k, md) for (_, md), k in self.blocks.items()}
@@ -210,6 +212,46 @@ def test_every_router_decodes_the_stream_and_rebuilds_the_contents(wire):
     for tokens in c.known[7][:5]:
         hashes = c.engine_hashes(tokens, 7)
         assert any(h in vllm.key_of for h in hashes)
+    pub.close()
+    ctx.destroy()
+
+
+def test_an_overloaded_queue_restarts_the_stream_and_every_router_ends_exact():
+    """A 4-event queue (issue 34): the publisher drops, and the cache restarts the stream
+    (AllBlocksCleared, then the contents) at its next entry point, so each router's copy,
+    applying every batch in order, equals inspect() at the end."""
+    c = Cache()
+    pub = rt.EventPublisher(c.cache, "tcp://127.0.0.1:*", "tcp://127.0.0.1:*", TOPIC,
+                            queue_capacity=4, namespace_names=NAMES)
+    c.workload(n=120)
+    for _ in range(5):  # the restart waiting is taken, then a last loss is restarted
+        assert pub.flush(10.0)
+        c.cache.poll()
+    assert pub.flush(10.0)
+    assert pub.dropped > 0 and pub.restarts > 0
+    ctx = zmq.Context()
+    messages = replay_dealer(ctx, pub.replay_endpoint, "topic-seq-payload")
+    assert [int.from_bytes(s, "big") for _, s, _ in messages] == list(range(pub.batches))
+    vllm, dynamo, llmd = RouterView(), RouterView(), RouterView()
+    cleared = 0
+    for topic, seq, payload in messages:
+        batch = kc.vllm_decode(payload, "current")
+        cleared += sum(ev["type"] == "AllBlocksCleared" for ev in batch["events"])
+        vllm.apply(batch["events"], lambda ev: ev["lora_name"])
+        dynamo.apply(kc.dynamo_decode(payload)["events"],
+                     lambda ev: (ev["lora_name"], ev["cache_namespace"]))
+        llmd.apply(kc.llmd_decode([topic, seq, payload])[2], lambda ev: ev["model"],
+                   medium="device_tier")
+    assert cleared > 1, "the restarts reached the routers"
+
+    def name(ns):
+        return NAMES.get(ns) if ns else None
+
+    media = {"GPU": "GPU", "CPU": "CPU"}
+    assert vllm.keys() and vllm.keys() == c.expected(name, media)
+    assert dynamo.keys() == c.expected(lambda ns: (name(ns), None), media)
+    assert llmd.keys() == c.expected(lambda ns: name(ns) or "tiny-hybrid",
+                                     {"GPU": "gpu", "CPU": "cpu"})
     pub.close()
     ctx.destroy()
 

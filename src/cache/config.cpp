@@ -52,14 +52,27 @@ Status CacheConfig::validate() const {
                 std::to_string(std::uint64_t{gpu_pages} * page_size) +
                 " tokens the GPU pool holds: nothing would ever be loaded back")
                    .c_str());
-  const std::uint64_t snapshots_held =
-      std::uint64_t{gpu_snapshot_slots} +
-      (snapshot_pages() == 0 ? 0 : host_pool_pages() / snapshot_pages());
+  // The GPU pool holds the running requests' KV and the cached snapshots (snapshot_pages()
+  // pages each); the live slots only hold running requests' state, never a cached snapshot.
+  // Below one page of KV plus one snapshot, insert() could never materialize a snapshot:
+  // every admission would recompute from the root, without an error anywhere.
+  const std::size_t per = snapshot_pages();
+  if (std::size_t{gpu_pages} < per + 1)
+    return bad("gpu_pages",
+               ("is " + std::to_string(gpu_pages) +
+                " pages; the GPU pool holds the running requests' KV and the cached snapshots (" +
+                std::to_string(per) +
+                " pages each: snapshot_bytes / page_bytes rounded up), so it cannot hold a page "
+                "of KV and one snapshot and would never cache a snapshot: give it at least " +
+                std::to_string(per + 1) + " pages (more to keep several requests' KV and " +
+                "snapshots), or a smaller snapshot_bytes")
+                   .c_str());
+  const std::uint64_t snapshots_held = std::uint64_t{gpu_pages} / per + host_pool_pages() / per;
   if (max_snapshots_per_path > snapshots_held)
     return bad("max_snapshots_per_path",
                ("is " + std::to_string(max_snapshots_per_path) + ", more than the " +
                 std::to_string(snapshots_held) +
-                " snapshots GPU and host can hold together: the cap would never bind")
+                " snapshots the GPU and host pools can hold together: the cap would never bind")
                    .c_str());
   return Status::ok();
 }

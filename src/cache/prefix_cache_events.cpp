@@ -127,17 +127,35 @@ void PrefixCache::emit_changes(Node* n) {
 
 void PrefixCache::emit_contents() {
   sinks_.quiet = false;
-  emit(AllBlocksCleared{});
-  std::vector<Node*> stack{tree_.root()};  // parents before children, every namespace
-  for (const auto& [ns, root] : tree_.namespace_roots()) stack.push_back(root);
-  while (!stack.empty()) {
-    Node* n = stack.back();
-    stack.pop_back();
-    for (auto& [key, child] : n->children) stack.push_back(child);
-    if (n->is_root()) continue;
-    n->reported_kv = 0;
-    n->reported_snapshot = 0;
-    emit_changes(n);
+  // One piece per sink (EventSink::on_restart): a bounded queue smaller than the contents
+  // must not drop the restart that makes its consumer's copy exact again.
+  sinks_.restart([this] {
+    emit(AllBlocksCleared{});
+    std::vector<Node*> stack{tree_.root()};  // parents before children, every namespace
+    for (const auto& [ns, root] : tree_.namespace_roots()) stack.push_back(root);
+    while (!stack.empty()) {
+      Node* n = stack.back();
+      stack.pop_back();
+      for (auto& [key, child] : n->children) stack.push_back(child);
+      if (n->is_root()) continue;
+      n->reported_kv = 0;
+      n->reported_snapshot = 0;
+      emit_changes(n);
+    }
+  });
+}
+
+void PrefixCache::restart_lossy_sinks() {
+  // Called where every node's report is current (the end of poll()), so the other sinks,
+  // which are not restarted, lose nothing when the reports are set afresh.
+  if (sinks_.quiet) return;
+  // Each restart clears the sink's loss (an EventSink that reported one and kept it after its
+  // restart would be asked again at the next poll(), not here).
+  std::vector<EventSink*> done;
+  while (EventSink* sink = sinks_.lossy()) {
+    if (std::find(done.begin(), done.end(), sink) != done.end()) break;
+    done.push_back(sink);
+    sinks_.only(sink, [this] { emit_contents(); });
   }
 }
 

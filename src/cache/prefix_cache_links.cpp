@@ -17,7 +17,9 @@
 // What stays with each link: how a copy is planned on its engine (host pages taken before the
 // copy for GPU -> host; store records named by path hashes for host -> store) and how a
 // finished copy lands (prefix_cache_transfers.cpp, prefix_cache_store.cpp).
+#include <algorithm>
 #include <cassert>
+#include <unordered_set>
 
 #include "radixtier/cache/prefix_cache.hpp"
 
@@ -34,20 +36,79 @@ PrefixCache::Evicted PrefixCache::evict(Node* n, Held h, LinkBatch<T>& batch, bo
   }
   if (kept_below<T>(*n, h)) {
     free_kept<T>(n, h);
-  } else if (!kv && !n->has_kv()) {  // a snapshot without KV: nothing resumes from it either
-    drop_victim<T>(n, h);
     return out;
-  } else if (plan_down<T>(n, h, Xfer::kDemote, batch)) {
-    out = Evicted::kCopying;
-  } else if (ahead && n->has_kv()) {
-    // No room below now (what is there is in flight or pinned): ahead of need, nothing is
-    // dropped that an allocation, waiting for those copies, would demote instead.
-    return Evicted::kLeft;
-  } else {
+  }
+  if (!kv && !n->has_kv()) {  // a snapshot without KV: nothing resumes from it either
     drop_victim<T>(n, h);
     return out;
   }
-  return out;
+  // Its key in T's order now (planning the copy takes it off the order).
+  const OrderKey key = n->row<T>().key(h);
+  bool planned = plan_down<T>(n, h, Xfer::kDemote, batch);
+  if (!planned && ahead && n->has_kv()) {
+    // No room below now (what is there is in flight or pinned): ahead of need, nothing is
+    // dropped that an allocation, waiting for those copies, would demote instead.
+    return Evicted::kLeft;
+  }
+  if constexpr (T == Tier::kGpu) {
+    if (!planned) planned = displace_planned(n, h, key, batch);
+    if (planned) batch.victims.push_back({n, h, key});
+  }
+  if (!planned) {
+    drop_victim<T>(n, h);
+    return out;
+  }
+  return Evicted::kCopying;
+}
+
+bool PrefixCache::displace_planned(Node* n, Held h, const OrderKey& key, PendingBatch& batch) {
+  // Victims are taken lowest key first, so the copies planned before n are below it (or
+  // equal): without this, the last and highest of a batch into a full host is the one
+  // dropped (the planned copies are not evictable), a priority inversion.
+  for (;;) {
+    if (!n->has_kv()) return false;  // making room took n's own KV: nothing to keep
+    auto lowest = batch.victims.end();
+    for (auto it = batch.victims.begin(); it != batch.victims.end(); ++it) {
+      // Never n's own other copy: dropping its KV could take n out of the tree.
+      if (it->node != n && it->key < key &&
+          (lowest == batch.victims.end() || it->key < lowest->key))
+        lowest = it;
+    }
+    if (lowest == batch.victims.end()) return false;
+    Node* const v = lowest->node;
+    const Held vh = lowest->held;
+    // Its KV goes with its snapshot: a snapshot on host without the KV below it is dead.
+    const bool with_snapshot =
+        vh == Held::kKv &&
+        std::any_of(batch.victims.begin(), batch.victims.end(), [v](const PlannedVictim& p) {
+          return p.node == v && p.held == Held::kSnapshot;
+        });
+    std::erase_if(batch.victims, [v, vh, with_snapshot](const PlannedVictim& p) {
+      return p.node == v && (p.held == vh || with_snapshot);
+    });
+    if (vh == Held::kSnapshot || with_snapshot) {
+      unplan(batch, v, true);
+      drop_victim<Tier::kGpu>(v, Held::kSnapshot);
+    }
+    if (vh == Held::kKv) {
+      unplan(batch, v, false);
+      drop_victim<Tier::kGpu>(v, Held::kKv);
+    }
+    if (plan_down<Tier::kGpu>(n, h, Xfer::kDemote, batch)) return true;
+  }
+}
+
+void PrefixCache::unplan(PendingBatch& batch, Node* n, bool snapshot) {
+  const std::vector<HostPageId>& dst = snapshot ? n->host.snapshot : n->host.pages;
+  const std::unordered_set<HostPageId> mine(dst.begin(), dst.end());
+  std::erase_if(batch.batch.pages, [&mine](const PageCopy& c) { return mine.contains(c.host); });
+  auto op = std::find_if(batch.ops.begin(), batch.ops.end(), [n, snapshot](const CopyOp& o) {
+    return o.node == n && o.snapshot == snapshot;
+  });
+  assert(op != batch.ops.end());
+  const CopyOp planned = *op;
+  batch.ops.erase(op);
+  cancel_ops(std::span<const CopyOp>(&planned, 1));
 }
 
 template <Tier T>

@@ -129,6 +129,7 @@ void PrefixCache::poll() {
   reap_staged();
   demote_ahead();
   store_ahead();
+  restart_lossy_sinks();
 }
 
 void PrefixCache::reap_transfers() {

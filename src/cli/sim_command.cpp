@@ -46,13 +46,13 @@ radixtier::cli::CommandRun setup_sim(CLI::App& app) {
       ->required()
       ->check(CLI::IsMember(sim::scenario_names()));
   app.add_option("--cache", a.cache,
-                 "node | attention-only | sglang-like | index | gpu-only | ideal (trace "
-                 "reference)")
+                 std::string(sim::kCacheKindNames) + " (ideal: the trace reference)")
       ->capture_default_str()
       ->check(radixtier::cli::parsed_by(sim::parse_cache_kind, "KIND"));
-  app.add_option("--model", a.opt.model,
-                 "a model preset (qwen3-next-80b, seed-hybrid) or the path of a Hugging Face "
-                 "config.json of a hybrid model (docs/simulator.md, \"Models as data\")")
+  app.add_option(
+         "--model", a.opt.model,
+         "a model preset (qwen3-next-80b, qwen3-next-80b-bf16-state, seed-hybrid) or the path "
+         "of a Hugging Face config.json of a hybrid model (docs/simulator.md, \"Models as data\")")
       ->capture_default_str();
   app.add_option("--kv-dtype", a.opt.dtypes.kv,
                  "KV cache element type (default: radixtier.kv_cache_dtype, else the model's)")
@@ -121,6 +121,9 @@ radixtier::cli::CommandRun setup_sim(CLI::App& app) {
           "[0, 1)"));
   app.add_option("--trace-limit", a.so.trace_limit, "trace: only the first N requests")
       ->check(radixtier::cli::count_at_least(0));
+  app.add_flag("--hash-only-prompts", a.so.trace_hash_only,
+               "trace: build prompts from hash ids alone (a follow-up turn without the previous "
+               "turn's tail and output), not the token-faithful replay (docs/simulator.md)");
   app.add_option("--host-snapshot-gib", a.host_snapshot_gib,
                  "compaction*: host snapshots as a byte budget, not 32 slots")
       ->check(radixtier::cli::non_negative());
@@ -402,12 +405,14 @@ int run_sim(SimArgs& args) {
     }
     if (s->is_trace()) {
       std::printf(
-          "infinite-cache ceiling %.4f\n"
+          "prompts %s (%zu requests continue an earlier one); infinite-cache ceiling %.4f "
+          "(token-level; from hash ids alone %.4f)\n"
           "instances %zu (router %s), modeled utilization %.3f (busy %.3f), GPU KV %u pages "
           "per instance\n"
           "TTFT p50 %.3f s, p90 %.3f s, p99 %.3f s\n",
-          r->ceiling_ratio, r->instances, r->router.c_str(), r->utilization, r->busy_utilization,
-          r->config.gpu_pages, r->ttft_s_p50, r->ttft_s_p90, r->ttft_s_p99);
+          r->trace_construction.c_str(), r->trace_with_parent, r->ceiling_ratio,
+          r->ceiling_blocks_ratio, r->instances, r->router.c_str(), r->utilization,
+          r->busy_utilization, r->config.gpu_pages, r->ttft_s_p50, r->ttft_s_p90, r->ttft_s_p99);
     }
   }
   std::fflush(stdout);

@@ -29,12 +29,22 @@ Status ZmqPublisherConfig::validate() const {
     return invalid_argument("ZmqPublisherConfig." + field + " " + why);
   };
   if (endpoint.empty()) return bad("endpoint", "is empty");
-  // A bound address may appear once (a wildcard port is a new port each time).
+  // An address may appear once, except a wildcard *port* ("tcp://127.0.0.1:*": a new port
+  // each time it is bound). A wildcard host with a fixed port ("tcp://*:5557") is one port:
+  // given twice, the second bind fails.
   std::set<std::string> bound;
-  for (const std::string* e :
-       {&endpoint, &replay_endpoint, &snapshot_endpoint, &snapshot_replay_endpoint}) {
-    if (e->empty() || e->find('*') != std::string::npos) continue;
-    if (!bound.insert(*e).second) return bad("endpoint", *e + " is given to two sockets");
+  const std::pair<const char*, const std::string*> sockets[] = {
+      {"endpoint", &endpoint},
+      {"replay_endpoint", &replay_endpoint},
+      {"snapshot_endpoint", &snapshot_endpoint},
+      {"snapshot_replay_endpoint", &snapshot_replay_endpoint}};
+  for (const auto& [field, e] : sockets) {
+    if (e->empty() || e->ends_with(":*") || *e == "ipc://*") continue;
+    if (!bound.insert(*e).second)
+      return bad(field,
+                 "= " + *e +
+                     " is also given to another socket (endpoint, replay_endpoint, "
+                     "snapshot_endpoint, snapshot_replay_endpoint): each needs its own port");
   }
   if (snapshot_endpoint.empty() && !snapshot_replay_endpoint.empty())
     return bad("snapshot_replay_endpoint", "needs a snapshot_endpoint");
@@ -187,8 +197,16 @@ struct ZmqPublisher::Impl {
   bool publish_some() {
     std::vector<CacheEvent> events;
     CacheEvent e;
-    while (events.size() < config.max_batch_events && queue->pop(e)) events.push_back(std::move(e));
-    if (events.empty()) return false;
+    std::size_t taken = 0;
+    while (taken < config.max_batch_events && queue->pop(e)) {
+      ++taken;
+      if (published(e)) events.push_back(std::move(e));
+    }
+    if (taken == 0) return false;
+    if (events.empty()) {
+      published_events.fetch_add(taken, std::memory_order_release);
+      return true;
+    }
     const double ts =
         std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     // A batch of snapshot events only is not sent on the vLLM stream (an empty batch).
@@ -196,8 +214,22 @@ struct ZmqPublisher::Impl {
     for (const CacheEvent& ev : events) any_vllm |= !events::is_snapshot(ev);
     if (any_vllm) vllm.publish(events::encode_batch(ts, events, config, false));
     if (full) full->publish(events::encode_batch(ts, events, config, true));
-    published_events.fetch_add(events.size(), std::memory_order_release);
+    published_events.fetch_add(taken, std::memory_order_release);
     return true;
+  }
+
+  /// Whether the media filter lets `e` out (AllBlocksCleared always goes).
+  bool published(const CacheEvent& e) const {
+    if (config.media == MediaFilter::kAll) return true;
+    return std::visit(
+        [](const auto& ev) {
+          if constexpr (requires { ev.medium; }) {
+            return ev.medium == Medium::kGpu;
+          } else {
+            return true;
+          }
+        },
+        e);
   }
 
   void run() {
@@ -262,6 +294,12 @@ EventSink& ZmqPublisher::sink() {
 std::uint64_t ZmqPublisher::dropped() const {
   return impl_->queue->dropped();
 }
+std::uint64_t ZmqPublisher::restarts() const {
+  return impl_->queue->restarts();
+}
+const EventQueue& ZmqPublisher::queue() const {
+  return *impl_->queue;
+}
 std::uint64_t ZmqPublisher::batches() const {
   return impl_->vllm.seq.load(std::memory_order_acquire);
 }
@@ -286,7 +324,9 @@ const std::string& ZmqPublisher::snapshot_replay_endpoint() const {
 bool ZmqPublisher::flush(std::chrono::milliseconds timeout) {
   const std::uint64_t target = impl_->queue->pushed();
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (impl_->published_events.load(std::memory_order_acquire) < target) {
+  // A restart that replaced queued events (superseded) is what publishes them.
+  while (impl_->published_events.load(std::memory_order_acquire) + impl_->queue->superseded() <
+         target) {
     if (std::chrono::steady_clock::now() > deadline) return false;
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }

@@ -81,9 +81,14 @@ CacheMetrics::CacheMetrics(prometheus::Registry& r, const PrefixCache& cache, co
          labels, &CacheStats::store_copy_waits);
   mirror(counter("radixtier_alloc_copy_waits_total", "waits on a copy for GPU room"), labels,
          &CacheStats::alloc_copy_waits);
-  if (events_ != nullptr)
+  if (events_ != nullptr) {
     events_dropped_ =
         &counter("radixtier_events_dropped_total", "KV events dropped by a full queue").Add(labels);
+    events_restarts_ = &counter("radixtier_events_restarts_total",
+                                "KV event streams restarted (AllBlocksCleared and the contents) "
+                                "because a full queue dropped events")
+                            .Add(labels);
+  }
 
   auto& free = prometheus::BuildGauge()
                    .Name("radixtier_pool_free")
@@ -134,6 +139,9 @@ void CacheMetrics::update() {
     const std::uint64_t d = events_->dropped();
     if (d > events_dropped_last_) events_dropped_->Increment(double(d - events_dropped_last_));
     events_dropped_last_ = d;
+    const std::uint64_t r = events_->restarts();
+    if (r > events_restarts_last_) events_restarts_->Increment(double(r - events_restarts_last_));
+    events_restarts_last_ = r;
   }
   const Occupancy o = cache_.occupancy();
   const CacheConfig& c = cache_.config();

@@ -118,7 +118,7 @@ void bind_observers(py::module_& m) {
                        int data_parallel_rank, const std::string& namespace_field,
                        std::map<std::uint32_t, std::string> namespace_names,
                        std::string snapshot_endpoint, std::string snapshot_replay_endpoint,
-                       std::string snapshot_topic) {
+                       std::string snapshot_topic, const std::string& media) {
              ZmqPublisherConfig c;
              c.endpoint = std::move(endpoint);
              c.replay_endpoint = std::move(replay_endpoint);
@@ -140,6 +140,8 @@ void bind_observers(py::module_& m) {
              c.snapshot_endpoint = std::move(snapshot_endpoint);
              c.snapshot_replay_endpoint = std::move(snapshot_replay_endpoint);
              c.snapshot_topic = std::move(snapshot_topic);
+             c.media = choice<MediaFilter>(
+                 "media", media, {{"all", MediaFilter::kAll}, {"gpu", MediaFilter::kGpuOnly}});
              return std::make_unique<PyEventPublisher>(std::move(cache), c);
            }),
            py::arg("cache"), py::arg("endpoint") = "tcp://*:5557", py::arg("replay_endpoint") = "",
@@ -149,13 +151,14 @@ void bind_observers(py::module_& m) {
            py::arg("namespace_field") = "lora-name",
            py::arg("namespace_names") = std::map<std::uint32_t, std::string>{},
            py::arg("snapshot_endpoint") = "", py::arg("snapshot_replay_endpoint") = "",
-           py::arg("snapshot_topic") = "kv-snapshots",
+           py::arg("snapshot_topic") = "kv-snapshots", py::arg("media") = "all",
            "endpoint is bound when it holds '*' or '::' or is ipc:// or inproc://, connected "
            "otherwise (vLLM's rule). wire_format: 'vllm-current' (events as tagged maps) or "
            "'vllm-legacy' (arrays). replay_format: 'topic-seq-payload' or 'seq-payload'. "
            "namespace_field: 'lora-name' or 'cache-salt'; namespace_names: {id: name} (an "
            "unnamed namespace is 'ns-<id>'). snapshot_endpoint: a second PUB socket with "
-           "every event, the snapshot events included ('' : none).")
+           "every event, the snapshot events included ('' : none). media: 'all' or 'gpu' (GPU "
+           "events only, for Dynamo builds before mid-2026).")
       .def_property_readonly("endpoint", [](PyEventPublisher& p) { return p.pub().endpoint(); })
       .def_property_readonly("replay_endpoint",
                              [](PyEventPublisher& p) { return p.pub().replay_endpoint(); })
@@ -167,6 +170,7 @@ void bind_observers(py::module_& m) {
       .def_property_readonly("snapshot_batches",
                              [](PyEventPublisher& p) { return p.pub().snapshot_batches(); })
       .def_property_readonly("dropped", [](PyEventPublisher& p) { return p.pub().dropped(); })
+      .def_property_readonly("restarts", [](PyEventPublisher& p) { return p.pub().restarts(); })
       .def(
           "flush",
           [](PyEventPublisher& p, double timeout_s) {

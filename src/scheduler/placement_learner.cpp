@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 namespace radixtier::sched {
 
@@ -12,6 +13,21 @@ std::uint64_t mix(std::uint64_t x) {
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
   return x ^ (x >> 31);
+}
+// Chunk end < tail < prompt end < branch point (finishes are kept apart).
+int rank(BoundaryKind k) {
+  switch (k) {
+    case BoundaryKind::kChunk:
+      return 0;
+    case BoundaryKind::kTail:
+      return 1;
+    case BoundaryKind::kPromptEnd:
+      return 2;
+    case BoundaryKind::kFinish:
+    case BoundaryKind::kBranch:
+      return 3;
+  }
+  return 0;
 }
 }  // namespace
 
@@ -52,13 +68,29 @@ void PlacementLearner::observe_admission(std::span<const Token> prompt, std::siz
     update_alignment();
   }
   bool extends_finish = false;
+  const auto hashes = page_prefix_hashes(query, page_size_);
   if (!finish_keys_.empty()) {
-    for (std::uint64_t h : page_prefix_hashes(query, page_size_)) {
+    for (std::uint64_t h : hashes) {
       if (finish_keys_.count(h) != 0) {
         extends_finish = true;
         break;
       }
     }
+  }
+  // The kind of the deepest recorded boundary on the query gets the credit.
+  std::optional<BoundaryKind> deepest;
+  for (auto h = hashes.rbegin(); h != hashes.rend() && !deepest; ++h) {
+    if (finish_keys_.count(*h) != 0) {
+      deepest = BoundaryKind::kFinish;
+    } else if (auto it = boundaries_.find(*h); it != boundaries_.end()) {
+      deepest = it->second.kind;
+    }
+  }
+  for (std::size_t k = 0; k < kBoundaryKinds; ++k) ++since_credit_[k];
+  if (deepest) {
+    const auto k = static_cast<std::size_t>(*deepest);
+    ++credits_[k];
+    since_credit_[k] = 0;
   }
   if (extends_finish) {
     ++finish_hits_;
@@ -79,8 +111,48 @@ void PlacementLearner::observe_finish(std::span<const Token> sequence) {
   }
 }
 
+void PlacementLearner::observe_prompt(std::span<const Token> prompt, std::size_t chunk_tokens,
+                                      std::size_t branch_tokens) {
+  const auto hashes = page_prefix_hashes(prompt, page_size_);
+  if (hashes.empty()) return;
+  const std::size_t end = hashes.size();  // pages to the prompt end, floored
+  auto record = [&](std::size_t pages, BoundaryKind kind) {
+    if (pages == 0 || pages > end) return;
+    const std::uint64_t h = hashes[pages - 1];
+    auto [it, fresh] = boundaries_.try_emplace(h, Recorded{kind, 0});
+    // A boundary keeps the strongest kind any prompt recorded it as: a junction that was a
+    // branch point stays one when a later prompt passes it as a mere chunk end.
+    if (rank(kind) > rank(it->second.kind)) it->second.kind = kind;
+    ++it->second.count;
+    boundary_order_.push_back(h);
+    if (boundary_order_.size() > options_.boundary_memory) {
+      auto old = boundaries_.find(boundary_order_.front());
+      if (--old->second.count == 0) boundaries_.erase(old);
+      boundary_order_.pop_front();
+    }
+  };
+  const std::size_t chunk_pages = chunk_tokens / page_size_;
+  if (chunk_pages > 0) {
+    for (std::size_t p = chunk_pages; p < end; p += chunk_pages) record(p, BoundaryKind::kChunk);
+    record((end - 1) / chunk_pages * chunk_pages, BoundaryKind::kTail);
+  }
+  const std::size_t g = alignment_ / page_size_;
+  if (g > 1) {
+    const std::size_t tail = prompt.size() / alignment_ * g;
+    if (tail < end) record(tail, BoundaryKind::kTail);
+  }
+  record(end, BoundaryKind::kPromptEnd);
+  if (branch_tokens / page_size_ < end) record(branch_tokens / page_size_, BoundaryKind::kBranch);
+}
+
 bool PlacementLearner::keep_finish() const {
   return since_finish_hit_ < options_.finish_window;
+}
+
+bool PlacementLearner::keep(BoundaryKind kind) const {
+  if (kind == BoundaryKind::kFinish) return keep_finish();
+  if (kind == BoundaryKind::kBranch) return true;
+  return since_credit_[static_cast<std::size_t>(kind)] < options_.finish_window;
 }
 
 void PlacementLearner::update_alignment() {

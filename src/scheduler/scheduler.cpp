@@ -213,6 +213,7 @@ Status Scheduler::admit(Request request, RequestResult res) {
     res.cached_tokens = a->cached_tokens;
     res.kv_tokens = std::max(a->kv_tokens, a->cached_tokens);
     learner_.observe_admission(request.prompt, res.cached_tokens, res.kv_tokens);
+    learner_.observe_prompt(request.prompt, config_.chunk_tokens, res.kv_tokens);
     res.gpu_cached_tokens = a->gpu_tokens;
     res.host_cached_tokens = a->host_tokens;
     res.snapshot_from_host = a->snapshot_from_host;
@@ -373,6 +374,9 @@ SnapshotQuery Scheduler::query(const Running& r) const {
   q.chunk_tokens = config_.chunk_tokens;
   q.alignment = learner_.alignment();
   q.keep_finish = learner_.keep_finish();
+  q.keep_prompt_end = learner_.keep(BoundaryKind::kPromptEnd);
+  q.keep_tail = learner_.keep(BoundaryKind::kTail);
+  q.keep_chunks = learner_.keep(BoundaryKind::kChunk);
   q.output_tokens = r.req.max_new_tokens;
   q.host_free_bytes = r.host_free_bytes;
   return q;
@@ -418,6 +422,12 @@ Scheduler::Outcome Scheduler::decode_token(Running& r) {
       return Outcome::kFailed;
     }
     r.checkpoint_at = r.done;
+    if (config_.insert_decode_checkpoints && r.done > r.inserted) {
+      if (Status st = insert_boundary(r, r.done, StateSource::kCheckpoint); !st) {
+        fail(r, st);
+        return Outcome::kFailed;
+      }
+    }
   }
   return emit_token(r);
 }

@@ -233,7 +233,7 @@ std::size_t SnapshotPolicy::branch_boundary(const SnapshotQuery& q) {
 
 bool SnapshotPolicy::keep(const SnapshotQuery& q) const {
   if (kind_ == Kind::kSglangNoBuffer || kind_ == Kind::kSglangExtraBuffer) return keep_sglang(q);
-  if (q.last_prompt_chunk) return true;
+  if (q.last_prompt_chunk) return kind_ != Kind::kAdaptive || q.keep_prompt_end;
   if (q.at_finish) return kind_ != Kind::kAdaptive || q.keep_finish;
   if (keep_base(q)) return true;
   if (tail_ && q.boundary > 0 && q.boundary == tail_boundary(q)) return true;
@@ -294,9 +294,10 @@ bool SnapshotPolicy::keep_base(const SnapshotQuery& q) const {
       // The chunk tail too (issue 21): with cached snapshots in the one GPU pool, eviction
       // weighs each against the KV it displaces, so a boundary that may be resumed is offered
       // and kept only while it is worth its bytes.
-      if (q.boundary > 0 && (q.boundary == aligned_tail(q) || q.boundary == branch_point(q) ||
-                             q.boundary == tail_boundary(q)))
-        return true;
+      if (q.boundary == 0) return false;
+      if (q.boundary == branch_point(q)) return true;
+      if (q.boundary == aligned_tail(q) || q.boundary == tail_boundary(q)) return q.keep_tail;
+      if (!q.keep_chunks) return false;
       const auto chosen = plan(q);
       return std::binary_search(chosen.begin(), chosen.end(), q.boundary);
     }

@@ -31,6 +31,11 @@ Status RedisClusterConfig::validate() const {
   if (slot_refresh_interval.count() < 0) {
     return invalid_argument("redis cluster: slot_refresh_interval must be >= 0");
   }
+  if (max_value_bytes == 0) return invalid_argument("redis cluster: max_value_bytes must be > 0");
+  for (const auto& network : auth_networks) {
+    auto n = detail::parse_network(network);
+    if (!n) return n.status();
+  }
   return Status::ok();
 }
 
@@ -49,6 +54,13 @@ std::string RedisClusterConfig::describe() const {
   out += " expected_value_bytes=" + std::to_string(expected_value_bytes);
   out += " slot_refresh_interval_ms=" + std::to_string(slot_refresh_interval.count());
   out += " max_redirects=" + std::to_string(max_redirects);
+  out += " max_value_bytes=" + std::to_string(max_value_bytes);
+  out += " auth_networks=[";
+  for (std::size_t i = 0; i < auth_networks.size(); ++i) {
+    if (i) out += ",";
+    out += auth_networks[i];
+  }
+  out += auth_networks.empty() ? "(the seeds')]" : "]";
   return out;
 }
 

@@ -1,5 +1,7 @@
 #include "radixtier/shared/shared_keys.hpp"
 
+#include <sodium.h>
+
 #include <cstdio>
 
 #define XXH_INLINE_ALL
@@ -34,6 +36,21 @@ std::uint64_t ModelFingerprint::hash() const {
 
 std::uint64_t namespace_hash(std::string_view salt) {
   return XXH3_64bits_withSeed(salt.data(), salt.size(), 0x72747831736c7431ULL);
+}
+
+std::uint64_t namespace_hash(std::string_view salt, std::string_view key) {
+  static const int init = sodium_init();
+  (void)init;
+  unsigned char out[16];
+  crypto_generichash_state st;
+  crypto_generichash_init(&st, reinterpret_cast<const unsigned char*>(key.data()), key.size(),
+                          sizeof(out));
+  crypto_generichash_update(&st, reinterpret_cast<const unsigned char*>("rtx-ns1"), 7);
+  crypto_generichash_update(&st, reinterpret_cast<const unsigned char*>(salt.data()), salt.size());
+  crypto_generichash_final(&st, out, sizeof(out));
+  std::uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= std::uint64_t(out[i]) << (8 * i);
+  return v;
 }
 
 std::string hex64(std::uint64_t v) {

@@ -29,4 +29,15 @@ void SharedStore::get_into(std::span<const std::string> keys, Deadline deadline,
   }
 }
 
+void SharedStore::get_into(std::span<const std::string> keys, Deadline deadline,
+                           std::vector<GetReply>& replies, const GetBounds& bounds) {
+  get_into(keys, deadline, replies);
+  for (GetReply& r : replies) {
+    if (r.state == KeyState::kFound && r.value.size() > bounds.max_value_bytes) {
+      r.state = KeyState::kFailed;
+      r.value.clear();
+    }
+  }
+}
+
 }  // namespace radixtier::shared

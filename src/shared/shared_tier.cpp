@@ -10,7 +10,9 @@ namespace radixtier::shared {
 
 namespace {
 
-constexpr std::size_t kPooledReplyVectors = 4;  // concurrent fetches that reuse buffers
+constexpr std::size_t kPooledReplyVectors = 4;              // concurrent fetches that reuse buffers
+constexpr std::size_t kFetchWorkers = kPooledReplyVectors;  // fetches running at once
+constexpr std::size_t kMaxQueuedFetches = 4 * kFetchWorkers;  // waiting for a worker
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -38,6 +40,24 @@ std::uint32_t chunk_count(std::size_t snapshot_bytes, std::size_t chunk_bytes) {
 void put_u64(std::byte* at, std::uint64_t v) {
   for (int i = 0; i < 8; ++i) at[i] = static_cast<std::byte>(v >> (8 * i));
 }
+/// Bytes [off, off + len) of the concatenation of `parts`, as spans of them.
+std::vector<std::span<const std::byte>> slice(std::span<const std::span<const std::byte>> parts,
+                                              std::size_t off, std::size_t len) {
+  std::vector<std::span<const std::byte>> out;
+  for (std::span<const std::byte> p : parts) {
+    if (len == 0) break;
+    if (off >= p.size()) {
+      off -= p.size();
+      continue;
+    }
+    const std::size_t n = std::min(len, p.size() - off);
+    out.push_back(p.subspan(off, n));
+    off = 0;
+    len -= n;
+  }
+  return out;
+}
+
 std::uint64_t get_u64(const std::byte* at) {
   std::uint64_t v = 0;
   for (int i = 0; i < 8; ++i) v |= std::uint64_t(at[i]) << (8 * i);
@@ -47,6 +67,11 @@ std::uint64_t get_u64(const std::byte* at) {
 }  // namespace
 
 Status SharedTierConfig::validate() const {
+  // Two deployments that leave these empty would share (and serve each other) KV bytes.
+  if (model.model_id.empty() || model.weights_version.empty() || model.kv_dtype.empty())
+    return invalid_argument(
+        "SharedTierConfig.model: model_id, weights_version and kv_dtype must be set (they "
+        "name what the bytes are: two deployments that left them empty would share KV)");
   if (model.page_size == 0 || model.page_bytes == 0 || model.snapshot_bytes == 0)
     return invalid_argument(
         "SharedTierConfig.model: page_size, page_bytes and snapshot_bytes "
@@ -59,6 +84,17 @@ Status SharedTierConfig::validate() const {
         "SharedTierConfig: bandwidth and prefill_tokens_per_s must be > 0, "
         "latency_s >= 0");
   if (max_probe_pages == 0) return invalid_argument("SharedTierConfig.max_probe_pages must be > 0");
+  for (const auto& [id, key] : namespace_keys) {
+    if (key.size() < kMinKeyBytes || key.size() > kMaxKeyBytes)
+      return invalid_argument("SharedTierConfig.namespace_keys: namespace#" + std::to_string(id) +
+                              "'s key must have " + std::to_string(kMinKeyBytes) + " to " +
+                              std::to_string(kMaxKeyBytes) + " bytes");
+    const bool shared =
+        namespace_salts.count(id) > 0 || (share_default && id == kDefaultNamespace.value());
+    if (!shared)
+      return invalid_argument("SharedTierConfig.namespace_keys: namespace#" + std::to_string(id) +
+                              " has a key but is not shared");
+  }
   for (const auto& [id, salt] : namespace_salts) {
     if (salt.empty())
       return invalid_argument("SharedTierConfig.namespace_salts: namespace#" + std::to_string(id) +
@@ -79,7 +115,7 @@ struct SharedTier::Fetch {
   std::size_t snapshot_bytes = 0, chunk_bytes = 0;
   Deadline deadline;
   Clock::time_point started;
-  std::future<void> done;
+  bool done = false;  ///< guarded by SharedTier::fetch_mu_
   // results
   std::size_t boundary_page = 0;  ///< 0: nothing usable arrived
   std::size_t first_kv_page = 0;
@@ -123,13 +159,18 @@ SharedTier::SharedTier(const SharedTierConfig& config, PrefixCache& cache, HostP
       reply_pool_(
           std::make_unique<detail::ReplyPool>(kPooledReplyVectors, config.fetch_buffer_bytes)) {
   const std::uint64_t model = config.model.hash();
-  if (config.share_default) {
-    spaces_[kDefaultNamespace.value()] = KeySpace{model, namespace_hash("default")};
-  }
-  for (const auto& [id, salt] : config.namespace_salts) {
-    spaces_[id] = KeySpace{model, namespace_hash(salt)};
-  }
+  auto space_of = [&](std::uint32_t id, const std::string& salt) {
+    auto key = config.namespace_keys.find(id);
+    if (key == config.namespace_keys.end()) return KeySpace{model, namespace_hash(salt), {}};
+    return KeySpace{model, namespace_hash(salt, key->second), key->second};
+  };
+  if (config.share_default)
+    spaces_[kDefaultNamespace.value()] = space_of(kDefaultNamespace.value(), "default");
+  for (const auto& [id, salt] : config.namespace_salts) spaces_[id] = space_of(id, salt);
   publisher_ = std::thread([this] { publisher_loop(); });
+  for (std::size_t i = 0; i < kFetchWorkers; ++i) {
+    workers_.emplace_back([this] { worker_loop(); });
+  }
 }
 
 SharedTier::~SharedTier() {
@@ -139,7 +180,43 @@ SharedTier::~SharedTier() {
   }
   cv_.notify_all();
   publisher_.join();
-  for (auto& [id, f] : fetches_) f->done.wait();  // each ends by its deadline
+  {
+    std::lock_guard lock(fetch_mu_);
+    fetch_stop_ = true;  // the workers run what is queued (each ends by its deadline), then stop
+  }
+  fetch_cv_.notify_all();
+  for (std::thread& w : workers_) w.join();
+}
+
+void SharedTier::worker_loop() {
+  std::unique_lock lock(fetch_mu_);
+  for (;;) {
+    fetch_cv_.wait(lock, [this] { return fetch_stop_ || !fetch_queue_.empty(); });
+    if (fetch_queue_.empty()) return;  // stopping, nothing left
+    Fetch* f = fetch_queue_.front();
+    fetch_queue_.pop_front();
+    lock.unlock();
+    run_fetch(*f, store_, *reply_pool_, cache_.config().page_bytes);
+    lock.lock();
+    f->done = true;
+    done_cv_.notify_all();
+  }
+}
+
+void SharedTier::reap_abandoned() {
+  // A fetch whose finish() did not come within a fetch_deadline after its own deadline was
+  // abandoned by its caller: its buffers go (finish() on it later finds nothing).
+  const auto now = Clock::now();
+  std::lock_guard lock(fetch_mu_);
+  for (auto it = fetches_.begin(); it != fetches_.end();) {
+    if (it->second->done && now > it->second->deadline + config_.fetch_deadline) {
+      it = fetches_.erase(it);
+      std::lock_guard stats_lock(mu_);
+      ++stats_.fetches_abandoned;
+    } else {
+      ++it;
+    }
+  }
 }
 
 const KeySpace* SharedTier::space(NamespaceId ns) const {
@@ -158,6 +235,7 @@ SharedTierStats SharedTier::stats() const {
 std::uint64_t SharedTier::lookup(std::span<const Token> prompt, NamespaceId ns) {
   const KeySpace* ks = space(ns);
   if (ks == nullptr || prompt.empty()) return 0;
+  reap_abandoned();
   const auto match = cache_.peek(prompt, ns);
   if (!match) return 0;
   const CacheConfig& c = cache_.config();
@@ -183,7 +261,12 @@ std::uint64_t SharedTier::lookup(std::span<const Token> prompt, NamespaceId ns) 
   const std::size_t n_kv = keys.size();
   for (std::size_t b = range.first_snapshot_page + 1; b <= range.end_page; ++b)
     keys.push_back(ks->manifest_key(paths[b]));
-  const std::vector<KeyState> states = store_.exists(keys, t0 + config_.probe_deadline);
+  std::vector<KeyState> states;
+  try {
+    states = store_.exists(keys, t0 + config_.probe_deadline);
+  } catch (...) {
+    states.clear();  // a store that threw: every key failed (nothing leaves lookup())
+  }
   std::vector<bool> kv_shared(n_kv), snap_shared(keys.size() - n_kv);
   bool failed = false;
   for (std::size_t i = 0; i < keys.size(); ++i) {
@@ -200,6 +283,16 @@ std::uint64_t SharedTier::lookup(std::span<const Token> prompt, NamespaceId ns) 
     if (!candidates.empty()) ++stats_.fetches;
   }
   if (candidates.empty()) return 0;
+  {
+    // Fetches waiting for a worker, at most kMaxQueuedFetches: past that, no fetch (a miss).
+    std::lock_guard lock(fetch_mu_);
+    if (fetch_queue_.size() >= kMaxQueuedFetches) {
+      std::lock_guard stats_lock(mu_);
+      --stats_.fetches;
+      ++stats_.fetches_refused;
+      return 0;
+    }
+  }
 
   auto f = std::make_unique<Fetch>();
   const std::size_t deepest = candidates.front().boundary_page;
@@ -214,20 +307,31 @@ std::uint64_t SharedTier::lookup(std::span<const Token> prompt, NamespaceId ns) 
   f->chunk_bytes = config_.chunk_bytes;
   f->started = t0;
   f->deadline = Clock::now() + config_.fetch_deadline;
-  Fetch* raw = f.get();
-  SharedStore* store = &store_;
-  detail::ReplyPool* pool = reply_pool_.get();
-  const std::size_t page_bytes = c.page_bytes;
-  f->done = std::async(std::launch::async, [raw, store, pool, page_bytes] {
-    run_fetch(*raw, *store, *pool, page_bytes);
-  });
   const std::uint64_t id = next_fetch_++;
-  fetches_.emplace(id, std::move(f));
+  {
+    std::lock_guard lock(fetch_mu_);
+    fetch_queue_.push_back(f.get());
+    fetches_.emplace(id, std::move(f));
+  }
+  fetch_cv_.notify_one();
   return id;
 }
 
 void SharedTier::run_fetch(Fetch& f, SharedStore& store, detail::ReplyPool& pool,
                            std::size_t page_bytes) {
+  // Nothing thrown (by a store, or std::bad_alloc) leaves the worker: the fetch is a miss.
+  try {
+    run_fetch_unguarded(f, store, pool, page_bytes);
+  } catch (...) {
+    f.boundary_page = 0;
+    f.kv.clear();
+    f.snapshot.clear();
+    ++f.rejected;
+  }
+}
+
+void SharedTier::run_fetch_unguarded(Fetch& f, SharedStore& store, detail::ReplyPool& pool,
+                                     std::size_t page_bytes) {
   const std::uint32_t ps = f.page_size;
   const FetchCandidate& top = f.candidates.front();
   f.first_kv_page = top.first_kv_page;
@@ -246,7 +350,8 @@ void SharedTier::run_fetch(Fetch& f, SharedStore& store, detail::ReplyPool& pool
   // The snapshot at boundary page b from its manifest and chunks (replies[at...]).
   auto assemble = [&](std::size_t b, std::span<GetReply> replies) {
     if (replies.size() < 1 + n_chunks || replies[0].state != KeyState::kFound) return false;
-    const Decoded m = decode_value(replies[0].value, header(ValueKind::kManifest, b, n_chunks));
+    const Decoded m =
+        decode_value(replies[0].value, header(ValueKind::kManifest, b, n_chunks), f.space.key);
     if (m.error != DecodeError::kNone || m.payload.size() != 16 ||
         get_u64(m.payload.data()) != f.snapshot_bytes) {
       ++f.rejected;
@@ -258,7 +363,7 @@ void SharedTier::run_fetch(Fetch& f, SharedStore& store, detail::ReplyPool& pool
     for (std::uint32_t i = 0; i < n_chunks; ++i) {
       const GetReply& r = replies[1 + i];
       if (r.state != KeyState::kFound) return false;
-      const Decoded d = decode_value(r.value, header(ValueKind::kChunk, b, i));
+      const Decoded d = decode_value(r.value, header(ValueKind::kChunk, b, i), f.space.key);
       const std::size_t want = std::min(f.chunk_bytes, f.snapshot_bytes - i * f.chunk_bytes);
       if (d.error != DecodeError::kNone || d.payload.size() != want) {
         ++f.rejected;
@@ -284,7 +389,13 @@ void SharedTier::run_fetch(Fetch& f, SharedStore& store, detail::ReplyPool& pool
   // the lease gives them back, and a fallback's GET reuses the same vector.
   detail::ReplyPool::Lease lease(pool);
   std::vector<GetReply>& replies = *lease;
-  store.get_into(keys, f.deadline, replies);
+  // Every value's exact length is known: the store refuses a longer one from its length alone.
+  const bool keyed = !f.space.key.empty();
+  const std::size_t chunk_value = value_bytes(std::min(f.chunk_bytes, f.snapshot_bytes), keyed);
+  const std::size_t snapshot_value = std::max(chunk_value, value_bytes(16, keyed));
+  const std::size_t kv_value = value_bytes(kv_payload_bytes(ps, page_bytes, keyed), keyed);
+  store.get_into(keys, f.deadline, replies,
+                 GetBounds{n_kv > 0 ? std::max(kv_value, snapshot_value) : snapshot_value, 0});
   replies.resize(keys.size());
   for (const GetReply& r : replies) count(r);
   std::size_t kv_end = top.first_kv_page;  // pages that arrived whole, contiguously
@@ -292,9 +403,9 @@ void SharedTier::run_fetch(Fetch& f, SharedStore& store, detail::ReplyPool& pool
   for (std::size_t i = 0; i < n_kv; ++i) {
     const std::size_t p = top.first_kv_page + i;
     if (replies[i].state != KeyState::kFound) break;
-    const Decoded d =
-        decode_kv_page(replies[i].value, header(ValueKind::kKvPage, p + 1, 0),
-                       std::span<const Token>(f.prompt).subspan(p * ps, ps), page_bytes);
+    const Decoded d = decode_kv_page(replies[i].value, header(ValueKind::kKvPage, p + 1, 0),
+                                     std::span<const Token>(f.prompt).subspan(p * ps, ps),
+                                     page_bytes, f.space.key);
     if (d.error != DecodeError::kNone) {
       ++f.rejected;
       break;
@@ -312,7 +423,7 @@ void SharedTier::run_fetch(Fetch& f, SharedStore& store, detail::ReplyPool& pool
       std::vector<std::string> more;
       snapshot_keys(b, more);
       // The first round's values are all decoded or copied by now: reuse its buffers.
-      store.get_into(more, f.deadline, replies);
+      store.get_into(more, f.deadline, replies, GetBounds{snapshot_value, 0});
       replies.resize(more.size());
       for (const GetReply& r : replies) count(r);
       whole = assemble(b, replies);
@@ -330,18 +441,23 @@ void SharedTier::run_fetch(Fetch& f, SharedStore& store, detail::ReplyPool& pool
 }
 
 bool SharedTier::ready(std::uint64_t id) const {
+  std::lock_guard lock(fetch_mu_);
   auto it = fetches_.find(id);
-  return it == fetches_.end() ||
-         it->second->done.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  return it == fetches_.end() || it->second->done;
 }
 
 sched::SharedFetch SharedTier::finish(std::uint64_t id) {
   sched::SharedFetch out;
-  auto it = fetches_.find(id);
-  if (it == fetches_.end()) return out;
-  std::unique_ptr<Fetch> f = std::move(it->second);
-  fetches_.erase(it);
-  f->done.wait();
+  std::unique_ptr<Fetch> f;
+  {
+    std::unique_lock lock(fetch_mu_);
+    auto it = fetches_.find(id);
+    if (it == fetches_.end()) return out;
+    Fetch* raw = it->second.get();
+    done_cv_.wait(lock, [raw] { return raw->done; });
+    f = std::move(it->second);
+    fetches_.erase(it);
+  }
   out.bytes = f->bytes;
   {
     std::lock_guard lock(mu_);
@@ -444,8 +560,22 @@ bool SharedTier::try_publish(const Pending& p, bool last_try) {
   const bool complete = deepest == p.tokens.size();
   if (!complete && !last_try) return false;
   if (deepest == 0) return true;  // nothing resumable on host: nothing worth publishing
-
   const KeySpace& ks = *space(p.ns);
+  const bool keyed = !ks.key.empty();
+  {
+    // The job's exact bytes are known before anything is copied or encoded: a job that does
+    // not fit the queue is dropped here, for free.
+    const std::uint32_t chunks = chunk_count(c.snapshot_bytes, config_.chunk_bytes);
+    const std::size_t bytes = deepest / ps * value_bytes(kv_payload_bytes(ps, pb, keyed), keyed) +
+                              copies.snapshots.size() * (chunks * value_bytes(0, keyed) +
+                                                         c.snapshot_bytes + value_bytes(16, keyed));
+    std::lock_guard lock(mu_);
+    if (queued_bytes_ + bytes > config_.publish_queue_bytes) {
+      ++stats_.publish_dropped;
+      return true;
+    }
+  }
+
   const std::vector<PathHash> paths = page_path_hashes(p.tokens, c.page_size, deepest / ps);
   auto job = std::make_unique<Job>();
   auto id = [&](ValueKind kind, std::size_t pages, std::uint32_t index) {
@@ -456,32 +586,40 @@ bool SharedTier::try_publish(const Pending& p, bool last_try) {
     job->keys.push_back(ks.kv_key(paths[i + 1]));
     job->values.push_back(encode_kv_page(id(ValueKind::kKvPage, i + 1, 0),
                                          std::span(p.tokens).subspan(i * ps, ps),
-                                         host_.host_page(copies.kv[i])));
+                                         host_.host_page(copies.kv[i]), ks.key));
   }
   const std::uint32_t n_chunks = chunk_count(c.snapshot_bytes, config_.chunk_bytes);
   std::vector<std::pair<std::string, std::string>> manifests;
   for (const HostSnapshotCopy& s : copies.snapshots) {
     const std::size_t b = s.boundary / ps;
-    std::vector<std::byte> snap(c.snapshot_bytes);
-    for (std::size_t i = 0; i < s.pages.size(); ++i) {
-      const std::size_t off = i * pb;
-      const std::size_t n = std::min(pb, snap.size() - std::min(off, snap.size()));
-      std::memcpy(snap.data() + off, host_.host_page(s.pages[i]).data(), n);
+    // The snapshot as spans of its host pages (zeros past them): each chunk is encoded
+    // straight from the pages, one copy into its value (no whole-snapshot copy first).
+    std::vector<std::span<const std::byte>> snap;
+    std::vector<std::byte> zeros;
+    std::size_t covered = 0;
+    for (std::size_t i = 0; i < s.pages.size() && covered < c.snapshot_bytes; ++i) {
+      const std::size_t n = std::min(pb, c.snapshot_bytes - covered);
+      snap.push_back(host_.host_page(s.pages[i]).first(n));
+      covered += n;
+    }
+    if (covered < c.snapshot_bytes) {
+      zeros.assign(c.snapshot_bytes - covered, std::byte{0});
+      snap.push_back(zeros);
     }
     const std::size_t first_chunk = job->values.size();
     for (std::uint32_t i = 0; i < n_chunks; ++i) {
       const std::size_t off = std::size_t(i) * config_.chunk_bytes;
-      const std::span<const std::byte> part[] = {std::span<const std::byte>(snap).subspan(
-          off, std::min(config_.chunk_bytes, snap.size() - off))};
+      const std::vector<std::span<const std::byte>> part =
+          slice(snap, off, std::min(config_.chunk_bytes, c.snapshot_bytes - off));
       job->keys.push_back(ks.chunk_key(paths[b], i));
-      job->values.push_back(encode_value(id(ValueKind::kChunk, b, i), part));
+      job->values.push_back(encode_value(id(ValueKind::kChunk, b, i), part, ks.key));
     }
     std::byte body[16];
     put_u64(body, c.snapshot_bytes);
-    put_u64(body + 8, checksum(snap));
+    put_u64(body + 8, checksum(std::span<const std::span<const std::byte>>(snap)));
     const std::span<const std::byte> part[] = {std::span<const std::byte>(body, 16)};
     manifests.emplace_back(ks.manifest_key(paths[b]),
-                           encode_value(id(ValueKind::kManifest, b, n_chunks), part));
+                           encode_value(id(ValueKind::kManifest, b, n_chunks), part, ks.key));
     job->chunks_of.emplace_back(first_chunk, n_chunks);
   }
   job->first_manifest = job->values.size();
@@ -513,8 +651,14 @@ void SharedTier::publisher_loop() {
     queue_.pop_front();
     busy_ = true;
     lock.unlock();
-    run_job(*job);
+    bool thrown = false;
+    try {
+      run_job(*job);  // nothing thrown (a store's, std::bad_alloc) may end the process
+    } catch (...) {
+      thrown = true;
+    }
     lock.lock();
+    if (thrown) ++stats_.publish_failures;
     queued_bytes_ -= job->bytes;
     busy_ = false;
     idle_cv_.notify_all();
@@ -523,7 +667,7 @@ void SharedTier::publisher_loop() {
 
 void SharedTier::run_job(Job& job) {
   const Deadline deadline = Clock::now() + config_.publish_deadline;
-  const std::vector<KeyState> there = store_.exists(job.keys, deadline);
+  const std::vector<KeyState> there = store_.exists_before_write(job.keys, deadline);
   std::uint64_t written = 0, skipped = 0, failed = 0, bytes = 0;
   std::vector<bool> ok(job.keys.size(), false);
   auto write = [&](const std::vector<std::size_t>& which) {

@@ -1,5 +1,8 @@
 #include "radixtier/shared/value_codec.hpp"
 
+#include <sodium.h>
+
+#include <array>
 #include <cstring>
 
 #define XXH_INLINE_ALL
@@ -16,6 +19,38 @@ std::uint64_t get(const char* at, int bytes) {
   std::uint64_t v = 0;
   for (int i = 0; i < bytes; ++i) v |= std::uint64_t(static_cast<unsigned char>(at[i])) << (8 * i);
   return v;
+}
+
+// Keyed BLAKE2b (libsodium) of a domain tag and `parts`, `out.size()` bytes.
+void keyed_hash(std::span<unsigned char> out, std::string_view key, std::string_view tag,
+                std::span<const std::span<const std::byte>> parts) {
+  static const int init = sodium_init();  // once, thread-safe; picks the fastest code
+  (void)init;
+  crypto_generichash_state st;
+  crypto_generichash_init(&st, reinterpret_cast<const unsigned char*>(key.data()), key.size(),
+                          out.size());
+  crypto_generichash_update(&st, reinterpret_cast<const unsigned char*>(tag.data()), tag.size());
+  for (auto p : parts) {
+    crypto_generichash_update(&st, reinterpret_cast<const unsigned char*>(p.data()), p.size());
+  }
+  crypto_generichash_final(&st, out.data(), out.size());
+}
+
+std::string token_bytes(std::span<const Token> tokens) {
+  std::string toks(tokens.size() * 4, '\0');
+  for (std::size_t i = 0; i < tokens.size(); ++i)
+    put(toks.data() + 4 * i, static_cast<std::uint32_t>(tokens[i]), 4);
+  return toks;
+}
+
+// The keyed digest a keyed KV page holds instead of its tokens.
+std::array<unsigned char, kTokenDigestBytes> token_digest(std::span<const Token> tokens,
+                                                          std::string_view key) {
+  const std::string toks = token_bytes(tokens);
+  const std::span<const std::byte> parts[] = {std::as_bytes(std::span(toks.data(), toks.size()))};
+  std::array<unsigned char, kTokenDigestBytes> d{};
+  keyed_hash(d, key, "rtx-tok1", parts);
+  return d;
 }
 
 bool same_identity(const ValueHeader& a, const ValueHeader& b) {
@@ -39,6 +74,8 @@ const char* to_string(DecodeError e) {
       return "checksum mismatch";
     case DecodeError::kTokens:
       return "tokens differ";
+    case DecodeError::kMac:
+      return "MAC mismatch";
   }
   return "?";
 }
@@ -47,7 +84,23 @@ std::uint64_t checksum(std::span<const std::byte> bytes) {
   return XXH3_64bits(bytes.data(), bytes.size());
 }
 
-std::string encode_value(ValueHeader h, std::span<const std::span<const std::byte>> parts) {
+std::uint64_t checksum(std::span<const std::span<const std::byte>> parts) {
+  XXH3_state_t state;
+  XXH3_64bits_reset(&state);
+  for (auto p : parts) XXH3_64bits_update(&state, p.data(), p.size());
+  return XXH3_64bits_digest(&state);
+}
+
+std::size_t value_bytes(std::size_t payload, bool keyed) {
+  return kHeaderBytes + payload + (keyed ? kMacBytes : 0);
+}
+
+std::size_t kv_payload_bytes(std::size_t tokens, std::size_t page_bytes, bool keyed) {
+  return (keyed ? kTokenDigestBytes : 4 * tokens) + page_bytes;
+}
+
+std::string encode_value(ValueHeader h, std::span<const std::span<const std::byte>> parts,
+                         std::string_view key) {
   std::size_t length = 0;
   XXH3_state_t state;
   XXH3_64bits_reset(&state);
@@ -58,10 +111,10 @@ std::string encode_value(ValueHeader h, std::span<const std::span<const std::byt
   h.length = length;
   h.checksum = XXH3_64bits_digest(&state);
   std::string out(kHeaderBytes, '\0');
-  out.reserve(kHeaderBytes + length);
+  out.reserve(value_bytes(length, !key.empty()));
   char* b = out.data();
   put(b + 0, kMagic, 4);
-  put(b + 4, kVersion, 2);
+  put(b + 4, key.empty() ? kVersion : kVersionKeyed, 2);
   put(b + 6, static_cast<std::uint16_t>(h.kind), 2);
   put(b + 8, h.model, 8);
   put(b + 16, h.ns, 8);
@@ -73,19 +126,43 @@ std::string encode_value(ValueHeader h, std::span<const std::span<const std::byt
   put(b + 56, h.length, 8);
   put(b + 64, h.checksum, 8);
   for (auto p : parts) out.append(reinterpret_cast<const char*>(p.data()), p.size());
+  if (!key.empty()) {
+    const std::span<const std::byte> all[] = {std::as_bytes(std::span(out.data(), out.size()))};
+    std::array<unsigned char, kMacBytes> mac{};
+    keyed_hash(mac, key, "rtx-mac1", all);
+    out.append(reinterpret_cast<const char*>(mac.data()), mac.size());
+  }
   return out;
 }
 
-Decoded decode_value(std::string_view v, const ValueHeader& expect) {
+Decoded decode_value(std::string_view v, const ValueHeader& expect, std::string_view key) {
   Decoded d;
-  if (v.size() < kHeaderBytes) {
+  const std::size_t mac_bytes = key.empty() ? 0 : kMacBytes;
+  if (v.size() < kHeaderBytes + mac_bytes) {
     d.error = DecodeError::kShort;
     return d;
   }
   const char* b = v.data();
-  if (get(b, 4) != kMagic || get(b + 4, 2) != kVersion) {
+  if (get(b, 4) != kMagic) {
     d.error = DecodeError::kMagic;
     return d;
+  }
+  // A keyed reader takes keyed values only (an unkeyed one is what anyone can write).
+  if (get(b + 4, 2) != (key.empty() ? kVersion : kVersionKeyed)) {
+    d.error = key.empty() ? DecodeError::kMagic : DecodeError::kMac;
+    return d;
+  }
+  if (!key.empty()) {
+    const std::string_view body = v.substr(0, v.size() - kMacBytes);
+    const std::span<const std::byte> all[] = {std::as_bytes(std::span(body.data(), body.size()))};
+    std::array<unsigned char, kMacBytes> mac{};
+    keyed_hash(mac, key, "rtx-mac1", all);
+    if (crypto_verify_32(mac.data(),
+                         reinterpret_cast<const unsigned char*>(body.data() + body.size())) != 0) {
+      d.error = DecodeError::kMac;
+      return d;
+    }
+    v = body;
   }
   ValueHeader& h = d.header;
   h.kind = static_cast<ValueKind>(get(b + 6, 2));
@@ -115,24 +192,41 @@ Decoded decode_value(std::string_view v, const ValueHeader& expect) {
 }
 
 std::string encode_kv_page(const ValueHeader& id, std::span<const Token> tokens,
-                           std::span<const std::byte> bytes) {
-  std::string toks(tokens.size() * 4, '\0');
-  for (std::size_t i = 0; i < tokens.size(); ++i)
-    put(toks.data() + 4 * i, static_cast<std::uint32_t>(tokens[i]), 4);
-  const std::span<const std::byte> parts[] = {std::as_bytes(std::span(toks.data(), toks.size())),
-                                              bytes};
+                           std::span<const std::byte> bytes, std::string_view key) {
+  std::string toks;
+  std::array<unsigned char, kTokenDigestBytes> digest{};
+  std::span<const std::byte> first;
+  if (key.empty()) {
+    toks = token_bytes(tokens);
+    first = std::as_bytes(std::span(toks.data(), toks.size()));
+  } else {
+    digest = token_digest(tokens, key);
+    first = std::as_bytes(std::span(digest));
+  }
+  const std::span<const std::byte> parts[] = {first, bytes};
   ValueHeader h = id;
   h.kind = ValueKind::kKvPage;
   h.tokens = static_cast<std::uint32_t>(tokens.size());
-  return encode_value(h, parts);
+  return encode_value(h, parts, key);
 }
 
 Decoded decode_kv_page(std::string_view value, const ValueHeader& expect,
-                       std::span<const Token> tokens, std::size_t page_bytes) {
-  Decoded d = decode_value(value, expect);
+                       std::span<const Token> tokens, std::size_t page_bytes,
+                       std::string_view key) {
+  Decoded d = decode_value(value, expect, key);
   if (d.error != DecodeError::kNone) return d;
-  if (d.payload.size() != tokens.size() * 4 + page_bytes) {
+  const bool keyed = !key.empty();
+  if (d.payload.size() != kv_payload_bytes(tokens.size(), page_bytes, keyed)) {
     d = Decoded{DecodeError::kShort, {}, d.header};
+    return d;
+  }
+  if (keyed) {
+    const auto digest = token_digest(tokens, key);
+    if (std::memcmp(digest.data(), d.payload.data(), digest.size()) != 0) {
+      d = Decoded{DecodeError::kTokens, {}, d.header};
+      return d;
+    }
+    d.payload = d.payload.subspan(kTokenDigestBytes);
     return d;
   }
   const char* t = reinterpret_cast<const char*>(d.payload.data());

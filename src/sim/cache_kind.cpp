@@ -23,6 +23,8 @@ const char* to_string(CacheKind kind) {
       return "attention-only";
     case CacheKind::kSglangLike:
       return "sglang-like";
+    case CacheKind::kSglangUnified:
+      return "sglang-unified";
     case CacheKind::kVllmLike:
       return "vllm-like";
   }
@@ -30,14 +32,13 @@ const char* to_string(CacheKind kind) {
 }
 
 Result<CacheKind> parse_cache_kind(std::string_view text) {
-  for (CacheKind k :
-       {CacheKind::kNode, CacheKind::kAttentionOnly, CacheKind::kSglangLike, CacheKind::kVllmLike,
-        CacheKind::kIndex, CacheKind::kGpuOnly, CacheKind::kIdeal}) {
+  for (CacheKind k : {CacheKind::kNode, CacheKind::kAttentionOnly, CacheKind::kSglangLike,
+                      CacheKind::kSglangUnified, CacheKind::kVllmLike, CacheKind::kIndex,
+                      CacheKind::kGpuOnly, CacheKind::kIdeal}) {
     if (text == to_string(k)) return k;
   }
-  return invalid_argument(
-      "unknown cache '" + std::string(text) +
-      "' (known: node, attention-only, sglang-like, vllm-like, index, gpu-only, ideal)");
+  return invalid_argument("unknown cache '" + std::string(text) +
+                          "' (known: " + std::string(kCacheKindNames) + ")");
 }
 
 CacheConfig config_for(CacheKind kind, const CacheConfig& base) {
@@ -72,6 +73,11 @@ CacheConfig config_for(CacheKind kind, const CacheConfig& base) {
       c.snapshot_eviction = SnapshotEviction::kLru;  // mamba_lru_list / full_lru_list
       break;
     }
+    case CacheKind::kSglangUnified:  // SglangLikeCache's one device buffer, HiCache off
+      c.host_pages = 0;
+      c.host_snapshot_slots = 0;
+      c.snapshot_eviction = SnapshotEviction::kLru;
+      break;
     case CacheKind::kVllmLike:  // GPU only (the offloading connector is not modelled)
       c.host_pages = 0;
       c.host_snapshot_slots = 0;
@@ -90,6 +96,11 @@ std::size_t sglang_chunk_tokens(double hbm_bytes) {
   if (gib < 60) return 4096;
   if (gib < 160) return 8192;
   return 16384;
+}
+
+std::uint32_t sglang_live_slots_per_request(bool extra_buffer) {
+  // mamba_ping_pong_track_buffer_size = 2 if enable_overlap_schedule else 1
+  return extra_buffer ? 1 + 2 : 1;
 }
 
 }  // namespace radixtier::sim

@@ -454,8 +454,8 @@ Status write_report(const ReportOptions& o) {
   if (!trace) {
     md << "Trace not run: " << trace.status().message() << "\n\n";
   } else {
-    ceiling = infinite_cache_ceiling(*trace).ratio();
     Scenario probe = trace_scenario(*trace, *model, ScenarioOptions{});
+    ceiling = trace_token_ceiling(probe).ratio();
     auto thw = find_hardware(o.trace_hardware);
     if (!thw) return thw.status();
     const std::size_t n_inst = default_instances(probe, *thw, SimOptions{}.decode_step_s);
@@ -474,9 +474,14 @@ Status write_report(const ReportOptions& o) {
           "cache's "
           "twin with free snapshots and every page boundary resumable: *tax* = node / "
           "attention-only at the same budget. ideal = LRU cache of KV blocks alone with the "
-          "cluster's total bytes, strictly in order, no time (reference only). Infinite-cache "
-          "ceiling: **"
-       << f("%.4f", ceiling) << "**.\n\n"
+          "cluster's total bytes, strictly in order, no time (reference only). Prompts are "
+          "token-faithful: "
+       << (probe.trace_parents ? probe.trace_parents->with_parent : 0)
+       << " requests continue an earlier one (its prompt + its output + their own tokens; "
+          "docs/simulator.md). Infinite-cache ceiling (token-level): **"
+       << f("%.4f", ceiling)
+       << "** (from hash ids alone: " << f("%.4f", infinite_cache_ceiling(*trace).ratio())
+       << ").\n\n"
        << "| host budget | cache | policy | hit ratio | / attention-only | vs ideal | TTFT p50 s | "
           "p90 s | p99 s | utilization | H2D GB | D2H GB | host peak GB | snapshots kept | wall "
           "s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";

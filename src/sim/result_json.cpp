@@ -46,6 +46,11 @@ std::string to_json(const SimResult& r, bool rows) {
   o["snapshots_kept"] = r.snapshots_kept;
   o["total_budget_bytes"] = r.total_budget_bytes;
   o["ceiling_ratio"] = num(r.ceiling_ratio);
+  if (!r.trace_construction.empty()) {
+    o["ceiling_blocks_ratio"] = num(r.ceiling_blocks_ratio);
+    o["trace_construction"] = r.trace_construction;
+    o["trace_with_parent"] = r.trace_with_parent;
+  }
   o["sim_clock_s"] = num(r.sim_clock_s);
   o["clock_span_ratio"] = num(r.clock_span_ratio);
   o["overrun"] = r.overrun;
@@ -95,6 +100,17 @@ std::string to_json(const SimResult& r, bool rows) {
   o["ttft_s_p99"] = num(r.ttft_s_p99);
   o["placement_alignment"] = r.placement_alignment;
   o["keep_finish"] = r.keep_finish;
+  {
+    const char* names[] = {"prompt_end", "tail", "chunk", "finish", "branch"};
+    nlohmann::ordered_json credits;
+    for (std::size_t k = 0; k < r.placement_credits.size(); ++k) {
+      credits[names[k]] = r.placement_credits[k];
+    }
+    o["placement_credits"] = credits;
+    o["keep_prompt_end"] = r.keep_kinds[0];
+    o["keep_tail"] = r.keep_kinds[1];
+    o["keep_chunks"] = r.keep_kinds[2];
+  }
   nlohmann::ordered_json& mb = o["misses"];
   mb["reachable_tokens"] = r.misses.reachable_tokens;
   mb["cached_tokens"] = r.misses.cached_tokens;

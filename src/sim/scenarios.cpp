@@ -240,14 +240,29 @@ void compute_reusable(Scenario& s) {
   }
 }
 
-sched::Request trace_request(const Scenario& s, std::size_t i) {
+sched::Request trace_request(const Scenario& s, std::size_t i, std::vector<Token> prompt) {
   const TraceRequest& t = s.trace.at(i);
   sched::Request r;
   r.id = i + 1;
-  r.prompt = synthesize_tokens(t);
+  r.prompt = std::move(prompt);
   r.max_new_tokens = t.output_length;
   r.arrival_s = static_cast<double>(t.timestamp_ms) / 1000.0;
   return r;
+}
+
+sched::Request trace_request(const Scenario& s, std::size_t i) {
+  return trace_request(s, i,
+                       s.trace_parents ? faithful_prompt(s.trace, *s.trace_parents, i)
+                                       : synthesize_tokens(s.trace.at(i)));
+}
+
+HitCeiling trace_token_ceiling(const Scenario& s) {
+  HitCeiling c;
+  for (std::size_t i = 0; i < s.trace.size(); ++i) {
+    c.input_tokens += s.trace[i].input_length;
+    c.hit_tokens += i < s.trace_reusable.size() ? s.trace_reusable[i] : 0;
+  }
+  return c;
 }
 
 namespace {
@@ -277,6 +292,15 @@ Scenario trace_scenario(std::vector<TraceRequest> trace, const ModelGeometry& /*
   s.budget.gpu_snapshot_slots = gpu_snapshot_slots_for(o.trace_max_running);
   split_host_bytes(s.budget, o.trace_host_bytes, o.trace_snapshot_share);
   s.trace = std::move(trace);
+  if (!o.trace_hash_only) {
+    s.trace_parents = std::make_shared<const TraceParents>(find_trace_parents(s.trace));
+    s.description += ", token-faithful (" + std::to_string(s.trace_parents->with_parent) +
+                     " requests continue an earlier one)";
+  } else {
+    s.description += ", prompts from hash ids alone";
+  }
+  TracePrompts prompts(s.trace, s.trace_parents.get());
+  s.trace_reusable = token_reuse(s.trace, prompts, s.page_size);
   return s;
 }
 

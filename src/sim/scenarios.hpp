@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "radixtier/scheduler/scheduler.hpp"
 #include "sim/cost_model.hpp"
 #include "sim/trace.hpp"
+#include "sim/trace_replay.hpp"
 
 namespace radixtier::sim {
 
@@ -64,8 +66,14 @@ struct Scenario {
   /// request's own prefill (the seed scenarios run one request at a time).
   bool include_queue = false;
   std::vector<ScenarioRequest> requests;
-  /// Trace scenarios: the trace; requests are synthesized from it lazily (make_request()).
+  /// Trace scenarios: the trace; requests are synthesized from it lazily (trace_request(),
+  /// TracePrompts).
   std::vector<TraceRequest> trace;
+  /// The token-faithful construction's parents (sim/trace_replay.hpp); null: hash-only prompts.
+  std::shared_ptr<const TraceParents> trace_parents;
+  /// Per trace request: what an infinite cache of every computed token could reuse
+  /// (token_reuse()), floored to a page in the rows' reusable_tokens.
+  std::vector<std::uint64_t> trace_reusable;
   /// A process restart before request `restart_before` (not for traces): every request
   /// before it finishes, then each cache is persisted (PrefixCache::persist() where it has
   /// a store), destroyed, and created anew with empty GPU and host on the same store.
@@ -74,8 +82,14 @@ struct Scenario {
   std::size_t size() const { return is_trace() ? trace.size() : requests.size(); }
 };
 
-/// Request `i` of a trace scenario: synthesized tokens, output_length, arrival = timestamp.
+/// Request `i` of a trace scenario: its prompt (faithful or hash-only, as the scenario was
+/// built), output_length, arrival = timestamp. Rebuilds ancestors each call: a run uses
+/// TracePrompts, this is for tests and single requests.
 sched::Request trace_request(const Scenario& s, std::size_t i);
+/// The same with the prompt given (from a TracePrompts of the scenario).
+sched::Request trace_request(const Scenario& s, std::size_t i, std::vector<Token> prompt);
+/// Token-level infinite-cache ceiling of a trace scenario: sum(trace_reusable) / input tokens.
+HitCeiling trace_token_ceiling(const Scenario& s);
 
 /// Parameters of the built-in scenarios (defaults: workloads.md, or this project's
 /// assumptions where it is silent; docs/simulator.md lists them).
@@ -89,6 +103,9 @@ struct ScenarioOptions {
   std::size_t trace_limit = 0;                 ///< > 0: only the first N requests
   std::size_t trace_max_running = 8;
   std::size_t trace_gpu_kv_tokens = 0;  ///< per instance; 0: from the presets
+  /// Prompts from hash ids alone (a follow-up turn without the previous turn's tail and
+  /// output: the construction before the faithful replay, for comparison).
+  bool trace_hash_only = false;
   // agent
   /// Retention priority of the side requests (the sends run at kDefaultPriority, 35): lower
   /// than the conversation's by default; 35 orders them as the conversation (no priorities).

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <unordered_map>
 
 #include "baseline/index_tier_cache.hpp"
@@ -17,6 +18,7 @@
 #include "sim/cost_executor.hpp"
 #include "sim/counting_store_engine.hpp"
 #include "sim/counting_transfer_engine.hpp"
+#include "sim/sglang_like_cache.hpp"
 #include "sim/simulator_internal.hpp"
 #include "sim/vllm_like_cache.hpp"
 
@@ -73,7 +75,8 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
   out.instances = n_inst;
   out.router = n_inst > 1 ? to_string(o.router) : "-";
   Budget budget = s.budget;
-  if (budget.gpu_kv_tokens == 0 && o.cache == CacheKind::kSglangLike) {
+  const bool sglang = o.cache == CacheKind::kSglangLike || o.cache == CacheKind::kSglangUnified;
+  if (budget.gpu_kv_tokens == 0 && sglang) {
     // SGLang sizes its state pool from the memory ratio (model_runner_kv_cache_mixin.py,
     // handle_max_mamba_cache): rest x r / (1 + r) in whole slots, the rest KV.
     auto bytes = gpu_cache_bytes(*hw, *model);
@@ -113,7 +116,12 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
   out.config.gpu_free_low_watermark = o.gpu_free_low_watermark;
   out.config.gpu_free_high_watermark = o.gpu_free_high_watermark;
   out.total_budget_bytes = detail::total_bytes(out.config);
-  if (s.is_trace()) out.ceiling_ratio = infinite_cache_ceiling(s.trace).ratio();
+  if (s.is_trace()) {
+    out.ceiling_ratio = trace_token_ceiling(s).ratio();
+    out.ceiling_blocks_ratio = infinite_cache_ceiling(s.trace).ratio();
+    out.trace_construction = s.trace_parents ? "faithful" : "hash-only";
+    out.trace_with_parent = s.trace_parents ? s.trace_parents->with_parent : 0;
+  }
   if (o.cache == CacheKind::kIdeal) {
     auto r = detail::simulate_ideal(s, *model, *hw, std::move(out));
     if (r) {
@@ -127,7 +135,7 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
       std::uint64_t{out.config.host_pages} * out.config.page_bytes +
       std::uint64_t{out.config.host_snapshot_slots} * out.config.snapshot_bytes;
   CacheConfig base_config = out.config;
-  if (o.cache == CacheKind::kSglangLike && !o.sglang.hicache) {
+  if (sglang && !o.sglang.hicache) {
     base_config.host_pages = 0;
     base_config.host_snapshot_slots = 0;
   }
@@ -153,7 +161,12 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
           config.page_bytes);
     }
   }
-  if (o.cache == CacheKind::kNode || o.cache == CacheKind::kSglangLike) {
+  // SGLang without HiCache (its default) runs on SglangLikeCache, its own device pools; with
+  // HiCache on PrefixCache configured as SGLang (docs/sglang-like.md).
+  const bool sglang_pools = o.cache == CacheKind::kSglangUnified ||
+                            (o.cache == CacheKind::kSglangLike && config.host_pages == 0 &&
+                             config.host_snapshot_slots == 0);
+  if (o.cache == CacheKind::kNode || (o.cache == CacheKind::kSglangLike && !sglang_pools)) {
     // PrefixCache keeps cached snapshots in pages of its GPU pool (issue 21): of the GPU
     // snapshot bytes the budget gives, the live slots running requests compute in stay slots
     // (a resumed state and one being materialized each, live_slots_for), the rest joins the
@@ -167,8 +180,8 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
     config.gpu_pages += static_cast<std::uint32_t>(freed / config.page_bytes);
     config.gpu_snapshot_slots = live;
   }
-  if (o.cache == CacheKind::kAttentionOnly || o.cache == CacheKind::kSglangLike ||
-      o.cache == CacheKind::kVllmLike || o.cache == CacheKind::kNode) {
+  if (o.cache == CacheKind::kAttentionOnly || sglang || o.cache == CacheKind::kVllmLike ||
+      o.cache == CacheKind::kNode) {
     out.config = config;
   }
   const bool vllm = o.cache == CacheKind::kVllmLike;
@@ -192,7 +205,6 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
     out.config.gpu_snapshot_slots = 0;
   }
   const bool node_like = o.cache == CacheKind::kNode || o.cache == CacheKind::kAttentionOnly;
-  const bool sglang = o.cache == CacheKind::kSglangLike;
   const char* default_policy =
       node_like ? kDefaultPolicy
       : sglang  ? (o.sglang.extra_buffer ? "sglang-extra-buffer" : "sglang-no-buffer")
@@ -217,6 +229,9 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
                                                                                    : 2048;
     sc.chunk_tokens = std::max<std::size_t>(1, budget / vg.block_size) * vg.block_size;
     sc.chunk_origin = sched::ChunkOrigin::kResume;
+    // Align mode in decode: each block filled gets its state cached (MambaManager's running
+    // block becomes a cached block when full), so every block boundary decode crosses.
+    sc.insert_decode_checkpoints = true;
   }
   sc.max_running = s.max_running;
   sc.policy = *policy;
@@ -231,14 +246,17 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
   out.policy = policy->name();
   out.eviction = node_like ? radixtier::to_string(config.snapshot_eviction)
                  : sglang  ? std::string(radixtier::to_string(config.snapshot_eviction)) +
-                                (config.host_pages > 0 ? "+hicache" : "")
+                                (o.cache == CacheKind::kSglangUnified ? "+unified"
+                                 : config.host_pages > 0              ? "+hicache"
+                                                                      : "")
                  : vllm && vllm_cpu_ids > 0 ? "lru+cpu-offload"
                                             : "lru";
 
   CostExecutorOptions eo;
   eo.decode_step_s = o.decode_step_s;
   eo.decode_batch = s.max_running;
-  eo.gpu_slots = vllm ? 0 : config.gpu_snapshot_slots;  // vllm-like: states are blocks
+  // vllm-like: states are blocks; SglangLikeCache: slot ids of its own pool
+  eo.gpu_slots = vllm || sglang_pools ? 0 : config.gpu_snapshot_slots;
   // The stores outlive the caches (declared first, destroyed last): a restart keeps them.
   const bool with_store = o.disk_bytes > 0 && o.cache == CacheKind::kNode;
   if (s.restart_before && s.is_trace()) {
@@ -275,7 +293,22 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
   auto start_process = [&](Instance& in, std::size_t k) -> Status {
     in.engine = std::make_unique<CountingTransferEngine>(config);
     in.prefix = nullptr;
-    if (o.cache == CacheKind::kNode || o.cache == CacheKind::kSglangLike) {
+    if (sglang_pools) {
+      SglangLikeCache::Options sg;
+      sg.page_size = config.page_size;
+      sg.pools = o.cache == CacheKind::kSglangUnified ? SglangLikeCache::Pools::kUnified
+                                                      : SglangLikeCache::Pools::kSplit;
+      sg.kv_pages = config.gpu_pages;
+      sg.state_slots = config.gpu_snapshot_slots;
+      sg.page_bytes = config.page_bytes;
+      sg.state_bytes = config.snapshot_bytes;
+      sg.max_running = static_cast<std::uint32_t>(s.max_running);
+      sg.live_per_request = sglang_live_slots_per_request(
+          policy->kind() == sched::SnapshotPolicy::Kind::kSglangExtraBuffer);
+      auto c = SglangLikeCache::create(sg);
+      if (!c) return c.status();
+      in.cache = std::move(*c);
+    } else if (o.cache == CacheKind::kNode || o.cache == CacheKind::kSglangLike) {
       auto c = stores[k] ? PrefixCache::create(config, *in.engine, stores[k].get())
                          : PrefixCache::create(config, *in.engine);
       if (!c) return c.status();
@@ -356,8 +389,13 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
   // or after the arrival, so the router sees the loads of that moment and each scheduler sees
   // exactly what it would with all of its requests queued.
   const std::size_t n = s.size();
+  // A trace's prompts, built in order (a parent's prompt is kept while its turns are to come);
+  // both passes below go in order, each with its own builder.
+  std::optional<TracePrompts> prompts_of;
   auto request = [&](std::size_t i) {
-    return s.is_trace() ? trace_request(s, i) : s.requests[i].request;
+    if (!s.is_trace()) return s.requests[i].request;
+    if (!prompts_of) prompts_of.emplace(s.trace, s.trace_parents.get());
+    return trace_request(s, i, prompts_of->prompt(i));
   };
   auto request_id = [&](std::size_t i) -> sched::RequestId {
     return s.is_trace() ? i + 1 : s.requests[i].request.id;
@@ -456,7 +494,9 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
     row.label = s.is_trace() ? "request " + std::to_string(i + 1) : s.requests[i].label;
     row.prompt_tokens =
         s.is_trace() ? s.trace[i].input_length : s.requests[i].request.prompt.size();
-    row.reusable_tokens = s.is_trace() ? 0 : s.requests[i].reusable_tokens;
+    row.reusable_tokens = s.is_trace() ? (i < s.trace_reusable.size() ? s.trace_reusable[i] : 0) /
+                                             s.page_size * s.page_size
+                                       : s.requests[i].reusable_tokens;
     const sched::RequestResult* res = result_of(i, row.id);
     if (res == nullptr) {
       row.ok = false;
@@ -465,14 +505,13 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
       detail::account_request(row, *res, *hw, s.include_queue);
       out.snapshots_kept += res->snapshots_kept;
     }
-    if (!s.is_trace()) {
-      row.floor_s = detail::floor_seconds(*hw, *model, row.reusable_tokens, row.prompt_tokens);
-      row.disk_floor_s =
-          detail::disk_floor_seconds(*hw, *model, row.reusable_tokens, row.prompt_tokens);
-    }
+    row.floor_s = detail::floor_seconds(*hw, *model, row.reusable_tokens, row.prompt_tokens);
+    row.disk_floor_s =
+        detail::disk_floor_seconds(*hw, *model, row.reusable_tokens, row.prompt_tokens);
     out.rows.push_back(std::move(row));
   }
   {
+    prompts_of.reset();  // a second in-order pass
     std::vector<sched::Request> prompts;
     std::vector<MissInput> miss_in;
     prompts.reserve(n);  // no reallocation: miss_in holds spans into it
@@ -502,6 +541,13 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
     detail::add_sched_stats(out.sched, in->sched->stats());
     out.placement_alignment = std::max(out.placement_alignment, in->sched->learner().alignment());
     out.keep_finish = in->sched->learner().keep_finish();
+    const sched::PlacementLearner& learner = in->sched->learner();
+    for (std::size_t k = 0; k < sched::kBoundaryKinds; ++k) {
+      out.placement_credits[k] += learner.credits(static_cast<sched::BoundaryKind>(k));
+    }
+    out.keep_kinds = {learner.keep(sched::BoundaryKind::kPromptEnd),
+                      learner.keep(sched::BoundaryKind::kTail),
+                      learner.keep(sched::BoundaryKind::kChunk)};
     out.sim_clock_s = std::max(out.sim_clock_s, in->kept_clock_s + in->sched->now());
     executor_s += in->executor->prefill_seconds_total() + in->executor->decode_seconds_total();
   }

@@ -7,11 +7,15 @@
 //   attention-only  the node cache's attention-only twin (AttentionOnlyCache): snapshots cost
 //                   nothing, every page boundary resumable, their bytes given to KV; the
 //                   hybrid tax is hit(node) / hit(attention-only)
-//   sglang-like     PrefixCache configured as SGLang's hybrid radix cache (docs/sglang-like.md):
-//                   a GPU state pool from mamba_full_memory_ratio, SGLang's chunk size counted
-//                   from the resume point, its no_buffer or extra_buffer state placement, LRU;
-//                   HiCache (write-through) when the host budget is not 0, its host bytes split
-//                   as its two host pools are (in proportion to the device pools' bytes)
+//   sglang-like     SGLang's hybrid radix cache (docs/sglang-like.md), SGLang's chunk size
+//                   counted from the resume point, its no_buffer or extra_buffer state
+//                   placement. HiCache off (SGLang's default, or no host bytes):
+//                   SglangLikeCache, split pools (a KV pool and a state pool of
+//                   mamba_full_memory_ratio, each its own LRU, coupled leaf eviction, path
+//                   refresh, live slots per strategy). HiCache on: PrefixCache configured as
+//                   SGLang (write-through, its host bytes split as its two host pools are)
+//   sglang-unified  SglangLikeCache with SGLang's one-buffer opt-in (--enable-unified-memory):
+//                   the same bytes as one budget, each kind evicting its own LRU first
 //   vllm-like       VllmLikeCache (docs/vllm-like.md): vLLM's hybrid prefix caching, one GPU
 //                   pool of blocks for KV and states, its block size (the state's bytes per
 //                   layer), states at block-aligned chunk ends, LRU; with vllm_offload its
@@ -50,6 +54,7 @@
 //   TTFT     = t0 + shared_s + disk_s + reload_s + prefill_s
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -69,11 +74,24 @@
 
 namespace radixtier::sim {
 
-enum class CacheKind { kNode, kIndex, kGpuOnly, kIdeal, kAttentionOnly, kSglangLike, kVllmLike };
+enum class CacheKind {
+  kNode,
+  kIndex,
+  kGpuOnly,
+  kIdeal,
+  kAttentionOnly,
+  kSglangLike,
+  kSglangUnified,
+  kVllmLike
+};
 
 const char* to_string(CacheKind kind);
-/// "node" | "index" | "gpu-only" | "ideal" | "attention-only" | "sglang-like" | "vllm-like"
+/// "node" | "index" | "gpu-only" | "ideal" | "attention-only" | "sglang-like" |
+/// "sglang-unified" | "vllm-like"
 Result<CacheKind> parse_cache_kind(std::string_view text);
+/// Every name parse_cache_kind accepts, " | " between them (sim --help lists them all).
+inline constexpr const char* kCacheKindNames =
+    "node | attention-only | sglang-like | sglang-unified | vllm-like | index | gpu-only | ideal";
 
 /// SGLang's options the sglang-like cache runs with (docs/sglang-like.md cites each default).
 struct SglangOptions {
@@ -93,6 +111,11 @@ struct SglangOptions {
 /// SGLang's default --chunked-prefill-size for a GPU of `hbm_bytes` (server_args.py,
 /// _handle_gpu_memory_settings): 2048 under 35 GiB, 4096 under 60, 8192 under 160, else 16384.
 std::size_t sglang_chunk_tokens(double hbm_bytes);
+/// The state slots one running request holds in SGLang (HybridReqToTokenPool.alloc, memory
+/// pool): its active slot, and with extra_buffer the ping-pong track buffers, 2 with the
+/// overlap schedule (on by default; no_buffer turns it off, server_args.py,
+/// _handle_mamba_radix_cache).
+std::uint32_t sglang_live_slots_per_request(bool extra_buffer);
 
 /// The target of the default instance count: modeled utilization at most this.
 inline constexpr double kTargetUtilization = 0.7;
@@ -240,13 +263,23 @@ struct SimResult {
   double sim_clock_s = 0;                ///< the scheduler's virtual clock at the end
   double wall_s = 0;                     ///< host seconds the simulation took
   std::uint64_t total_budget_bytes = 0;  ///< GPU KV + GPU slots + host KV + host slots
-  double ceiling_ratio = 0;              ///< trace: infinite-cache ceiling (block granularity)
+  /// trace: infinite-cache ceiling, token-level (trace_token_ceiling(): every computed token
+  /// of earlier requests, prompt and output)
+  double ceiling_ratio = 0;
+  double ceiling_blocks_ratio = 0;    ///< trace: the same from hash ids (infinite_cache_ceiling)
+  std::string trace_construction;     ///< trace: "faithful" | "hash-only"
+  std::size_t trace_with_parent = 0;  ///< trace, faithful: requests that continue an earlier one
   CacheConfig config;
   CacheStats stats;
   sched::SchedulerStats sched;
   std::size_t placement_alignment = 0;  ///< what the placement learner ended with (G, tokens)
   bool keep_finish = true;              ///< ... and whether it still kept finish snapshots
-  MissBreakdown misses;                 ///< where reuse was lost (miss_breakdown.hpp)
+  /// Admissions (all instances) whose deepest recorded boundary was a prompt end, a tail, a
+  /// chunk end, a finish, a branch point (PlacementLearner::credits, BoundaryKind order) ...
+  std::array<std::uint64_t, sched::kBoundaryKinds> placement_credits{};
+  /// ... and whether the last instance still kept prompt ends, tails, chunk ends at the end
+  std::array<bool, 3> keep_kinds{true, true, true};
+  MissBreakdown misses;  ///< where reuse was lost (miss_breakdown.hpp)
   std::vector<RequestRow> rows;
   std::string status;  ///< empty: the run completed; else why the scheduler stopped
   // --- the cluster and TTFT percentiles (nearest rank, over the requests that finished) ---

@@ -4,7 +4,8 @@
 // reported of it); this part only delivers.
 //
 // Invariants: a sink is attached at most once; while quiet, no per-node event is delivered
-// (the flush that set it sends AllBlocksCleared and the contents when it ends).
+// (the flush that set it sends AllBlocksCleared and the contents when it ends); a restart
+// (AllBlocksCleared and the contents) reaches each sink in one on_restart() call.
 #pragma once
 
 #include <algorithm>
@@ -24,7 +25,28 @@ class EventSinks {
     sinks_.erase(std::remove(sinks_.begin(), sinks_.end(), sink), sinks_.end());
   }
   void emit(const CacheEvent& event) const {
+    if (restart_ != nullptr) {
+      restart_->push_back(event);
+      return;
+    }
     for (EventSink* s : sinks_) s->on_event(event);
+  }
+  /// Runs f() with every event it emits collected, then hands them to each sink attached
+  /// (on_restart: a restart reaches a sink whole, never cut by a bounded queue).
+  template <class F>
+  void restart(F&& f) {
+    std::vector<CacheEvent> events;
+    restart_ = &events;
+    f();
+    restart_ = nullptr;
+    for (std::size_t i = 0; i + 1 < sinks_.size(); ++i) sinks_[i]->on_restart(events);
+    if (!sinks_.empty()) sinks_.back()->on_restart(std::move(events));
+  }
+  /// The first sink that lost events since its stream last restarted (nullptr: none).
+  EventSink* lossy() const {
+    for (EventSink* s : sinks_)
+      if (s->lost_events()) return s;
+    return nullptr;
   }
   /// Runs f() with `sink` the only one attached (a stream restarted for one sink alone).
   template <class F>
@@ -40,6 +62,7 @@ class EventSinks {
 
  private:
   std::vector<EventSink*> sinks_;
+  std::vector<CacheEvent>* restart_ = nullptr;  ///< set while restart() collects
 };
 
 }  // namespace radixtier

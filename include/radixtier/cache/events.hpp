@@ -6,8 +6,9 @@
 //   BlockStored      pages of one node became usable on a medium (insert, a finished
 //                    demotion, write-through, promotion or store write, a revived tombstone)
 //   BlockRemoved     pages of one node left a medium (evicted, dropped, a failed copy)
-//   AllBlocksCleared every earlier block and snapshot is gone (flush(), or a sink attached:
-//                    what the cache still holds follows as BlockStored/SnapshotStored)
+//   AllBlocksCleared every earlier block and snapshot is gone (flush(), a sink attached, or a
+//                    sink that lost events restarted: what the cache still holds follows as
+//                    BlockStored/SnapshotStored, EventSink::on_restart)
 //   SnapshotStored / SnapshotRemoved   the snapshot at a node's boundary, per medium
 // A block is a page (block_size = page_size tokens), named by its content hash: hashes chain
 // from the parent page (block_hash.hpp), so a router can compute them from a prompt's tokens
@@ -83,6 +84,17 @@ class EventSink {
  public:
   virtual ~EventSink() = default;
   virtual void on_event(const CacheEvent& event) = 0;
+  /// A restart of this sink's stream, whole: AllBlocksCleared, then what the cache holds as
+  /// stored events (on attach, on flush(), and after lost_events()). The default hands them
+  /// to on_event() one by one; a bounded queue takes them in one piece, beyond its bound (they
+  /// are bounded by the cache's contents), so a restart itself is never cut short.
+  virtual void on_restart(std::vector<CacheEvent> events) {
+    for (const CacheEvent& e : events) on_event(e);
+  }
+  /// True when this sink lost events since its stream last restarted (a full queue): its
+  /// copy of the contents is stale, and the cache restarts its stream at its next poll(),
+  /// which every entry point runs. A sink that never loses anything keeps the default.
+  virtual bool lost_events() const { return false; }
 };
 
 /// An EventSink that calls a function.

@@ -432,6 +432,14 @@ class PrefixCache final : public CacheBackend {
   /// A tier below T keeps n's KV / snapshot (so leaving T loses nothing).
   template <Tier T>
   bool kept_below(const Node& n, Held h) const;
+  /// A GPU victim (key `key`) found no host room because the copies planned earlier in the
+  /// same batch hold it: the lowest of those below `key` is unplanned and dropped from the
+  /// GPU instead (what making room would do if its copy had landed), until n's copy is
+  /// planned (true) or no lower one is left (false).
+  bool displace_planned(Node* n, Held h, const OrderKey& key, PendingBatch& batch);
+  /// Takes n's planned copy (KV or snapshot) out of an unsubmitted batch: its host
+  /// destinations back to the free list, the node as before the plan.
+  void unplan(PendingBatch& batch, Node* n, bool snapshot);
   /// Frees n's copy on T when kept_below(): a demotion on GPU, a drop from memory on host.
   template <Tier T>
   void free_kept(Node* n, Held h);
@@ -539,6 +547,9 @@ class PrefixCache final : public CacheBackend {
   void emit(const CacheEvent& event);
   /// AllBlocksCleared, then every node's usable residency as stored events (parents first).
   void emit_contents();
+  /// Restarts the stream of every sink that lost events (EventSink::lost_events: a full
+  /// queue), so a router's copy is never stale past the next entry point (poll()).
+  void restart_lossy_sinks();
   std::uint64_t tail_hash(Node* n);
   /// The namespace whose tree holds n (O(depth + namespaces); only while a sink is attached).
   std::uint32_t namespace_of(const Node* n) const;

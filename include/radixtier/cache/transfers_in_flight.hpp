@@ -41,9 +41,20 @@ struct InFlight {
   std::chrono::steady_clock::time_point started{};
 };
 /// A batch under construction, submitted at once by submit_batch().
+/// A demoted victim's key in its tier's order when it was taken (its row is off the order
+/// while its copy is planned).
+struct PlannedVictim {
+  Node* node;
+  Held held;
+  OrderKey key;
+};
 struct PendingBatch {
   TransferBatch batch;
   std::vector<CopyOp> ops;
+  /// The demotions evict<kGpu>() planned, with their keys: a later victim that finds no host
+  /// room takes the room of a lower one (PrefixCache::displace_planned), so one batch never
+  /// keeps a lower priority on host and drops a higher one.
+  std::vector<PlannedVictim> victims;
 };
 
 // --- host <-> store (StoreEngine) -----------------------------------------------------------

@@ -11,6 +11,12 @@
 // [topic, seq, payload] for each kept batch from there on, then ["", -1 (8 bytes), ""]
 // (ReplayFormat::kSeqPayload: [seq, payload] and [-1, ""], as vLLM before its topic frame).
 //
+// Nothing is lost silently: when the queue is full it drops (dropped()) until the cache
+// restarts the stream at its next poll(): AllBlocksCleared and then the contents as
+// BlockStored, on the same sequence numbers (restarts()), so a subscriber's copy is exact
+// again without asking for anything; the sequence numbers themselves never skip, and what a
+// subscriber misses on the wire (ZMQ's high-water mark) the replay socket serves.
+//
 // The vLLM stream carries BlockStored, BlockRemoved and AllBlocksCleared only. With
 // snapshot_endpoint set, a second PUB socket carries the full stream: the same events plus
 // SnapshotStored / SnapshotRemoved, in the cache's order, so a subscriber of the vLLM
@@ -54,6 +60,15 @@ enum class NamespaceField : std::uint8_t {
   kCacheSalt,
 };
 
+/// Which media's events go out.
+enum class MediaFilter : std::uint8_t {
+  kAll,  ///< GPU, CPU (the host tier) and STORAGE: for consumers that key blocks by medium
+  /// GPU only: for consumers that file every medium under the GPU tier (Dynamo builds before
+  /// mid-2026), where a CPU removal (drop_host(), a host victim) would remove a block that is
+  /// still on the GPU from their GPU view.
+  kGpuOnly,
+};
+
 struct ZmqPublisherConfig {
   /// PUB socket. Bound or connected by vLLM's rule (ZmqEventPublisher._socket_setup): bound
   /// when it holds "*" or "::" or starts with ipc:// or inproc://, connected otherwise (a
@@ -67,6 +82,7 @@ struct ZmqPublisherConfig {
   /// requires it). One publisher per data-parallel rank, each on its own endpoint.
   int data_parallel_rank = 0;
   NamespaceField namespace_field = NamespaceField::kLoraName;
+  MediaFilter media = MediaFilter::kAll;
   /// The name each non-default namespace goes out as; an unnamed one is "ns-<id>". The
   /// default namespace (0) has none (lora_name / cache_salt nil), as vLLM's base model.
   std::map<std::uint32_t, std::string> namespace_names;
@@ -96,8 +112,13 @@ class ZmqPublisher {
 
   /// What the cache is given (it must be detached before the publisher is destroyed).
   EventSink& sink();
-  /// Events the queue dropped because the publisher fell behind.
+  /// Events the queue dropped because the publisher fell behind. A drop is never silent:
+  /// the cache restarts the stream at its next poll() (AllBlocksCleared, then the contents).
   std::uint64_t dropped() const;
+  /// Those restarts: streams restarted because events were dropped.
+  std::uint64_t restarts() const;
+  /// The queue between the cache and the publisher (CacheMetrics reports its counts).
+  const EventQueue& queue() const;
   /// Batches published on the vLLM stream so far (its next sequence number).
   std::uint64_t batches() const;
   /// Batches published on the full stream so far (0 without snapshot_endpoint).

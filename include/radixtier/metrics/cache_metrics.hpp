@@ -27,7 +27,8 @@ namespace radixtier {
 class CacheMetrics final : public TimingHooks {
  public:
   /// Registers the families (every metric carries `labels`, e.g. {"cache", "worker-0"}).
-  /// `events`, if given, is reported as radixtier_events_dropped_total. Both must outlive it.
+  /// `events`, if given, is reported as radixtier_events_dropped_total and
+  /// radixtier_events_restarts_total (ZmqPublisher::queue()). Both must outlive it.
   CacheMetrics(prometheus::Registry& registry, const PrefixCache& cache,
                const prometheus::Labels& labels = {}, const EventQueue* events = nullptr);
 
@@ -48,6 +49,8 @@ class CacheMetrics final : public TimingHooks {
   std::vector<Mirrored> counters_;
   prometheus::Counter* events_dropped_ = nullptr;
   std::uint64_t events_dropped_last_ = 0;
+  prometheus::Counter* events_restarts_ = nullptr;
+  std::uint64_t events_restarts_last_ = 0;
   prometheus::Gauge *gpu_free_, *host_free_, *gpu_slots_free_, *host_slots_free_;
   prometheus::Gauge *gpu_used_, *host_used_, *gpu_slots_used_;
   prometheus::Gauge *nodes_, *in_flight_, *host_peak_;

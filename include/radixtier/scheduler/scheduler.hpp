@@ -73,6 +73,9 @@ struct SchedulerConfig {
   /// finish boundary is the last of them. A positive page multiple (SGLang tracks the state
   /// every mamba_track_interval = 256 decode tokens).
   std::size_t decode_checkpoint_interval = 0;
+  /// Decode also inserts every checkpoint boundary it crosses with its state, not only the
+  /// finish boundary (vLLM's align mode caches the state of each block decode fills).
+  bool insert_decode_checkpoints = false;
   std::uint32_t max_admissions = 8;    ///< admissions per request (failed promotions, preemption)
   bool check_invariants = false;       ///< run cache.check_invariants() after every step
   std::size_t kv_bytes_per_token = 0;  ///< for the budgeted policy's default budget (0: unknown)

@@ -88,8 +88,13 @@ struct SnapshotQuery {
   std::size_t kv_bytes_per_token = 0;
   std::uint32_t page_size = 0;
   std::size_t chunk_tokens = 0;
-  std::size_t alignment = 0;      ///< adaptive: learned alignment G of branch points (0: a page)
-  bool keep_finish = true;        ///< adaptive: finish snapshots are being resumed from
+  std::size_t alignment = 0;  ///< adaptive: learned alignment G of branch points (0: a page)
+  bool keep_finish = true;    ///< adaptive: finish snapshots are being resumed from
+  /// adaptive: prompt ends / tails (aligned and chunk) / budgeted chunk ends are being resumed
+  /// from (PlacementLearner::keep(); a branch point is always offered)
+  bool keep_prompt_end = true;
+  bool keep_tail = true;
+  bool keep_chunks = true;
   std::size_t output_tokens = 0;  ///< the request's max_new_tokens (sglang-extra-buffer)
   /// adaptive: host bytes free at the request's admission (CacheBackend::host_bytes_free();
   /// 0: none, or the backend does not say)

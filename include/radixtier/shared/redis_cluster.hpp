@@ -1,4 +1,4 @@
-// RedisCluster: SharedStore on a Redis 7 Cluster (hiredis for the protocol).
+// RedisCluster: SharedStore on a Redis 7 Cluster (a RESP client of its own, plain TCP: no TLS).
 //
 // Routing: a key goes to the master of key_slot(key) in the slot map, fetched by connect()
 // with CLUSTER SLOTS and refreshed (rate-limited) after MOVED and after connection errors
@@ -14,15 +14,31 @@
 // command); it reconnects on the next call that needs it.
 //
 // Replies: MOVED -> retry at the named node (and refresh the map); ASK -> ASKING + retry at
-// the named node (map unchanged); any other error (CLUSTERDOWN, TRYAGAIN, LOADING, OOM...) ->
-// kFailed for that key: the shard answered, so it is no breaker failure.
+// the named node (map unchanged); a redirect naming ":port" (unknown-endpoint) goes to the
+// host that replied; one naming nothing usable, or a slot no range covers, asks for a refresh;
+// any other error (CLUSTERDOWN, TRYAGAIN, LOADING, OOM...) -> kFailed for that key: the shard
+// answered, so it is no breaker failure.
+//
+// A hostile or broken server (issue 32): every batch of commands written together ends with
+// ECHO <nonce>, and the batch's replies are taken only when that nonce comes back in its
+// place, so a reply too many, too few or arriving late is never matched to another command;
+// a bulk longer than the call accepts (EXISTS and SET none, GET its bound) is refused from
+// its length, before any allocation; bytes after the last reply owed, or waiting on an idle
+// connection, close it. Each counts in protocol_errors; the keys concerned are kFailed.
+// Setup replies (AUTH, CLUSTER SLOTS) are parsed within bounds of bytes, elements and depth,
+// by the deadline. Nothing thrown inside (std::bad_alloc) leaves a call: its keys are
+// kFailed, the connections it held closed (internal_errors). Credentials go only to nodes in
+// auth_networks (default: the seeds' networks).
 //
 // Breaker per shard (CircuitBreaker): closed -> open after breaker_failures consecutive
 // timeouts / connection errors; while open its keys are kFailed at once, no I/O; after
 // breaker_cooldown one call is the half-open trial: success closes it, failure reopens it.
 //
-// Thread-safe: calls may run concurrently (connections are locked in address order, each
-// lock waited for no later than the call's deadline).
+// Thread-safe: calls may run concurrently. A call never blocks on a connection another call
+// holds: it tries the lock again while the free shards' I/O runs (until its deadline), and
+// every shard's connect runs at once (non-blocking), so a busy or black-holed shard costs
+// only its own keys. Host names are resolved at connect() and in the background, never on a
+// request path (a name not resolved yet fails its keys until it is).
 #pragma once
 
 #include <cstdint>
@@ -53,6 +69,12 @@ struct RedisClusterStats {
   std::uint64_t bytes_read = 0;
   std::uint64_t bytes_written = 0;
   std::uint64_t slot_map_refreshes = 0;
+  /// Replies refused: a bulk longer than the call accepts, bytes nobody asked for, a batch
+  /// whose closing ECHO did not come back as sent (its connection closed, its keys kFailed).
+  std::uint64_t protocol_errors = 0;
+  /// Exceptions (std::bad_alloc) caught inside a call: its keys kFailed, its connections
+  /// closed; none ever leaves the client.
+  std::uint64_t internal_errors = 0;
 };
 
 enum class BreakerStateView : std::uint8_t { kClosed, kOpen, kHalfOpen };
@@ -74,6 +96,10 @@ class RedisCluster final : public SharedStore {
   RedisCluster& operator=(const RedisCluster&) = delete;
 
   std::vector<KeyState> exists(std::span<const std::string> keys, Deadline deadline) override;
+  /// EXISTS on the publish connections: a publisher's checks never queue behind, or ahead
+  /// of, a lookup's probe.
+  std::vector<KeyState> exists_before_write(std::span<const std::string> keys,
+                                            Deadline deadline) override;
   std::vector<GetReply> get(std::span<const std::string> keys, Deadline deadline) override;
   /// get() whose windows assume values of `expected_value_bytes` (0: the config's).
   std::vector<GetReply> get(std::span<const std::string> keys, Deadline deadline,
@@ -88,6 +114,10 @@ class RedisCluster final : public SharedStore {
   /// get_into() whose windows assume values of `expected_value_bytes` (0: the config's).
   void get_into(std::span<const std::string> keys, Deadline deadline,
                 std::vector<GetReply>& replies, std::size_t expected_value_bytes);
+  /// get_into() within `bounds` (a value longer than min(bounds.max_value_bytes,
+  /// config.max_value_bytes) fails its key from its length alone and closes its connection).
+  void get_into(std::span<const std::string> keys, Deadline deadline,
+                std::vector<GetReply>& replies, const GetBounds& bounds) override;
   std::vector<KeyState> set(std::span<const SetItem> items, Deadline deadline) override;
 
   RedisClusterStats stats() const;

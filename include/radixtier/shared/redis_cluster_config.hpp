@@ -42,6 +42,15 @@ struct RedisClusterConfig {
   std::chrono::milliseconds slot_refresh_interval{100};
   /// Most MOVED/ASK redirects one key follows in one call.
   std::uint32_t max_redirects = 5;
+  /// Longest value a get() without bounds accepts (a longer bulk reply fails its key and
+  /// closes its connection before anything is allocated for it). Redis's own
+  /// proto-max-bulk-len default.
+  std::size_t max_value_bytes = std::size_t{512} << 20;
+  /// Where AUTH may go: IP networks ("10.1.0.0/16", "fd00::/64", one address = /32 or /128).
+  /// Empty: the seeds' networks (each address a seed resolves to at connect(), /24 for IPv4,
+  /// /64 for IPv6). A MOVED, ASK or CLUSTER SLOTS naming a node outside them gets no
+  /// credentials: its keys fail. Checked against the address actually connected to.
+  std::vector<std::string> auth_networks;
 
   Status validate() const;
   /// Every field, the password masked.

@@ -11,7 +11,11 @@
 //   <model>      16 hex digits: ModelFingerprint::hash(), everything that changes the bytes
 //                (model id, weights version, KV dtype, layout version, TP rank, geometry)
 //   <namespace>  16 hex digits: the hash of the namespace's configured salt ("default" for the
-//                default namespace): an adapter or a tenant never reads another's bytes
+//                default namespace): an instance never asks for a namespace it has no
+//                salt for. Without a key unkeyed (XXH3) and readable in key names: it
+//                separates namespaces for SharedTier, not for anyone with access to the
+//                cluster; with a key (SharedTierConfig::namespace_keys) a keyed BLAKE2b of
+//                the salt (docs/shared-tier.md, Security)
 //   <path>       32 hex digits: the chained 128-bit path hash of the page or boundary
 //                (store_record.hpp: extend_path), which covers every token from the root
 #pragma once
@@ -43,6 +47,10 @@ struct ModelFingerprint {
 
 /// The salt hash of a namespace ("default" for the default namespace).
 std::uint64_t namespace_hash(std::string_view salt);
+/// A keyed namespace's hash: keyed BLAKE2b of its salt under its key (SharedTierConfig::
+/// namespace_keys), so its key names can be computed, and its values read or written, only
+/// by whoever holds the key.
+std::uint64_t namespace_hash(std::string_view salt, std::string_view key);
 
 std::string hex64(std::uint64_t v);
 std::string hex128(PathHash h);
@@ -51,6 +59,7 @@ std::string hex128(PathHash h);
 struct KeySpace {
   std::uint64_t model = 0;
   std::uint64_t ns = 0;
+  std::string key{};  ///< the namespace's MAC key ("" = unkeyed: value_codec.hpp)
   std::string kv_key(PathHash page) const;
   std::string manifest_key(PathHash boundary) const;
   std::string chunk_key(PathHash boundary, std::uint32_t chunk) const;

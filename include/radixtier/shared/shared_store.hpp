@@ -13,6 +13,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -40,6 +41,15 @@ struct GetReply {
   std::string value;
 };
 
+/// What one GET call may receive: a value longer than max_value_bytes is kFailed and never
+/// received into memory (the engine refuses it from its length alone); the tier knows each
+/// value's exact size and passes it. expected_value_bytes sizes an engine's windows (0: its
+/// own default).
+struct GetBounds {
+  std::size_t max_value_bytes = SIZE_MAX;
+  std::size_t expected_value_bytes = 0;
+};
+
 /// One key-value pair to SET (views: valid until set() returns).
 struct SetItem {
   std::string_view key;
@@ -51,6 +61,12 @@ class SharedStore {
   virtual ~SharedStore() = default;
   /// Which of `keys` exist (small replies: the probe connections).
   virtual std::vector<KeyState> exists(std::span<const std::string> keys, Deadline deadline) = 0;
+  /// exists() for a writer about to write `keys` (the publisher): an engine with separate
+  /// connections runs it beside the probes (RedisCluster: on the publish connections).
+  virtual std::vector<KeyState> exists_before_write(std::span<const std::string> keys,
+                                                    Deadline deadline) {
+    return exists(keys, deadline);
+  }
   /// The values of `keys`, in order (bulk replies: the fetch connections).
   virtual std::vector<GetReply> get(std::span<const std::string> keys, Deadline deadline) = 0;
   /// get() into the caller's `replies`, reusing their strings' memory: `replies` is resized
@@ -63,6 +79,11 @@ class SharedStore {
   /// get() and moves its strings in (no reuse).
   virtual void get_into(std::span<const std::string> keys, Deadline deadline,
                         std::vector<GetReply>& replies);
+  /// get_into() within `bounds`: a value longer than bounds.max_value_bytes is kFailed (and
+  /// cleared). This default calls the three-argument get_into() and checks the lengths after
+  /// (an engine that can refuse a length before reading it, RedisCluster, overrides it).
+  virtual void get_into(std::span<const std::string> keys, Deadline deadline,
+                        std::vector<GetReply>& replies, const GetBounds& bounds);
   /// Writes every item (plain SET: content-addressed keys make a rewrite harmless); per item
   /// kFound (written) or kFailed.
   virtual std::vector<KeyState> set(std::span<const SetItem> items, Deadline deadline) = 0;

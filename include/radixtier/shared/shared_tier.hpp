@@ -8,8 +8,9 @@
 //                      pages after the local KV and the snapshot manifests after the local
 //                      resume point; fetch_plan.hpp decides)
 //        --> nothing worth fetching: done (id 0)
-//        --> fetching on a worker thread (GET into private buffers: reply vectors borrowed
-//            from a pool of fetch_buffer_bytes and given back once decoded, so steady-state
+//        --> fetching on one of a fixed pool of worker threads (GET into private buffers:
+//            reply vectors borrowed from a pool of fetch_buffer_bytes and given back once
+//            decoded, so steady-state
 //            fetches reuse warm memory; every value's header and checksum checked; the deepest
 //            boundary whose KV and snapshot arrived whole; the next candidate down when a snapshot
 //            did not) until fetch_deadline
@@ -37,7 +38,6 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
-#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -66,6 +66,13 @@ struct SharedTierConfig {
   /// the store: the same salt on every instance). The default namespace is shared under the
   /// salt "default" unless share_default is false or a salt is listed for it.
   std::map<std::uint32_t, std::string> namespace_salts;
+  /// Secret keys by namespace id (kMinKeyBytes..kMaxKeyBytes bytes each, the same on every
+  /// instance of the namespace; the namespace must be shared): its key names are derived
+  /// with the key (namespace_hash(salt, key)), its values carry a keyed BLAKE2b MAC and its
+  /// KV pages a keyed digest of their tokens instead of the tokens (value_codec.hpp). Without
+  /// a key a namespace's values are checked against accidents only: anyone who can write to
+  /// the store can make its readers serve wrong bytes (docs/shared-tier.md, Security).
+  std::map<std::uint32_t, std::string> namespace_keys;
   bool share_default = true;
   std::chrono::milliseconds probe_deadline{20};
   std::chrono::milliseconds fetch_deadline{2000};
@@ -95,11 +102,13 @@ struct SharedTierStats {
   std::uint64_t lookups = 0;         ///< lookups that probed
   std::uint64_t probe_failures = 0;  ///< probes with a key failed (deadline, shard down)
   std::uint64_t probe_keys = 0;
-  std::uint64_t fetches = 0;         ///< fetches started
-  std::uint64_t fetch_failures = 0;  ///< fetches that brought nothing usable
-  std::uint64_t fallbacks = 0;       ///< fetches that resumed below their first candidate
-  std::uint64_t imports = 0;         ///< fetches entered into the cache
-  std::uint64_t import_refused = 0;  ///< fetches the cache could not enter (no room, changed)
+  std::uint64_t fetches = 0;            ///< fetches started
+  std::uint64_t fetches_refused = 0;    ///< fetches worth making but not started (queue full)
+  std::uint64_t fetches_abandoned = 0;  ///< fetches never finished, freed (see finish())
+  std::uint64_t fetch_failures = 0;     ///< fetches that brought nothing usable
+  std::uint64_t fallbacks = 0;          ///< fetches that resumed below their first candidate
+  std::uint64_t imports = 0;            ///< fetches entered into the cache
+  std::uint64_t import_refused = 0;     ///< fetches the cache could not enter (no room, changed)
   std::uint64_t imported_pages = 0, imported_snapshots = 0, imported_tokens = 0;
   std::uint64_t bytes_fetched = 0;
   std::uint64_t values_rejected = 0;  ///< values whose header, tokens or checksum failed
@@ -125,6 +134,8 @@ class SharedTier final : public sched::SharedHook {
   /// True when fetch `id` has ended (never blocks).
   bool ready(std::uint64_t id) const;
   /// Waits for fetch `id` (at most its deadline) and enters what arrived whole into the cache.
+  /// A fetch not finished within fetch_deadline after its own deadline is abandoned: the next
+  /// lookup() frees it (fetches_abandoned) and finish() on it then returns nothing.
   sched::SharedFetch finish(std::uint64_t id);
 
   /// lookup() + finish(): what the reference scheduler calls before each admission.
@@ -157,9 +168,13 @@ class SharedTier final : public sched::SharedHook {
   /// Copies the host data along tokens into a job; false when it should wait for more.
   bool try_publish(const Pending& p, bool last_try);
   void publisher_loop();
+  void worker_loop();
+  void reap_abandoned();
   void run_job(Job& job);
   static void run_fetch(Fetch& f, SharedStore& store, detail::ReplyPool& pool,
                         std::size_t page_bytes);
+  static void run_fetch_unguarded(Fetch& f, SharedStore& store, detail::ReplyPool& pool,
+                                  std::size_t page_bytes);
 
   SharedTierConfig config_;
   PrefixCache& cache_;
@@ -168,7 +183,14 @@ class SharedTier final : public sched::SharedHook {
   std::unordered_map<std::uint32_t, KeySpace> spaces_;
   std::uint64_t next_fetch_ = 1;
   std::unique_ptr<detail::ReplyPool> reply_pool_;  ///< outlives fetches_ (declared before)
+  /// Fetches run on a fixed pool of workers (no thread per lookup); fetch_mu_ guards the
+  /// queue, fetches_ and each Fetch::done.
+  mutable std::mutex fetch_mu_;
+  std::condition_variable fetch_cv_, done_cv_;
+  std::deque<Fetch*> fetch_queue_;
+  bool fetch_stop_ = false;
   std::unordered_map<std::uint64_t, std::unique_ptr<Fetch>> fetches_;
+  std::vector<std::thread> workers_;
   std::deque<Pending> pending_;
 
   mutable std::mutex mu_;  ///< guards the queue, the stats and stop_

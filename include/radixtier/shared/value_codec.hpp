@@ -17,6 +17,13 @@
 //
 // Any mismatch, a short value or a bad checksum is a miss (DecodeError says which) and its
 // bytes never reach the cache. Little-endian on the wire.
+//
+// Keyed values (a namespace with a key, SharedTierConfig::namespace_keys; version 2): the
+// same header and payload, then a 32-byte keyed BLAKE2b MAC (libsodium crypto_generichash)
+// over both; a KV page's payload holds a 16-byte keyed digest of its tokens instead of the
+// tokens. A reader with the key takes only values whose MAC checks: a writer without the key
+// cannot forge one, a value moved under another key fails its header, and no token is
+// stored in clear. The XXH3 checksum (version 1, no key) catches accidents, not writers.
 #pragma once
 
 #include <cstddef>
@@ -32,7 +39,11 @@ namespace radixtier::shared {
 
 inline constexpr std::uint32_t kMagic = 0x31585452;  // "RTX1" little-endian
 inline constexpr std::uint16_t kVersion = 1;
+inline constexpr std::uint16_t kVersionKeyed = 2;
 inline constexpr std::size_t kHeaderBytes = 72;
+inline constexpr std::size_t kMacBytes = 32;          ///< after the payload, keyed values only
+inline constexpr std::size_t kTokenDigestBytes = 16;  ///< a keyed KV page's token digest
+inline constexpr std::size_t kMinKeyBytes = 16, kMaxKeyBytes = 64;
 
 enum class ValueKind : std::uint16_t { kKvPage = 1, kManifest = 2, kChunk = 3 };
 
@@ -56,12 +67,15 @@ enum class DecodeError : std::uint8_t {
   kIdentity,  ///< kind, model, namespace, path, boundary, tokens or index differ
   kChecksum,  ///< the payload does not match its checksum
   kTokens,    ///< a KV page's tokens differ from the prompt's
+  kMac,       ///< keyed: the MAC does not check (a writer without the key), or unkeyed
 };
 
 const char* to_string(DecodeError e);
 
-/// Header + payload parts, concatenated (the checksum covers the parts).
-std::string encode_value(ValueHeader header, std::span<const std::span<const std::byte>> parts);
+/// Header + payload parts, concatenated (the checksum covers the parts); with `key`
+/// (kMinKeyBytes..kMaxKeyBytes; empty: none) version 2 and the MAC after them.
+std::string encode_value(ValueHeader header, std::span<const std::span<const std::byte>> parts,
+                         std::string_view key = {});
 
 /// Checks `value` against `expect` (every field but length and checksum) and returns the
 /// payload; on an error `payload` is empty.
@@ -70,14 +84,24 @@ struct Decoded {
   std::span<const std::byte> payload;
   ValueHeader header;
 };
-Decoded decode_value(std::string_view value, const ValueHeader& expect);
+/// With `key`, only a version-2 value whose MAC checks (kMac otherwise); without, only
+/// version 1.
+Decoded decode_value(std::string_view value, const ValueHeader& expect, std::string_view key = {});
 
 /// KV page values: tokens then bytes. decode_kv_page() also checks the tokens and the size.
+/// Keyed: the payload is the tokens' keyed digest then the bytes.
 std::string encode_kv_page(const ValueHeader& id, std::span<const Token> tokens,
-                           std::span<const std::byte> bytes);
+                           std::span<const std::byte> bytes, std::string_view key = {});
 Decoded decode_kv_page(std::string_view value, const ValueHeader& expect,
-                       std::span<const Token> tokens, std::size_t page_bytes);
+                       std::span<const Token> tokens, std::size_t page_bytes,
+                       std::string_view key = {});
+
+/// Bytes of a value whose payload has `payload` bytes; of a KV page's payload.
+std::size_t value_bytes(std::size_t payload, bool keyed);
+std::size_t kv_payload_bytes(std::size_t tokens, std::size_t page_bytes, bool keyed);
 
 std::uint64_t checksum(std::span<const std::byte> bytes);
+/// checksum() of the parts' concatenation (streamed: the parts are never joined).
+std::uint64_t checksum(std::span<const std::span<const std::byte>> parts);
 
 }  // namespace radixtier::shared
