@@ -2,6 +2,8 @@
 // attention-only twin and the sglang-like configuration.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <numeric>
 
 #include "sim/attention_only_cache.hpp"
@@ -135,6 +137,77 @@ TEST(Cluster, EveryRequestRunsOnceWhicheverTheRouter) {
   };
   EXPECT_GT(run(RouterKind::kPrefix), run(RouterKind::kRoundRobin));
   EXPECT_GT(run(RouterKind::kSession), run(RouterKind::kRoundRobin));
+}
+
+// Many conversations whose turns arrive interleaved: more blocks than a small cache holds
+// (32 x 32 distinct blocks; a 16,384-token GPU pool with its 41 snapshot slots is 283).
+std::vector<TraceRequest> busy_trace() {
+  std::vector<TraceRequest> t;
+  const std::uint64_t convs = 32;
+  for (std::uint64_t i = 0; i < 4 * convs; ++i) {
+    const std::uint64_t conv = i % convs, turn = i / convs;
+    std::vector<std::uint64_t> ids;
+    for (std::uint64_t b = 0; b < 8 + 8 * turn; ++b) ids.push_back(conv * 1000 + b);
+    t.push_back(req(ids.size() * 512 - 100, ids, 200 * i, 40));
+  }
+  return t;
+}
+
+TEST(Cluster, PrefixRouterIndexIsTheCacheBytesWithoutAHostTierItDoesNotHave) {
+  // vllm-like without its offloading tier keeps nothing on host: the host budget must not
+  // grow the router's index of it. It did: on the shipped trace's first 1,500 requests (8
+  // instances) it routed, and hit, differently at 0 and 16 GiB (0.2088 vs 0.2077).
+  auto trace = load_trace(
+      (std::filesystem::path(__FILE__).parent_path() / "data/mooncake_synthetic_trace.jsonl")
+          .string());
+  ASSERT_TRUE(trace.is_ok()) << trace.status().to_string();
+  trace->resize(std::min<std::size_t>(trace->size(), 1500));
+  std::vector<std::size_t> cached[2];
+  for (int with_host = 0; with_host < 2; ++with_host) {
+    ScenarioOptions so;
+    so.trace_host_bytes = with_host ? 16 * kGiB : 0;
+    const Scenario s = trace_scenario(*trace, qwen(), so);
+    SimOptions o;
+    o.hardware = "h200-gen5";
+    o.router = RouterKind::kPrefix;
+    o.cache = CacheKind::kVllmLike;
+    auto r = simulate(s, o);
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    ASSERT_GT(r->instances, 1u);
+    for (const RequestRow& row : r->rows) cached[with_host].push_back(row.cached_tokens);
+  }
+  EXPECT_EQ(cached[0], cached[1]);
+}
+
+TEST(Cluster, HostPoolStaysWithinTheHostBudgetWithSnapshotsInWholePages) {
+  // A snapshot of qwen3-next-80b is 49.1 pages of 64 tokens: PrefixCache keeps it in 50. The
+  // host budget counts the rounded size, so neither the pool nor its peak passes the budget.
+  ScenarioOptions so;
+  so.trace_max_running = 2;
+  so.trace_gpu_kv_tokens = 16'384;
+  so.trace_host_bytes = 64 * kGiB;  // node: 111 snapshots, sglang-like: 792 (states' share)
+  const Scenario s = trace_scenario(busy_trace(), qwen(), so);
+  for (CacheKind cache : {CacheKind::kNode, CacheKind::kSglangLike}) {
+    for (SnapshotEviction e : {SnapshotEviction::kCostAware, SnapshotEviction::kLru}) {
+      SimOptions o;
+      o.hardware = "h200-gen5";
+      o.cache = cache;
+      o.eviction = e;
+      o.sglang.hicache = true;
+      o.sglang.extra_buffer = true;
+      auto r = simulate(s, o);
+      ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+      const CacheConfig& c = r->config;
+      ASSERT_GT(c.host_snapshot_slots, 0u) << to_string(cache);
+      EXPECT_LE(c.host_pool_pages() * c.page_bytes, so.trace_host_bytes) << to_string(cache);
+      EXPECT_LE(r->host_bytes_peak, so.trace_host_bytes) << to_string(cache);
+      // and the budget is used: less than a page and a snapshot's rounding left over
+      EXPECT_GT(c.host_pool_pages() * c.page_bytes + c.page_bytes + c.snapshot_bytes,
+                so.trace_host_bytes)
+          << to_string(cache);
+      EXPECT_GT(r->host_bytes_peak, 0u) << to_string(cache);
+    }
+  }
 }
 
 TEST(Cluster, SeveralInstancesNeedATrace) {

@@ -674,3 +674,94 @@ TEST_F(BadInputTest, TokensThatDoNotExtendTheLock) {
 
 }  // namespace
 }  // namespace radixtier
+
+namespace radixtier {
+namespace {
+
+// insert_every_page is, call for call, the attention-only twin's page-by-page insert: slot,
+// insert of the next page, slot back when not taken. Two caches fed the same requests, one
+// each way, under eviction pressure (the pool holds a few prompts), must stay identical.
+TEST(InsertEveryPage, SameAsInsertingPageByPage) {
+  Harness one{small_config()}, every{small_config()};
+  // Prompts that share prefixes and branch at and between page boundaries.
+  const std::vector<std::vector<Token>> prompts = {
+      seq({{1, 22}}),          seq({{1, 13}, {50, 9}}), seq({{1, 22}, {80, 6}}),
+      seq({{7, 18}}),          seq({{1, 8}, {60, 17}}), seq({{7, 18}, {90, 10}}),
+      seq({{1, 22}, {80, 6}}), seq({{200, 25}}),        seq({{1, 13}, {50, 9}, {3, 5}})};
+  const std::uint32_t ps = one.ps();
+  auto serve = [&](Harness& h, std::span<const Token> prompt, bool fused) {
+    auto a = h.cache->admit(prompt);
+    EXPECT_TRUE(a) << a.status().to_string();
+    if (!a) return std::size_t{0};
+    auto resumed = h.cache->wait(a->lock);
+    EXPECT_TRUE(resumed);
+    std::size_t from = *resumed;
+    auto path = h.cache->path_pages(a->lock);
+    EXPECT_TRUE(path);
+    std::vector<GpuPageId> pages = *path;
+    const std::size_t end = prompt.size() / ps * ps;
+    auto fresh = h.cache->alloc_pages(a->lock, (end - pages.size() * ps) / ps);
+    EXPECT_TRUE(fresh) << fresh.status().to_string();
+    pages.insert(pages.end(), fresh->begin(), fresh->end());
+    const auto tokens = prompt.first(end);
+    if (from >= end) {
+      // all of it cached: nothing to insert
+    } else if (fused) {
+      std::size_t reached = 0;
+      auto r = h.cache->insert_every_page(a->lock, from, tokens, pages, std::nullopt, reached);
+      EXPECT_TRUE(r) << r.status().to_string();
+      EXPECT_EQ(reached, end);
+    } else {
+      for (std::size_t b = from + ps; b <= end; b += ps) {
+        auto s = h.cache->alloc_snapshot_slot(a->lock);
+        std::optional<GpuSlotId> own = s ? std::optional<GpuSlotId>(*s) : std::nullopt;
+        auto r = h.cache->insert(a->lock, tokens.first(b), std::span(pages).first(b / ps), own);
+        EXPECT_TRUE(r) << r.status().to_string();
+        if (own && !(r && r->snapshot_taken)) (void)h.cache->free_snapshot_slot(a->lock, *own);
+      }
+    }
+    EXPECT_TRUE(h.cache->release(a->lock));
+    return a->cached_tokens;
+  };
+  for (int round = 0; round < 3; ++round) {
+    for (const auto& p : prompts) {
+      const std::size_t a = serve(one, p, false);
+      const std::size_t b = serve(every, p, true);
+      EXPECT_EQ(a, b);
+      EXPECT_EQ(one.cache->stats(), every.cache->stats());
+      EXPECT_INVARIANTS(one);
+      EXPECT_INVARIANTS(every);
+    }
+  }
+  EXPECT_GT(one.cache->stats().snapshots_inserted, 0u);
+  for (const auto& p : prompts) {
+    const MatchResult x = one.cache->match(p), y = every.cache->match(p);
+    EXPECT_EQ(x.usable_tokens, y.usable_tokens);
+    EXPECT_EQ(x.kv_tokens, y.kv_tokens);
+    EXPECT_EQ(x.host_tokens, y.host_tokens);
+  }
+}
+
+TEST(InsertEveryPage, RejectsABoundaryOffThePagesChangingNothing) {
+  Harness h{small_config()};
+  const auto prompt = seq({{1, 17}});
+  auto a = h.cache->admit(prompt);
+  ASSERT_TRUE(a);
+  auto pages = h.cache->alloc_pages(a->lock, 4);
+  ASSERT_TRUE(pages);
+  const CacheStats before = h.cache->stats();
+  std::size_t reached = 99;
+  const auto tokens = std::span(prompt).first(16);
+  auto r = h.cache->insert_every_page(a->lock, 2, tokens, *pages, std::nullopt, reached);
+  EXPECT_EQ(r.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(reached, 2u);
+  r = h.cache->insert_every_page(a->lock, 16, tokens, *pages, std::nullopt, reached);
+  EXPECT_EQ(r.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(h.cache->stats(), before);
+  EXPECT_EQ(h.cache->match(prompt).kv_tokens, 0u);
+  EXPECT_INVARIANTS(h);
+  EXPECT_TRUE(h.cache->release(a->lock));
+}
+
+}  // namespace
+}  // namespace radixtier

@@ -156,7 +156,9 @@ TEST(Scenarios, TraceBudgetSplitsHostBytes) {
   const Scenario s = trace_scenario({req(1200, {1, 2, 3})}, qwen(), o);
   EXPECT_TRUE(s.is_trace());
   EXPECT_EQ(s.budget.host_kv_bytes, 14 * kGiB);
-  EXPECT_EQ(s.budget.host_snapshot_slots, 2 * kGiB / 77'266'944u);
+  EXPECT_EQ(s.budget.host_snapshot_bytes, 2 * kGiB);
+  EXPECT_EQ(cache_config(s.budget, qwen(), s.page_size).host_snapshot_slots,
+            2 * kGiB / 77'266'944u);
   const auto r = trace_request(s, 0);
   EXPECT_EQ(r.prompt.size(), 1200u);
   EXPECT_EQ(r.max_new_tokens, 2u);

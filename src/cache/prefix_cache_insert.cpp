@@ -182,14 +182,93 @@ Result<InsertResult> PrefixCache::insert(LockId lock, std::span<const Token> tok
   // Rule 8: reject bad input before anything changes (settling below may run copies).
   if (Status s = validate_insert(lock, rec, tokens, pages, snapshot); !s) return s;
   poll();
-  const std::uint32_t ps = config_.page_size;
+  settle_insert(rec.root, 0, tokens);
+  // Validate again after settling: a copy that finished may have changed which pages the
+  // tree holds.
+  if (Status s = validate_insert(lock, rec, tokens, pages, snapshot); !s) return s;
+  return apply_insert(rec, rec.root, 0, tokens, pages, snapshot);
+}
 
+Result<InsertResult> PrefixCache::insert_every_page(LockId lock, std::size_t from,
+                                                    std::span<const Token> tokens,
+                                                    std::span<const GpuPageId> pages,
+                                                    std::optional<GpuSlotId> snapshot,
+                                                    std::size_t& reached) {
+  auto found = find_lock(lock);
+  if (!found) return found.status();
+  const std::uint32_t ps = config_.page_size;
+  reached = from;
+  if (from % ps != 0 || from >= tokens.size()) {
+    return invalid_argument("insert_every_page: the first boundary " + std::to_string(from) +
+                            " is not a page boundary below the " + std::to_string(tokens.size()) +
+                            " tokens");
+  }
+  // Rule 8: the whole insert is checked before its first step changes anything. Every step's
+  // input is a prefix of it with a slot of ours, so what insert() would check per step holds.
+  if (Status s = validate_insert(lock, requests_.at(lock), tokens, pages, snapshot); !s) return s;
+  InsertResult out;
+  auto merge = [&](const InsertResult& r) {
+    for (GpuPageId p : r.not_taken) {
+      if (std::find(out.not_taken.begin(), out.not_taken.end(), p) == out.not_taken.end()) {
+        out.not_taken.push_back(p);
+      }
+    }
+  };
+  // One step: insert(tokens.first(b), pages.first(b / ps), slot). The first step walks from
+  // the root as insert() does; each later one starts at the node the previous step locked
+  // (its boundary is the previous b and the path above it is the locked, validated prefix of
+  // these very tokens), where insert()'s walks from the root would find nothing to change.
+  bool first = true;
+  auto step = [&](std::size_t b, std::optional<GpuSlotId> slot) -> Result<InsertResult> {
+    const auto t = tokens.first(b);
+    const auto p = pages.first(b / ps);
+    LockRecord& rec = requests_.at(lock);
+    if (first || rec.node->boundary != reached || lock_state(rec) != TransferState::kDone) {
+      first = false;
+      return insert(lock, t, p, slot);
+    }
+    poll();
+    Node* at = rec.node;
+    settle_insert(at, at->boundary, t);
+    return apply_insert(rec, at, at->boundary, t, p, slot);
+  };
+  auto own_slot = [&]() -> std::optional<GpuSlotId> {
+    auto s = alloc_snapshot_slot(lock);
+    return s ? std::optional<GpuSlotId>(*s) : std::nullopt;
+  };
+  for (std::size_t b = from + ps; b < tokens.size(); b += ps) {
+    const std::optional<GpuSlotId> own = own_slot();
+    auto r = step(b, own);
+    if (!r) {
+      if (own) (void)free_snapshot_slot(lock, *own);
+      return r.status();
+    }
+    if (own && !r->snapshot_taken) (void)free_snapshot_slot(lock, *own);
+    reached = b;
+    merge(*r);
+  }
+  // The last boundary: the caller's snapshot if it has one, else one of ours.
+  const std::optional<GpuSlotId> own = snapshot ? std::nullopt : own_slot();
+  auto r = step(tokens.size(), snapshot ? snapshot : own);
+  if (!r) {
+    if (own) (void)free_snapshot_slot(lock, *own);
+    return r.status();
+  }
+  if (own && !r->snapshot_taken) (void)free_snapshot_slot(lock, *own);
+  reached = tokens.size();
+  merge(*r);
+  out.snapshot_taken = snapshot.has_value() && r->snapshot_taken;
+  return out;
+}
+
+void PrefixCache::settle_insert(Node* from, std::size_t from_pos, std::span<const Token> tokens) {
   // The node this insert will split (if any) must not be mid-copy: let its copy finish
   // first. The walk goes through tombstones, as the insert below does.
+  const std::uint32_t ps = config_.page_size;
   for (;;) {
     Node* busy = nullptr;
-    Node* n = rec.root;
-    for (std::size_t pos = 0; Node* c = tree_.find_child(n, tokens, pos); n = c) {
+    Node* n = from;
+    for (std::size_t pos = from_pos; Node* c = tree_.find_child(n, tokens, pos); n = c) {
       const std::size_t k = tree_.common_pages(c, tokens, pos);
       if (k < c->page_count(ps)) {
         if (c->kv_xfer != Xfer::kNone) busy = c;
@@ -200,14 +279,17 @@ Result<InsertResult> PrefixCache::insert(LockId lock, std::span<const Token> tok
     if (busy == nullptr) break;
     wait_kv_copy(busy);
   }
-  // Validate again after settling: a copy that finished may have changed which pages the
-  // tree holds.
-  if (Status s = validate_insert(lock, rec, tokens, pages, snapshot); !s) return s;
+}
 
+Result<InsertResult> PrefixCache::apply_insert(LockRecord& rec, Node* from, std::size_t from_pos,
+                                               std::span<const Token> tokens,
+                                               std::span<const GpuPageId> pages,
+                                               std::optional<GpuSlotId> snapshot) {
+  const std::uint32_t ps = config_.page_size;
   InsertResult out;
   std::vector<Node*> adopted;
-  Node* n = rec.root;
-  std::size_t pos = 0;
+  Node* n = from;
+  std::size_t pos = from_pos;
   while (pos < tokens.size()) {
     const auto mine = pages.subspan(pos / ps);
     Node* c = tree_.find_child(n, tokens, pos);

@@ -27,6 +27,11 @@ radixtier::cli::CommandRun setup_report(CLI::App& app) {
                  "skip them")
       ->capture_default_str()
       ->check(radixtier::cli::non_negative());
+  app.add_option("--jobs", o->jobs,
+                 "runs at once, on as many threads (0: one per hardware thread); the results do "
+                 "not depend on it")
+      ->capture_default_str()
+      ->check(radixtier::cli::count_at_least(0));
   app.add_flag_callback(
       "--no-policies", [o] { o->policies = false; }, "skip the snapshot policy comparison");
   app.footer("Writes DIR/results.md, DIR/*.svg and DIR/runs.jsonl; progress on stderr.");

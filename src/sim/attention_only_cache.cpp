@@ -1,8 +1,6 @@
 // The attention-only twin (see attention_only_cache.hpp).
 #include "sim/attention_only_cache.hpp"
 
-#include <algorithm>
-
 namespace radixtier::sim {
 
 CacheConfig AttentionOnlyCache::twin_config(const CacheConfig& hybrid) {
@@ -63,42 +61,13 @@ Result<InsertResult> AttentionOnlyCache::insert(LockId lock, std::span<const Tok
       tokens.size() <= it->second) {
     return inner_->insert(lock, tokens, pages, snapshot);  // the inner cache judges it
   }
-  InsertResult out;
-  auto merge = [&](const InsertResult& r) {
-    for (GpuPageId p : r.not_taken) {
-      if (std::find(out.not_taken.begin(), out.not_taken.end(), p) == out.not_taken.end()) {
-        out.not_taken.push_back(p);
-      }
-    }
-  };
-  auto own_slot = [&]() -> std::optional<GpuSlotId> {
-    auto s = inner_->alloc_snapshot_slot(lock);
-    return s ? std::optional<GpuSlotId>(*s) : std::nullopt;
-  };
-  // Every page boundary below the last one, each with a snapshot of its own.
-  for (std::size_t b = it->second + ps; b < tokens.size(); b += ps) {
-    const std::optional<GpuSlotId> own = own_slot();
-    auto r = inner_->insert(lock, tokens.first(b), pages.first(b / ps), own);
-    if (!r) {
-      if (own) (void)inner_->free_snapshot_slot(lock, *own);
-      return r.status();
-    }
-    if (own && !r->snapshot_taken) (void)inner_->free_snapshot_slot(lock, *own);
-    it->second = b;
-    merge(*r);
-  }
-  // The last boundary: the caller's snapshot if it has one, else one of ours.
-  const std::optional<GpuSlotId> own = snapshot ? std::nullopt : own_slot();
-  auto r = inner_->insert(lock, tokens, pages, snapshot ? snapshot : own);
-  if (!r) {
-    if (own) (void)inner_->free_snapshot_slot(lock, *own);
-    return r.status();
-  }
-  if (own && !r->snapshot_taken) (void)inner_->free_snapshot_slot(lock, *own);
-  it->second = tokens.size();
-  merge(*r);
-  out.snapshot_taken = snapshot.has_value() && r->snapshot_taken;
-  return out;
+  // Every page boundary past the last one inserted, each with a snapshot of its own; the last
+  // one with the caller's snapshot if it has one (PrefixCache::insert_every_page: the calls
+  // one page at a time, without walking from the root for each).
+  std::size_t reached = it->second;
+  auto r = inner_->insert_every_page(lock, it->second, tokens, pages, snapshot, reached);
+  it->second = reached;
+  return r;
 }
 
 }  // namespace radixtier::sim

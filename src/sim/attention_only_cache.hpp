@@ -3,8 +3,9 @@
 // It wraps a PrefixCache built for a model whose snapshots cost nothing (snapshot_bytes = 1,
 // the smallest size CacheConfig accepts; the simulator gives the snapshot bytes to the KV
 // pools instead) and makes every page boundary resumable, as it is for a pure-attention
-// model: insert() walks the new pages one at a time and attaches a snapshot of its own at
-// every page boundary, from a snapshot-slot pool sized so that it never runs short. The
+// model: insert() attaches a snapshot of its own at every new page boundary, from a
+// snapshot-slot pool sized so that it never runs short (PrefixCache::insert_every_page: the
+// same as inserting the pages one at a time, in time linear in them). The
 // scheduler, its chunking, its placement policy and the cache's LRU tiers are unchanged; the
 // usable match becomes the deepest cached page boundary.
 //

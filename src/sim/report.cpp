@@ -1,13 +1,19 @@
 // The simulator report (see report.hpp).
 #include "sim/report.hpp"
 
+#include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <deque>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <iterator>
 #include <map>
+#include <mutex>
 #include <sstream>
+#include <thread>
 #include <utility>
 
 #include "sim/simulator.hpp"
@@ -51,9 +57,31 @@ struct Variant {
   std::string node_policy;                ///< empty: the default
 };
 
+/// The runs of the report. Each run is independent and deterministic (its own scenario copy
+/// is read only, its caches, engines and scheduler are its own), so they go to a pool of
+/// ReportOptions::jobs threads (the caller's among them) as soon as they are known, and are
+/// collected in the order they were submitted: the report, runs.jsonl and the log read as
+/// they would with one thread (only wall_s differs).
 class Runner {
  public:
-  explicit Runner(const ReportOptions& o) : o_(o) {}
+  using Pending = std::shared_future<Result<SimResult>>;
+
+  explicit Runner(const ReportOptions& o) : o_(o) {
+    const std::size_t jobs =
+        o.jobs > 0 ? o.jobs : std::max<std::size_t>(1, std::thread::hardware_concurrency());
+    for (std::size_t i = 1; i < jobs; ++i) workers_.emplace_back([this] { work(); });
+  }
+  ~Runner() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+      queue_.clear();  // an early return: what is not running yet is not needed
+    }
+    cv_.notify_all();
+    for (std::thread& t : workers_) t.join();
+  }
+  Runner(const Runner&) = delete;
+  Runner& operator=(const Runner&) = delete;
 
   /// The runs that follow belong to `name`, `total` of them (ReportOptions::progress).
   void phase(std::string name, std::size_t total) {
@@ -63,10 +91,77 @@ class Runner {
     if (o_.progress) o_.progress(phase_, done_, total_);
   }
 
-  Result<SimResult> run(const Scenario& s, CacheKind cache, const std::string& hardware,
-                        const std::string& policy = "",
-                        SnapshotEviction eviction = SnapshotEviction::kCostAware,
-                        std::uint64_t disk_bytes = 0) {
+  /// Queues one run; `s` must outlive its collect().
+  Pending submit(const Scenario& s, CacheKind cache, const std::string& hardware,
+                 const std::string& policy = "",
+                 SnapshotEviction eviction = SnapshotEviction::kCostAware,
+                 std::uint64_t disk_bytes = 0) {
+    std::packaged_task<Result<SimResult>()> task(
+        [this, &s, cache, hardware, policy, eviction, disk_bytes] {
+          return run_now(s, cache, hardware, policy, eviction, disk_bytes);
+        });
+    Pending f = task.get_future().share();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back(std::move(task));
+    }
+    cv_.notify_one();
+    return f;
+  }
+
+  /// The result of a submitted run (this thread runs queued ones while it waits); counts it,
+  /// logs it and appends it to runs.jsonl.
+  Result<SimResult> collect(const Pending& f) {
+    while (f.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+      std::packaged_task<Result<SimResult>()> task;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!queue_.empty()) {
+          task = std::move(queue_.front());
+          queue_.pop_front();
+        }
+      }
+      if (task.valid()) {
+        task();
+      } else {
+        f.wait();
+      }
+    }
+    Result<SimResult> r = f.get();
+    if (o_.progress) o_.progress(phase_, ++done_, total_);
+    if (r) {
+      jsonl_ << to_json(*r) << "\n";
+      if (o_.log) {
+        o_.log(r->scenario + " / " + r->cache + " / " + r->policy + " / " + r->eviction + ": hit " +
+               f2("%.4f", r->hit_ratio) + ", TTFT last " + f2("%.3f", r->ttft_s_last) + " s (" +
+               f2("%.1f", r->wall_s) + " s wall)");
+      }
+    }
+    return r;
+  }
+
+  std::string jsonl() const { return jsonl_.str(); }
+
+ private:
+  static std::string f2(const char* format, double v) { return f(format, v); }
+
+  void work() {
+    for (;;) {
+      std::packaged_task<Result<SimResult>()> task;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;  // stopping
+        task = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      task();
+    }
+  }
+
+  Result<SimResult> run_now(const Scenario& s, CacheKind cache, const std::string& hardware,
+                            const std::string& policy, SnapshotEviction eviction,
+                            std::uint64_t disk_bytes) const {
     SimOptions opt;
     opt.disk_bytes = disk_bytes;
     opt.cache = cache;
@@ -97,24 +192,18 @@ class Runner {
       if (!off) return off;
       if (off->cached_tokens > r->cached_tokens) r = std::move(off);
     }
-    if (o_.progress) o_.progress(phase_, ++done_, total_);
-    if (r) {
-      jsonl_ << to_json(*r) << "\n";
-      if (o_.log) {
-        o_.log(s.name + " / " + r->cache + " / " + r->policy + " / " + r->eviction + ": hit " +
-               f("%.4f", r->hit_ratio) + ", TTFT last " + f("%.3f", r->ttft_s_last) + " s (" +
-               f("%.1f", r->wall_s) + " s wall)");
-      }
-    }
     return r;
   }
-  std::string jsonl() const { return jsonl_.str(); }
 
- private:
   const ReportOptions& o_;
   std::ostringstream jsonl_;
   std::string phase_ = "runs";
   std::size_t done_ = 0, total_ = 0;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::packaged_task<Result<SimResult>()>> queue_;
+  bool stop_ = false;
+  std::vector<std::thread> workers_;
 };
 
 }  // namespace
@@ -126,7 +215,6 @@ Status write_report(const ReportOptions& o) {
   if (ec) return invalid_argument("cannot create '" + o.out_dir + "': " + ec.message());
   auto model = resolve_model(o.model);
   if (!model) return model.status();
-  Runner runner(o);
   std::ostringstream md;
   std::map<std::string, std::string> svgs;
 
@@ -154,6 +242,97 @@ Status write_report(const ReportOptions& o) {
   add("compaction-turns (32 slots)", "compaction-turns", 0, "");
   add("agent", "agent", 0, "");
   std::map<std::string, std::map<CacheKind, SimResult>> res;
+
+  // Every run is known before the first result is needed: they are all queued now, in the
+  // order the sections below collect them (Runner). The scenarios outlive the runner.
+  std::deque<Scenario> scenarios;
+  auto keep = [&](Scenario s) -> const Scenario& { return scenarios.emplace_back(std::move(s)); };
+  std::vector<const Scenario*> seed;  // per variant
+  for (const Variant& v : variants) {
+    ScenarioOptions so;
+    so.compaction_host_snapshot_bytes = v.host_snapshot_bytes;
+    auto s = make_scenario(v.scenario, *model, so);
+    if (!s) return s.status();
+    seed.push_back(&keep(std::move(*s)));
+  }
+  const Scenario* restart = nullptr;
+  const Scenario* flush = nullptr;
+  const auto disk = static_cast<std::uint64_t>(o.disk_gib * static_cast<double>(kGiB));
+  if (o.disk_gib > 0) {
+    auto r = make_scenario("restart", *model);
+    if (!r) return r.status();
+    restart = &keep(std::move(*r));
+    ScenarioOptions small_host;
+    small_host.host_bytes = 3 * kGiB / 4;
+    auto fl = make_scenario("flush", *model, small_host);
+    if (!fl) return fl.status();
+    flush = &keep(std::move(*fl));
+  }
+  auto trace = load_trace(o.trace_path);
+  if (trace && o.trace_limit > 0 && trace->size() > o.trace_limit) trace->resize(o.trace_limit);
+  std::vector<const Scenario*> at_budget;  // the trace per host budget
+  if (trace) {
+    for (double g : o.trace_host_gib) {
+      ScenarioOptions so;
+      so.trace_host_bytes = static_cast<std::uint64_t>(g * static_cast<double>(kGiB));
+      at_budget.push_back(&keep(trace_scenario(*trace, *model, so)));
+    }
+  }
+  const std::vector<std::string> policies = {
+      "adaptive", "end-only",      "every-chunk",   "interval:8192",        "interval:30720",
+      "budgeted", "end-only+tail", "budgeted+tail", "budgeted+tail+branch", "interval:30720+tail"};
+  std::vector<std::pair<std::string, const Scenario*>> policy_scenarios;
+  if (o.policies) {
+    for (const char* name : {"churn", "flush", "compaction", "compaction-turns", "agent"}) {
+      auto s = make_scenario(name, *model);
+      if (!s) return s.status();
+      policy_scenarios.emplace_back(name, &keep(std::move(*s)));
+    }
+    if (trace) {
+      ScenarioOptions so;
+      so.trace_host_bytes = 64 * kGiB;
+      policy_scenarios.emplace_back("trace 64 GiB", &keep(trace_scenario(*trace, *model, so)));
+    }
+  }
+  struct DiskRun {
+    const Scenario* s;
+    CacheKind cache;
+    std::uint64_t disk;
+  };
+  std::vector<DiskRun> disk_runs;
+  if (o.disk_gib > 0) {
+    disk_runs = {{restart, CacheKind::kNode, disk}, {restart, CacheKind::kNode, 0},
+                 {restart, CacheKind::kIndex, 0},   {restart, CacheKind::kGpuOnly, 0},
+                 {flush, CacheKind::kNode, disk},   {flush, CacheKind::kNode, 0}};
+  }
+
+  Runner runner(o);
+  std::vector<Runner::Pending> seed_runs, disk_pending, trace_runs, policy_runs;
+  for (std::size_t i = 0; i < variants.size(); ++i) {
+    for (CacheKind k : kCaches) {
+      seed_runs.push_back(runner.submit(*seed[i], k, o.hardware,
+                                        k == CacheKind::kNode ? variants[i].node_policy : ""));
+    }
+  }
+  for (const DiskRun& d : disk_runs) {
+    disk_pending.push_back(
+        runner.submit(*d.s, d.cache, o.hardware, "", SnapshotEviction::kCostAware, d.disk));
+  }
+  for (std::size_t b = 0; b < at_budget.size(); ++b) {
+    for (CacheKind k : kTraceCaches) {
+      // gpu-only has no host tier: the budget does not matter, it runs once
+      if (k == CacheKind::kGpuOnly && b > 0) continue;
+      trace_runs.push_back(runner.submit(*at_budget[b], k, o.trace_hardware));
+    }
+  }
+  for (const auto& p : policies) {
+    for (SnapshotEviction e : {SnapshotEviction::kCostAware, SnapshotEviction::kLru}) {
+      for (const auto& [name, s] : policy_scenarios) {
+        policy_runs.push_back(runner.submit(*s, CacheKind::kNode,
+                                            s->is_trace() ? o.trace_hardware : o.hardware, p, e));
+      }
+    }
+  }
   md << "## Scenarios x caches\n\n"
      << "node = PrefixCache with the default placement `" << kDefaultPolicy
      << "` unless the row says otherwise; sglang-like = SGLang's hybrid radix cache (the best "
@@ -169,13 +348,10 @@ Status write_report(const ReportOptions& o) {
         "| floor last s | TTFT total s | H2D GB | D2H GB | host peak GB | snapshots kept | "
         "wall s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   runner.phase("scenarios x caches", variants.size() * std::size(kCaches));
+  std::size_t next = 0;
   for (const Variant& v : variants) {
-    ScenarioOptions so;
-    so.compaction_host_snapshot_bytes = v.host_snapshot_bytes;
-    auto s = make_scenario(v.scenario, *model, so);
-    if (!s) return s.status();
-    for (CacheKind k : kCaches) {
-      auto r = runner.run(*s, k, o.hardware, k == CacheKind::kNode ? v.node_policy : "");
+    for (std::size_t j = 0; j < std::size(kCaches); ++j) {
+      auto r = runner.collect(seed_runs[next++]);
       if (!r) return r.status();
       md << "| " << v.label << " | " << r->cache << " | " << r->policy << " | "
          << f("%.4f", r->hit_ratio) << " | " << thousands(r->cached_tokens_last) << " | "
@@ -183,7 +359,7 @@ Status write_report(const ReportOptions& o) {
          << f("%.3f", r->floor_s_last) << " | " << f("%.1f", r->ttft_s_total) << " | "
          << gb(r->bytes_h2d) << " | " << gb(r->bytes_d2h) << " | " << gb(r->host_bytes_peak)
          << " | " << r->snapshots_kept << " | " << f("%.2f", r->wall_s) << " |\n";
-      res[v.label][k] = std::move(*r);
+      res[v.label][kCaches[j]] = std::move(*r);
     }
   }
   md << "\n";
@@ -228,13 +404,6 @@ Status write_report(const ReportOptions& o) {
 
   // ---- the disk tier: the restart, a flush into disk (issue 13) ----------------------------
   if (o.disk_gib > 0) {
-    const auto disk = static_cast<std::uint64_t>(o.disk_gib * static_cast<double>(kGiB));
-    auto restart = make_scenario("restart", *model);
-    if (!restart) return restart.status();
-    ScenarioOptions small_host;
-    small_host.host_bytes = 3 * kGiB / 4;
-    auto flush = make_scenario("flush", *model, small_host);
-    if (!flush) return flush.status();
     md << "## The disk tier: a restart, a flush into disk (issue 13)\n\n"
        << "`restart` = churn's turn 1 and aux calls, a process restart (the node cache persists "
           "to its store and a new one is created on it), then turn 2; *without* = the same "
@@ -247,23 +416,15 @@ Status write_report(const ReportOptions& o) {
        << "| scenario | cache | disk GiB | turn 2 cached | without restart | reuse ratio | TTFT s "
           "| disk floor s | TTFT / floor | from disk GB | to disk GB |\n"
           "|---|---|---|---|---|---|---|---|---|---|---|\n";
-    struct DiskRun {
-      const Scenario* s;
-      CacheKind cache;
-      std::uint64_t disk;
-    };
-    const std::vector<DiskRun> runs = {
-        {&*restart, CacheKind::kNode, disk}, {&*restart, CacheKind::kNode, 0},
-        {&*restart, CacheKind::kIndex, 0},   {&*restart, CacheKind::kGpuOnly, 0},
-        {&*flush, CacheKind::kNode, disk},   {&*flush, CacheKind::kNode, 0}};
     std::string restart_goal;
-    runner.phase("disk tier", runs.size());
-    for (const DiskRun& d : runs) {
-      auto r = runner.run(*d.s, d.cache, o.hardware, "", SnapshotEviction::kCostAware, d.disk);
+    runner.phase("disk tier", disk_runs.size());
+    for (std::size_t i = 0; i < disk_runs.size(); ++i) {
+      const DiskRun& d = disk_runs[i];
+      auto r = runner.collect(disk_pending[i]);
       if (!r) return r.status();
       const RequestRow& last = r->rows.back();
       const bool restarted = r->restart.ran;
-      md << "| " << d.s->name << (d.s == &*flush ? " (0.75 GiB host)" : "") << " | " << r->cache
+      md << "| " << d.s->name << (d.s == flush ? " (0.75 GiB host)" : "") << " | " << r->cache
          << " | " << f("%g", static_cast<double>(d.disk) / static_cast<double>(kGiB)) << " | "
          << thousands(last.cached_tokens) << " | "
          << (restarted ? thousands(r->restart.cached_tokens_no_restart) : "-") << " | "
@@ -288,13 +449,11 @@ Status write_report(const ReportOptions& o) {
 
   // ---- 2. trace at several host budgets --------------------------------------------------
   md << "## Trace replay\n\n";
-  auto trace = load_trace(o.trace_path);
   std::vector<std::map<CacheKind, SimResult>> trace_res;
   double ceiling = 0;
   if (!trace) {
     md << "Trace not run: " << trace.status().message() << "\n\n";
   } else {
-    if (o.trace_limit > 0 && trace->size() > o.trace_limit) trace->resize(o.trace_limit);
     Scenario probe = trace_scenario(*trace, *model, ScenarioOptions{});
     ceiling = trace_token_ceiling(probe).ratio();
     auto thw = find_hardware(o.trace_hardware);
@@ -331,16 +490,14 @@ Status write_report(const ReportOptions& o) {
     const std::size_t budgets = o.trace_host_gib.size();
     const std::size_t per_budget = std::size(kTraceCaches);  // gpu-only runs once
     runner.phase("trace", budgets == 0 ? 0 : per_budget * budgets - (budgets - 1));
+    std::size_t next_trace = 0;
     for (double g : o.trace_host_gib) {
-      ScenarioOptions so;
-      so.trace_host_bytes = static_cast<std::uint64_t>(g * static_cast<double>(kGiB));
-      Scenario s = trace_scenario(*trace, *model, so);
       std::map<CacheKind, SimResult> at;
       for (CacheKind k : kTraceCaches) {
         if (k == CacheKind::kGpuOnly && !trace_res.empty()) {
           at[k] = trace_res.front().at(k);  // no host tier: the budget does not matter
         } else {
-          auto r = runner.run(s, k, o.trace_hardware);
+          auto r = runner.collect(trace_runs[next_trace++]);
           if (!r) return r.status();
           at[k] = std::move(*r);
         }
@@ -450,22 +607,7 @@ Status write_report(const ReportOptions& o) {
 
   // ---- 4. policy comparison ------------------------------------------------------------------
   if (o.policies) {
-    const std::vector<std::string> policies = {
-        "adaptive",           "end-only",       "every-chunk",
-        "interval:8192",      "interval:30720", "budgeted",
-        "end-only+tail",      "budgeted+tail",  "budgeted+tail+branch",
-        "interval:30720+tail"};
-    std::vector<std::pair<std::string, Scenario>> scenarios;
-    for (const char* name : {"churn", "flush", "compaction", "compaction-turns", "agent"}) {
-      auto s = make_scenario(name, *model);
-      if (!s) return s.status();
-      scenarios.emplace_back(name, std::move(*s));
-    }
-    if (trace) {
-      ScenarioOptions so;
-      so.trace_host_bytes = 64 * kGiB;
-      scenarios.emplace_back("trace 64 GiB", trace_scenario(*trace, *model, so));
-    }
+    const auto& scenarios = policy_scenarios;
     md << "## Snapshot placement and eviction (node cache)\n\n"
        << "Cells: seed scenarios: tokens the last request resumes at / its TTFT (s); agent and "
           "trace: token hit ratio. `+tail`/`+branch` are SnapshotPolicy modifiers "
@@ -478,14 +620,14 @@ Status write_report(const ReportOptions& o) {
     for (std::size_t i = 0; i < scenarios.size(); ++i) md << "---|";
     md << "\n";
     runner.phase("policies", policies.size() * 2 * scenarios.size());
+    std::size_t next_policy = 0;
     for (const auto& p : policies) {
       for (SnapshotEviction e : {SnapshotEviction::kCostAware, SnapshotEviction::kLru}) {
         md << "| " << p << " | " << radixtier::to_string(e) << " |";
         for (const auto& [name, s] : scenarios) {
-          auto r =
-              runner.run(s, CacheKind::kNode, s.is_trace() ? o.trace_hardware : o.hardware, p, e);
+          auto r = runner.collect(policy_runs[next_policy++]);
           if (!r) return r.status();
-          if (name == "agent" || s.is_trace()) {
+          if (name == "agent" || s->is_trace()) {
             md << " " << f("%.4f", r->hit_ratio) << " |";
           } else {
             md << " " << thousands(r->cached_tokens_last) << " / " << f("%.2f", r->ttft_s_last)

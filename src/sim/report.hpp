@@ -20,6 +20,9 @@ struct ReportOptions {
   std::string hardware = "consumer-gen4";    ///< the seed scenarios
   std::string trace_hardware = "h200-gen5";  ///< the trace (a server trace)
   bool policies = true;                      ///< run the policy comparison
+  /// Runs at once (threads, this one included); 0: one per hardware thread. The results do not
+  /// depend on it (each run is deterministic and independent), only the wall time.
+  std::size_t jobs = 0;
   double disk_gib = 64;  ///< the disk tier's runs (restart, flush into disk); 0: skip them
   std::function<void(const std::string&)> log;  ///< one line per finished run
   /// Called when a phase starts (done = 0) and after each of its runs.

@@ -267,19 +267,20 @@ HitCeiling trace_token_ceiling(const Scenario& s) {
 
 namespace {
 
-// The trace's split of one host byte budget: `share` of it for snapshots (whole slots), the
-// rest for KV.
-void split_host_bytes(Budget& b, std::uint64_t bytes, double share, const ModelGeometry& model) {
+// The trace's split of one host byte budget: `share` of it for snapshots (whole slots, from
+// the bytes: cache_config(); the simulator rounds them as PrefixCache keeps them), the rest
+// for KV.
+void split_host_bytes(Budget& b, std::uint64_t bytes, double share) {
   const auto snap_bytes = static_cast<std::uint64_t>(static_cast<double>(bytes) * share);
   b.host_kv_bytes = bytes - snap_bytes;
   b.host_kv_tokens = 0;
-  b.host_snapshot_bytes = 0;
-  b.host_snapshot_slots = static_cast<std::uint32_t>(snap_bytes / model.snapshot_bytes());
+  b.host_snapshot_bytes = snap_bytes;
+  b.host_snapshot_slots = 0;  // what cache_config() takes when snap_bytes is 0
 }
 
 }  // namespace
 
-Scenario trace_scenario(std::vector<TraceRequest> trace, const ModelGeometry& model,
+Scenario trace_scenario(std::vector<TraceRequest> trace, const ModelGeometry& /*model*/,
                         const ScenarioOptions& o) {
   Scenario s;
   s.name = "trace";
@@ -289,7 +290,7 @@ Scenario trace_scenario(std::vector<TraceRequest> trace, const ModelGeometry& mo
   s.include_queue = true;
   s.budget.gpu_kv_tokens = o.trace_gpu_kv_tokens;
   s.budget.gpu_snapshot_slots = gpu_snapshot_slots_for(o.trace_max_running);
-  split_host_bytes(s.budget, o.trace_host_bytes, o.trace_snapshot_share, model);
+  split_host_bytes(s.budget, o.trace_host_bytes, o.trace_snapshot_share);
   s.trace = std::move(trace);
   if (!o.trace_hash_only) {
     s.trace_parents = std::make_shared<const TraceParents>(find_trace_parents(s.trace));
@@ -338,7 +339,7 @@ Result<Scenario> make_scenario(const std::string& name, const ModelGeometry& mod
     return not_found("unknown scenario '" + name + "' (known: " + known + ")");
   }
   if (options.host_bytes) {
-    split_host_bytes(s.budget, *options.host_bytes, options.trace_snapshot_share, model);
+    split_host_bytes(s.budget, *options.host_bytes, options.trace_snapshot_share);
   }
   compute_reusable(s);
   return s;

@@ -141,6 +141,27 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
     base_config.host_snapshot_slots = 0;
   }
   CacheConfig config = config_for(o.cache, base_config);
+  if (budget.host_snapshot_bytes > 0 &&
+      (o.cache == CacheKind::kNode || o.cache == CacheKind::kSglangLike ||
+       o.cache == CacheKind::kGpuOnly)) {
+    // PrefixCache keeps a host snapshot in whole pages of its one host pool
+    // (CacheConfig::snapshot_pages(), rounded up): host snapshots given in bytes (the trace,
+    // --host-gib, --host-snapshot-gib) count at that rounded size, and what is left of their
+    // bytes goes to KV pages, so the pool stays within the budget. Snapshots given in slots
+    // (the seed scenarios' 32) keep their slots.
+    const std::uint64_t slot_bytes = std::uint64_t{config.snapshot_pages()} * config.page_bytes;
+    // node: the budget's snapshot bytes; sglang-like: its own split (config_for), in slots
+    const std::uint64_t snap_bytes =
+        o.cache == CacheKind::kNode
+            ? budget.host_snapshot_bytes
+            : std::uint64_t{config.host_snapshot_slots} * config.snapshot_bytes;
+    if (slot_bytes > config.snapshot_bytes && snap_bytes > 0) {
+      config.host_snapshot_slots = static_cast<std::uint32_t>(snap_bytes / slot_bytes);
+      config.host_pages += static_cast<std::uint32_t>(
+          (snap_bytes - std::uint64_t{config.host_snapshot_slots} * slot_bytes) /
+          config.page_bytes);
+    }
+  }
   // SGLang without HiCache (its default) runs on SglangLikeCache, its own device pools; with
   // HiCache on PrefixCache configured as SGLang (docs/sglang-like.md).
   const bool sglang_pools = o.cache == CacheKind::kSglangUnified ||
@@ -354,10 +375,15 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
         disk_write_seconds(*hw, out.restart.persist_writes, out.restart.persist_bytes);
     return Status::ok();
   };
-  Router router(
-      o.router, n_inst,
-      out.total_budget_bytes / (std::uint64_t{kTraceBlockTokens} * model->kv_bytes_per_token()),
-      s.page_size);
+  // The prefix router's index of an instance is as large as that instance's cache: its GPU
+  // bytes, and the host budget only when the cache has a host tier (vllm-like without its
+  // offloading tier, sglang-like without HiCache and gpu-only have none).
+  const bool host_tier = vllm ? vllm_cpu_ids > 0 : config.host_pool_pages() > 0;
+  const std::uint64_t cache_bytes =
+      out.total_budget_bytes - (host_tier ? 0 : std::min(host_budget, out.total_budget_bytes));
+  Router router(o.router, n_inst,
+                cache_bytes / (std::uint64_t{kTraceBlockTokens} * model->kv_bytes_per_token()),
+                s.page_size);
 
   // Submit lazily (a trace's prompts are synthesized when they are about to arrive) and route
   // each request when it arrives: first every instance steps until its next step would run at

@@ -141,6 +141,19 @@ class PrefixCache final : public CacheBackend {
                               std::span<const GpuPageId> pages,
                               std::optional<GpuSlotId> snapshot) override;
   Status release(LockId lock) override;
+  /// What these calls do, in this order, for b = from + page, from + 2 pages, ... below
+  /// tokens.size(): s = alloc_snapshot_slot(lock) (none if refused), insert(lock,
+  /// tokens.first(b), pages.first(b / page), s), free_snapshot_slot(lock, s) unless taken;
+  /// then insert(lock, tokens, pages, snapshot, or a slot of its own when none). A snapshot
+  /// at every page boundary past `from`: the attention-only twin's insert (docs/simulator.md,
+  /// "The attention-only twin"), in time linear in the pages where the calls one by one walk
+  /// from the root each. Returns the pages not taken (each once, first seen first) and
+  /// whether `snapshot` was taken; `reached` = the last boundary inserted (from when none).
+  /// The whole input is validated first (kInvalidArgument, nothing changed).
+  Result<InsertResult> insert_every_page(LockId lock, std::size_t from,
+                                         std::span<const Token> tokens,
+                                         std::span<const GpuPageId> pages,
+                                         std::optional<GpuSlotId> snapshot, std::size_t& reached);
   CacheStats stats() const override { return stats_; }
   std::string check_invariants() const override;
 
@@ -514,6 +527,14 @@ class PrefixCache final : public CacheBackend {
   Status resume_earlier(LockRecord& rec);
   Status validate_insert(LockId lock, const LockRecord& rec, std::span<const Token> tokens,
                          std::span<const GpuPageId> pages, std::optional<GpuSlotId> snapshot) const;
+  /// insert(): waits for the copy of the node the insert will split, walking from `from`
+  /// (at token `from_pos`) along `tokens`.
+  void settle_insert(Node* from, std::size_t from_pos, std::span<const Token> tokens);
+  /// insert() once validated and settled: adopts the caller's pages below `from`, moves the
+  /// lock, attaches the snapshot.
+  Result<InsertResult> apply_insert(LockRecord& rec, Node* from, std::size_t from_pos,
+                                    std::span<const Token> tokens, std::span<const GpuPageId> pages,
+                                    std::optional<GpuSlotId> snapshot);
   Result<const LockRecord*> find_lock(LockId id) const;
   template <class Id>
   std::string check_ownership(const IdPool<Id>& pool, const RequestOwnership<Id>& owners,
