@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -75,22 +76,30 @@ void expect_ahead(const SimResult& node, const std::vector<Row>& peers, double r
     EXPECT_LE(node.ttft_s_p50, p.r.ttft_s_p50) << what << ": TTFT p50 vs " << p.name;
     EXPECT_LE(node.ttft_s_p99, p.r.ttft_s_p99) << what << ": TTFT p99 vs " << p.name;
   }
+  std::printf("%s: node %.4f (TTFT p50 %.3f s, p99 %.3f s)", what, node.hit_ratio, node.ttft_s_p50,
+              node.ttft_s_p99);
+  for (const Row& p : peers) {
+    std::printf("; %s %.4f (%.3f s, %.3f s)", p.name.c_str(), p.r.hit_ratio, p.r.ttft_s_p50,
+                p.r.ttft_s_p99);
+  }
+  std::printf("\n");
   ASSERT_GT(best, 0);
   EXPECT_GE(node.hit_ratio / best, ratio)
       << what << ": node " << node.hit_ratio << ", best peer " << best_name << " " << best;
 }
 
 // Goal: node >= 1.15x each peer with no host tier, TTFT p50 and p99 no worse. Measured:
-// node 0.4634 against sglang-unified extra_buffer 0.3832 (1.21x), sglang-like extra_buffer
-// 0.3126, vllm-like 0.3224; TTFT p50 1.59 s / p99 15.6 s against 2.17 / 26.2 s at best.
+// node 0.4553 against sglang-unified extra_buffer 0.3832 (1.19x), sglang-like extra_buffer
+// 0.3126, vllm-like 0.3224; TTFT p50 1.65 s / p99 16.5 s against 2.17 / 26.2 s at best.
 TEST(ConversationGoals, NoHostTierNodeLeadsEveryPeerByFifteenPercent) {
   const Scenario s = trace("conversation_trace.jsonl", 0);
   ASSERT_TRUE(s.is_trace());
   expect_ahead(run(s, CacheKind::kNode), peers(s, false), 1.15, "conversations, 0 GiB");
 }
 
-// Goal: node >= 1.10x each peer at 16 GiB. Measured: node 0.5329 against sglang-like
-// extra_buffer with HiCache 0.3880 (1.37x), sglang-unified 0.3812, vllm-like 0.3182.
+// Goal: node >= 1.10x each peer at 16 GiB. Measured: node 0.5360 against sglang-like
+// extra_buffer with HiCache 0.3880 (1.38x), sglang-unified 0.3832, vllm-like with CPU
+// offloading 0.3182.
 TEST(ConversationGoals, SixteenGibNodeLeadsEveryPeerByTenPercent) {
   const Scenario s = trace("conversation_trace.jsonl", 16);
   ASSERT_TRUE(s.is_trace());
@@ -98,7 +107,7 @@ TEST(ConversationGoals, SixteenGibNodeLeadsEveryPeerByTenPercent) {
 }
 
 // Goal: node >= 1.15x each peer with no host tier on the shipped trace. NOT MET: measured
-// node 0.5841 against vllm-like 0.5442 (1.073x), sglang-unified extra_buffer 0.5280,
+// node 0.5870 against vllm-like 0.5442 (1.079x), sglang-unified extra_buffer 0.5280,
 // sglang-like extra_buffer 0.5088. The shipped trace is mostly single requests sharing
 // documents (339 of 3,993 continue an earlier one), where vLLM's state at every block is
 // what a continuation needs. The floor asserted is 1.06 (a regression floor, not the goal).

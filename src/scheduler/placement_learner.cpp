@@ -86,8 +86,11 @@ void PlacementLearner::observe_admission(std::span<const Token> prompt, std::siz
       deepest = it->second.kind;
     }
   }
-  for (std::size_t k = 0; k < kBoundaryKinds; ++k) ++since_credit_[k];
+  // Only an admission that resumes where some recorded boundary is says which kind served:
+  // one that shares nothing this instance recorded (a first prompt, or a turn whose earlier
+  // turns ran on another instance and come from a shared tier) is no evidence against any.
   if (deepest) {
+    for (std::size_t k = 0; k < kBoundaryKinds; ++k) ++since_credit_[k];
     const auto k = static_cast<std::size_t>(*deepest);
     ++credits_[k];
     since_credit_[k] = 0;

@@ -37,12 +37,14 @@
 //                  admitted prompt records its boundaries of each kind (kept or not); an
 //                  admission credits the kind of the DEEPEST recorded boundary (finishes
 //                  included) on its query: the one it would resume from had every boundary
-//                  been kept. A kind is kept while one of the last `finish_window` admissions
-//                  credited it. In conversations that continue from their outputs every
-//                  admission credits a finish, so prompt ends and tails stop costing bytes
-//                  (they would only serve a regenerated turn); replays and agents that end
-//                  inside earlier prompts keep crediting them. A workload starts with every
-//                  kind kept, so a short one (the seed scenarios) never drops any.
+//                  been kept; an admission with no recorded boundary on its query credits
+//                  nothing and counts for nothing. A kind is kept while one of the last
+//                  `finish_window` admissions that credited any kind credited it. In conversations
+//                  that continue from their outputs every admission credits a finish, so prompt
+//                  ends and tails stop costing bytes (they would only serve a regenerated turn);
+//                  replays and agents that end inside earlier prompts keep crediting them. A
+//                  workload starts with every kind kept, so a short one (the seed scenarios) never
+//                  drops any.
 //
 // Observations are hashes of page-prefixes, O(prompt) per call, and bounded memory (the
 // last `window` branch points, the last `finish_memory` finish boundaries). Not thread-safe:
