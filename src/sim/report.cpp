@@ -184,6 +184,15 @@ class Runner {
           if (other->cached_tokens > r->cached_tokens) r = std::move(other);
         }
       }
+      // And its one-buffer opt-in (--enable-unified-memory: sglang-unified), either strategy.
+      opt.cache = CacheKind::kSglangUnified;
+      opt.sglang.hicache = false;
+      for (bool extra_buffer : {false, true}) {
+        opt.sglang.extra_buffer = extra_buffer;
+        auto other = simulate(s, opt);
+        if (!other) return other;
+        if (other->cached_tokens > r->cached_tokens) r = std::move(other);
+      }
     }
     if (r && cache == CacheKind::kVllmLike && r->total_budget_bytes > 0) {
       // vLLM at its best: with its CPU offloading tier in the host bytes when that reuses more.
@@ -336,7 +345,8 @@ Status write_report(const ReportOptions& o) {
   md << "## Scenarios x caches\n\n"
      << "node = PrefixCache with the default placement `" << kDefaultPolicy
      << "` unless the row says otherwise; sglang-like = SGLang's hybrid radix cache (the best "
-        "of its no_buffer and extra_buffer strategies with HiCache on or off, "
+        "of its no_buffer and extra_buffer strategies with HiCache on or off, and of its "
+        "one-buffer opt-in (sglang-unified), "
         "docs/sglang-like.md); vllm-like = vLLM's "
         "hybrid prefix caching (the better of GPU only and its CPU offloading tier, "
         "docs/vllm-like.md); index = the index-based tier "

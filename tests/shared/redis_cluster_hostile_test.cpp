@@ -573,11 +573,13 @@ TEST(RedisClusterHostile, WaitingForABusyConnectionSpendsNoOtherShardsTime) {
 TEST(RedisClusterHostile, NamesAreResolvedOffTheRequestPath) {
   // A name is never looked up on the calling thread: the first ask fails at once and starts
   // a background lookup; a later ask finds it.
-  const detail::Endpoint name{"localhost", 6379};
+  // "LocalHost": the resolver matches names without regard to case, the cache does not, so
+  // no other test of this process has put this spelling in the cache.
+  const detail::Endpoint name{"LocalHost", 6379};
   const auto t0 = Clock::now();
   auto first = detail::resolve_cached(name);
   EXPECT_LT(Clock::now() - t0, 5ms);
-  if (first) GTEST_SKIP() << "localhost was cached already";
+  ASSERT_FALSE(first.is_ok());
   EXPECT_NE(first.status().message().find("resolving"), std::string::npos);
   Result<std::vector<detail::SocketAddress>> later = first.status();
   for (int i = 0; i < 200 && !later; ++i) {
