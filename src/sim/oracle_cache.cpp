@@ -207,7 +207,7 @@ OracleStats run_oracle(const OracleTrace& t, std::uint64_t capacity_bytes, std::
         }
       }
       if (!leaves.empty()) {
-        const auto& [next, d, id] = *leaves.rbegin();
+        const auto [next, d, id] = *leaves.rbegin();  // a copy: the element is erased below
         const double p = price(next, i, page_bytes, ps);
         if (snap_victim == kRoot || p >= best) {
           leaves.erase(std::prev(leaves.end()));
