@@ -594,6 +594,11 @@ void RedisCluster::Impl::execute(const Op& op, std::size_t n, Deadline deadline,
                 ++counters.protocol_errors;
                 g.c->conn.close();
               }
+              // Done with this shard (its replies are committed at the sentinel): its
+              // connection goes back now. Two calls that each hold one shard and try for the
+              // other's connection would otherwise both wait out their deadlines.
+              count_breaker(g.shard->breaker.on_success());
+              g.lock.unlock();
             }
           }
         }
