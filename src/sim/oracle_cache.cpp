@@ -40,13 +40,7 @@ OracleTrace oracle_trace(std::span<const TraceRequest> trace, TracePrompts& prom
     out.cap_pages[i] = seq.empty() ? 0 : static_cast<std::uint32_t>((seq.size() - 1) / ps);
     const std::uint64_t n_out = trace[i].output_length;
     if (n_out > 1) seq = CostExecutor::continuation(std::move(seq), n_out - 1);
-    auto& pages = out.pages[i];
-    pages.reserve(seq.size() / ps);
-    std::uint64_t h = 0;
-    for (std::size_t at = 0; at + ps <= seq.size(); at += ps) {
-      h = block_hash(h, std::span<const Token>(seq).subspan(at, ps));
-      pages.push_back(h);
-    }
+    out.pages[i] = block_hashes(seq, ps);
   }
   return out;
 }

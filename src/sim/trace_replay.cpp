@@ -163,14 +163,13 @@ std::vector<std::uint64_t> token_reuse(std::span<const TraceRequest> trace, Trac
     // Register what this request leaves with KV: its prompt and all but its last output token.
     const std::uint64_t out = trace[i].output_length;
     if (out > 1) seq = CostExecutor::continuation(std::move(seq), out - 1);
-    h = 0;
-    std::size_t at = 0;
-    for (; at + granule <= seq.size(); at += granule) {
-      h = block_hash(h, std::span<const Token>(seq).subspan(at, granule));
-      pages.insert(h);
+    const auto hashes = block_hashes(seq, granule);
+    pages.insert(hashes.begin(), hashes.end());
+    const std::size_t at = hashes.size() * granule;
+    if (at < seq.size()) {
+      const std::uint64_t last = hashes.empty() ? 0 : hashes.back();
+      ends.insert(block_hash(last ^ kEndTag, std::span<const Token>(seq).subspan(at)));
     }
-    if (at < seq.size())
-      ends.insert(block_hash(h ^ kEndTag, std::span<const Token>(seq).subspan(at)));
   }
   return reuse;
 }
