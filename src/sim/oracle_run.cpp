@@ -25,21 +25,11 @@ Result<SimResult> simulate_oracle(const Scenario& s, const ModelGeometry& m,
   const OracleStats bound = run_oracle(pages, capacity, page_bytes, 0);
   out.rows.reserve(s.trace.size());
   for (std::size_t i = 0; i < s.trace.size(); ++i) {
-    const TraceRequest& t = s.trace[i];
-    RequestRow row;
-    row.id = i + 1;
-    row.label = "request " + std::to_string(i + 1);
-    row.prompt_tokens = t.input_length;
-    row.output_tokens = t.output_length;
-    row.cached_tokens = st.hit_tokens[i];
-    row.recomputed_tokens = row.prompt_tokens - row.cached_tokens;
-    row.bytes_h2d = row.cached_tokens * m.kv_bytes_per_token() +
-                    (row.cached_tokens > 0 ? m.snapshot_bytes() : 0);
-    row.reload_s = reload_seconds(hw, row.cached_tokens > 0 ? 1 : 0, row.bytes_h2d);
-    row.prefill_s = prefill_seconds(hw, static_cast<double>(row.cached_tokens),
-                                    static_cast<double>(row.prompt_tokens));
-    row.ttft_s = ttft_seconds(hw, row.reload_s, row.prefill_s);  // no queueing modeled
-    out.rows.push_back(std::move(row));
+    const std::size_t cached = st.hit_tokens[i];
+    // A hit reloads its KV and the snapshot it resumes from (one more copy).
+    const std::uint64_t bytes =
+        cached * m.kv_bytes_per_token() + (cached > 0 ? m.snapshot_bytes() : 0);
+    out.rows.push_back(offline_row(s.trace[i], i, cached, bytes, cached > 0 ? 1 : 0, hw));
   }
   out.policy = std::string("future-targets");
   out.eviction = std::string("belady-bytes");

@@ -47,6 +47,10 @@ void add_stats(CacheStats& a, const CacheStats& b);
 void add_sched_stats(sched::SchedulerStats& a, const sched::SchedulerStats& b);
 
 // --- ideal_run.cpp ---
+/// Request i's row in a column that runs without time (the ideal, the oracle): it reused
+/// `cached` tokens by copying `bytes_h2d` in `copies` calls; TTFT = t0 + reload + prefill.
+RequestRow offline_row(const TraceRequest& t, std::size_t i, std::size_t cached,
+                       std::uint64_t bytes_h2d, std::size_t copies, const HardwarePreset& hw);
 /// The ideal's column (trace only): BlockLruIdeal with the same total bytes, no time.
 Result<SimResult> simulate_ideal(const Scenario& s, const ModelGeometry& m,
                                  const HardwarePreset& hw, SimResult out);
