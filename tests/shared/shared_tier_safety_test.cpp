@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <mutex>
 #include <new>
 #include <thread>
 
@@ -41,7 +42,11 @@ class WrappedStore final : public SharedStore {
   }
   void get_into(std::span<const std::string> keys, Deadline d, std::vector<GetReply>& replies,
                 const GetBounds& bounds) override {
-    bounds_seen.push_back(bounds.max_value_bytes);
+    {
+      // Fetches run on several pool workers at once.
+      std::lock_guard lock(bounds_mutex);
+      bounds_seen.push_back(bounds.max_value_bytes);
+    }
     SharedStore::get_into(keys, d, replies, bounds);
   }
   std::vector<KeyState> set(std::span<const SetItem> items, Deadline d) override {
@@ -50,7 +55,8 @@ class WrappedStore final : public SharedStore {
   }
   MemorySharedStore inner;
   std::atomic<bool> throw_{false}, block_gets{false};
-  std::vector<std::size_t> bounds_seen;
+  std::mutex bounds_mutex;
+  std::vector<std::size_t> bounds_seen;  // guarded by bounds_mutex
 };
 
 struct Instance {
