@@ -559,14 +559,15 @@ TEST(IndexTierSim, CountingEngineRunsMillionTokenScaleWithoutMemory) {
 TEST(IndexTierSim, CountingEngineChecksIdsAndCompletesAtWait) {
   CacheConfig c = make_config(4, 4, 1, 1);
   sim::CountingTransferEngine engine(c, sim::CountingTransferEngine::Completion::kAtWait);
-  TransferBatch bad{Direction::kDeviceToHost, {{GpuPageId(4), HostPageId(0)}}, {}, {}, {}};
+  TransferBatch bad;
+  bad.direction = Direction::kDeviceToHost;
+  bad.pages = {{GpuPageId(4), HostPageId(0)}};
   EXPECT_EQ(engine.submit(std::move(bad)).status().code(), ErrorCode::kInvalidArgument);
-  TransferBatch ok{
-      Direction::kHostToDevice,
-      {{GpuPageId(0), HostPageId(1)}, {GpuPageId(1), HostPageId(2)}, {GpuPageId(2), HostPageId(3)}},
-      {{GpuSlotId(0), HostSlotId(0)}},
-      {},
-      {}};
+  TransferBatch ok;
+  ok.direction = Direction::kHostToDevice;
+  ok.pages = {
+      {GpuPageId(0), HostPageId(1)}, {GpuPageId(1), HostPageId(2)}, {GpuPageId(2), HostPageId(3)}};
+  ok.snapshots = {{GpuSlotId(0), HostSlotId(0)}};
   auto t = engine.submit(std::move(ok));
   ASSERT_TRUE(t.is_ok());
   EXPECT_EQ(t->poll(), TransferState::kPending);

@@ -48,7 +48,8 @@ bool IndexTierCache::copy_pages(Direction dir, std::span<const GpuPageId> gpu,
   const bool d2h = dir == Direction::kDeviceToHost;
   for (std::size_t first = 0; first < gpu.size(); first += config_.slice_pages) {
     const std::size_t last = std::min<std::size_t>(gpu.size(), first + config_.slice_pages);
-    TransferBatch batch{dir, {}, {}, {}, {}};
+    TransferBatch batch;
+    batch.direction = dir;
     for (std::size_t i = first; i < last; ++i) batch.pages.push_back({gpu[i], host[i]});
     ++(d2h ? stats_.copies_d2h : stats_.copies_h2d);
     auto ticket = engine_.submit(std::move(batch));
@@ -64,7 +65,9 @@ bool IndexTierCache::copy_pages(Direction dir, std::span<const GpuPageId> gpu,
 bool IndexTierCache::copy_snapshot(Direction dir, GpuSlotId gpu, HostSlotId host) {
   assert(dir != Direction::kDeviceToDevice);  // GPU <-> host only
   const bool d2h = dir == Direction::kDeviceToHost;
-  TransferBatch batch{dir, {}, {SnapshotCopy{gpu, host}}, {}, {}};
+  TransferBatch batch;
+  batch.direction = dir;
+  batch.snapshots.push_back({gpu, host});
   ++(d2h ? stats_.copies_d2h : stats_.copies_h2d);
   auto ticket = engine_.submit(std::move(batch));
   if (!ticket || ticket->wait() != TransferState::kDone) {

@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <span>
 #include <utility>
 #include <vector>
@@ -70,6 +71,11 @@ struct SlotPieceCopy {
   bool to_slot = false;
 };
 
+/// A stream of the caller's, opaque to the cache: a cudaStream_t on the CUDA engine (nullptr:
+/// the engine's default compute stream, CudaEngineOptions::compute_stream). An engine without
+/// streams (the host engine) has nothing to order on and ignores it.
+using StreamHandle = void*;
+
 struct TransferBatch {
   Direction direction = Direction::kDeviceToHost;
   std::vector<PageCopy> pages;
@@ -78,6 +84,17 @@ struct TransferBatch {
   /// kDeviceToDevice: live slots <-> GPU pages (a D2D batch holds nothing else; a D2H or H2D
   /// batch holds none of these).
   std::vector<SlotPieceCopy> slot_pieces;
+  /// The caller's stream this batch is ordered after (compute -> copy): a demotion reads a
+  /// page only after the work queued on it that writes the page, a promotion or a device copy
+  /// overwrites a page or slot only after the work queued on it that may still read it.
+  /// nullptr: the engine's default compute stream. The rule for a caller: pass the stream
+  /// that last used what the batch touches; a stream that did not is a race the engine
+  /// cannot see (docs/cuda.md, "Streams").
+  StreamHandle stream = nullptr;
+  /// Tickets this batch runs after on the device: no byte of it moves before every byte of
+  /// theirs landed (a device copy out of snapshot pages a promotion is still filling). A
+  /// ticket that failed makes this one fail too; one already released is done.
+  std::vector<TicketId> after;
 
   bool empty() const {
     return pages.empty() && snapshots.empty() && pieces.empty() && slot_pieces.empty();
@@ -180,6 +197,20 @@ class TransferEngine {
   /// The host pages this engine copies into and out of; nullptr for an engine that moves no
   /// bytes.
   virtual HostPages* host_memory() { return nullptr; }
+  /// Makes `stream` wait until the ticket's copies landed (with `layer`: the KV of the layers
+  /// up to `layer`'s group and every snapshot of the batch). An engine with streams waits on
+  /// the device, without a host wait, so work queued on `stream` after this call may be
+  /// launched before the copy ends; this default (an engine without streams) waits on the
+  /// host. kTransferFailed when the ticket is known to have failed. A device wait cannot know
+  /// a failure yet to come: check the ticket (poll) before using what the stream computed.
+  virtual Status stream_wait(TicketId id, StreamHandle stream, std::optional<std::uint32_t> layer) {
+    (void)stream;
+    (void)layer;
+    if (wait(id) == TransferState::kDone) return Status::ok();
+    return Status(ErrorCode::kTransferFailed, "stream_wait: the copy failed");
+  }
+  /// True when stream_wait() orders on the device (no host wait).
+  virtual bool waits_on_device() const { return false; }
 };
 
 }  // namespace radixtier
