@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "sim/attention_only_cache.hpp"
+#include "sim/counting_transfer_engine.hpp"
 #include "sim/router.hpp"
 #include "sim/scenarios.hpp"
 #include "sim/simulator.hpp"
@@ -232,7 +233,45 @@ TEST(AttentionOnly, TwinHasTheSameBytesAllOfThemKv) {
   EXPECT_EQ(t.gpu_pages, 100u + 6u * 77'266'944u / (64u * 24'576u));
   EXPECT_EQ(t.host_pages, 1000u + 10u * 77'266'944u / (64u * 24'576u));
   EXPECT_GE(t.host_snapshot_slots, t.gpu_pages + t.host_pages);
+  // The host's snapshot share is the twin's free room for snapshots: KV never takes it.
+  EXPECT_EQ(t.snapshot_eviction, SnapshotEviction::kUtility);
   EXPECT_TRUE(t.validate());
+}
+
+TEST(AttentionOnly, KvStaysWithinTheHybridsBytesPerTierAndSnapshotsTakeNoGpuPage) {
+  // Before: a "0 GiB" twin demoted KV into the host pages its free snapshots were given (29 GB
+  // of KV on a conversation trace), and its cached snapshots held a third of its GPU pool.
+  CacheConfig h;
+  h.page_size = 4;
+  h.page_bytes = 64;
+  h.snapshot_bytes = 256;  // 4 pages
+  h.gpu_pages = 40;
+  h.gpu_snapshot_slots = 2;
+  h.host_pages = 0;  // no host tier
+  const CacheConfig t = AttentionOnlyCache::twin_config(h);
+  CountingTransferEngine engine(t);
+  auto twin = AttentionOnlyCache::create(t, engine);
+  ASSERT_TRUE(twin.is_ok()) << twin.status().to_string();
+  AttentionOnlyCache& c = **twin;
+  for (Token conv = 0; conv < 12; ++conv) {
+    std::vector<Token> prompt(4 * 6 + 1);
+    for (std::size_t i = 0; i < prompt.size(); ++i) prompt[i] = conv * 100 + Token(i);
+    auto a = c.admit(prompt);
+    ASSERT_TRUE(a.is_ok());
+    ASSERT_TRUE(c.wait(a->lock).is_ok());
+    auto pages = c.alloc_pages(a->lock, 6 - a->cached_tokens / 4);
+    ASSERT_TRUE(pages.is_ok()) << pages.status().to_string();
+    std::vector<GpuPageId> all = *c.path_pages(a->lock);
+    all.insert(all.end(), pages->begin(), pages->end());
+    ASSERT_TRUE(c.insert(a->lock, std::span(prompt).first(24), all, std::nullopt).is_ok());
+    const CacheSizes z = c.sizes();
+    EXPECT_EQ(z.gpu.snapshots_evictable, 0u) << conv;  // on host, in the snapshot share
+    EXPECT_EQ(z.host.kv_pages_evictable + z.host.kv_pages_locked, 0u) << conv;
+    EXPECT_LE(z.gpu.kv_pages_evictable + z.gpu.kv_pages_locked, t.gpu_pages);
+    ASSERT_TRUE(c.release(a->lock).is_ok());
+    ASSERT_EQ(c.check_invariants(), "");
+  }
+  EXPECT_GT(c.stats().kv_pages_dropped_gpu, 0u);  // the pool did run full
 }
 
 TEST(AttentionOnly, ResumesAtEveryPageBoundaryAndNeverBelowTheNodeCache) {

@@ -17,6 +17,12 @@ CacheConfig AttentionOnlyCache::twin_config(const CacheConfig& hybrid) {
   // page and at most one snapshot per tier, so no snapshot is ever dropped for want of a slot.
   c.gpu_snapshot_slots = c.gpu_pages + c.host_pages + hybrid.gpu_snapshot_slots;
   c.host_snapshot_slots = c.gpu_pages + c.host_pages;
+  // Free snapshots must not buy KV room: with one host pool, KV would take the pages given to
+  // the snapshots (a "0 GiB" twin kept tens of GB of KV there). The split host tier (the same
+  // GreedyDual keys) keeps KV within host_pages and the snapshots in their own share.
+  if (c.snapshot_eviction == SnapshotEviction::kCostAware) {
+    c.snapshot_eviction = SnapshotEviction::kUtility;
+  }
   return c;
 }
 
@@ -59,7 +65,9 @@ Result<InsertResult> AttentionOnlyCache::insert(LockId lock, std::span<const Tok
   const std::uint32_t ps = page_size();
   if (it == boundary_.end() || tokens.size() % ps != 0 || pages.size() * ps != tokens.size() ||
       tokens.size() <= it->second) {
-    return inner_->insert(lock, tokens, pages, snapshot);  // the inner cache judges it
+    auto r = inner_->insert(lock, tokens, pages, snapshot);  // the inner cache judges it
+    if (r) snapshots_off_gpu();
+    return r;
   }
   // Every page boundary past the last one inserted, each with a snapshot of its own; the last
   // one with the caller's snapshot if it has one (PrefixCache::insert_every_page: the calls
@@ -67,7 +75,19 @@ Result<InsertResult> AttentionOnlyCache::insert(LockId lock, std::span<const Tok
   std::size_t reached = it->second;
   auto r = inner_->insert_every_page(lock, it->second, tokens, pages, snapshot, reached);
   it->second = reached;
+  if (r) snapshots_off_gpu();
   return r;
+}
+
+void AttentionOnlyCache::snapshots_off_gpu() {
+  // A snapshot of one byte still takes a page of the GPU pool: a third of it, before this,
+  // on a conversation trace. Demoting them all right away leaves the pool to KV.
+  const TierSizes gpu = inner_->sizes().gpu;
+  if (gpu.snapshots_evictable == 0) return;
+  EvictRequest off;
+  off.snapshots = static_cast<std::uint32_t>(gpu.snapshots_evictable);
+  off.tier = Tier::kGpu;
+  (void)inner_->evict(off);  // a refused demotion leaves the snapshot where it is
 }
 
 }  // namespace radixtier::sim

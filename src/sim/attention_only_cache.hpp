@@ -9,6 +9,12 @@
 // scheduler, its chunking, its placement policy and the cache's LRU tiers are unchanged; the
 // usable match becomes the deepest cached page boundary.
 //
+// Free means free on both tiers: KV keeps exactly the hybrid's bytes per tier. The host tier is
+// split (twin_config(): KV in host_pages, the snapshots in a share of their own, the same
+// GreedyDual keys), and after every insert each evictable GPU snapshot is demoted to that share
+// (snapshots_off_gpu(): a 1-byte copy), so no cached snapshot holds a GPU page KV could use; a
+// resume promotes its snapshot back for the one request (a page until its live slot is filled).
+//
 // Every other call is forwarded unchanged. The snapshots it attaches are the tree's; it
 // never hands the caller a slot it did not allocate.
 #pragma once
@@ -57,10 +63,14 @@ class AttentionOnlyCache final : public CacheBackend {
                               std::optional<GpuSlotId> snapshot) override;
   Status release(LockId lock) override;
   CacheStats stats() const override { return inner_->stats(); }
+  /// The inner cache's sizes per tier (what the twin's budgets are checked against).
+  CacheSizes sizes() const { return inner_->sizes(); }
   std::string check_invariants() const override { return inner_->check_invariants(); }
 
  private:
   explicit AttentionOnlyCache(std::unique_ptr<PrefixCache> inner) : inner_(std::move(inner)) {}
+  /// Demotes every evictable GPU snapshot to the host's snapshot share (twin_config()).
+  void snapshots_off_gpu();
 
   std::unique_ptr<PrefixCache> inner_;
   std::unordered_map<std::uint64_t, std::size_t> boundary_;  ///< lock -> inserted boundary
