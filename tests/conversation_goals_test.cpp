@@ -110,12 +110,38 @@ TEST(ConversationGoals, SixteenGibNodeLeadsEveryPeerByTenPercent) {
 // node 0.5870 against vllm-like 0.5442 (1.079x), sglang-unified extra_buffer 0.5280,
 // sglang-like extra_buffer 0.5088. The shipped trace is mostly single requests sharing
 // documents (339 of 3,993 continue an earlier one), where vLLM's state at every block is
-// what a continuation needs. The floor asserted is 1.06 (a regression floor, not the goal).
+// what a continuation needs. 1.15 x 0.5442 = 0.6258 is above the attention-only twin itself
+// (0.6219: the same bytes, snapshots free at every page), so no placement or eviction of
+// snapshots can reach it. The floor asserted is 1.06 (a regression floor, not the goal).
 TEST(ConversationGoals, ShippedTraceNoHostTierRegressionFloor) {
   const Scenario s = trace("mooncake_synthetic_trace.jsonl", 0);
   ASSERT_TRUE(s.is_trace());
   constexpr double kFloor = 1.06;
   expect_ahead(run(s, CacheKind::kNode), peers(s, false), kFloor, "shipped, 0 GiB");
+}
+
+double tax(const Scenario& s, const char* what) {
+  const SimResult node = run(s, CacheKind::kNode);
+  const SimResult twin = run(s, CacheKind::kAttentionOnly);
+  std::printf("%s: node %.4f, attention-only twin %.4f, node / twin %.4f\n", what, node.hit_ratio,
+              twin.hit_ratio, node.hit_ratio / twin.hit_ratio);
+  return twin.hit_ratio > 0 ? node.hit_ratio / twin.hit_ratio : 0;
+}
+
+// Goals: node >= 0.92 of its attention-only twin with no host tier, >= 0.95 at 16 GiB. Met on
+// the shipped trace: 0.5870 / 0.6219 = 0.944 and 0.6101 / 0.6413 = 0.951.
+TEST(ConversationGoals, ShippedTraceNodeKeepsItsTwinsShare) {
+  EXPECT_GE(tax(trace("mooncake_synthetic_trace.jsonl", 0), "shipped, 0 GiB"), 0.92);
+  EXPECT_GE(tax(trace("mooncake_synthetic_trace.jsonl", 16), "shipped, 16 GiB"), 0.95);
+}
+
+// The same goals on the conversation trace: NOT MET. Measured node / twin 0.4553 / 0.5576 =
+// 0.817 at 0 GiB and 0.5360 / 0.6450 = 0.831 at 16 GiB: each resumable turn end costs node a
+// 77 MB state (49 pages of KV's bytes; a prompt averages 25.9k tokens, 404 pages) that the
+// twin gets for free. Regression floors, not the goals: 0.80 and 0.81.
+TEST(ConversationGoals, ConversationTraceTwinShareRegressionFloor) {
+  EXPECT_GE(tax(trace("conversation_trace.jsonl", 0), "conversations, 0 GiB"), 0.80);
+  EXPECT_GE(tax(trace("conversation_trace.jsonl", 16), "conversations, 16 GiB"), 0.81);
 }
 
 }  // namespace
