@@ -20,12 +20,14 @@
 // slices_in_flight = 0 enqueues every slice inside submit(), on the caller's thread.
 //
 // Device to device (Direction::kDeviceToDevice, TransferBatch::slot_pieces): a piece of a live
-// snapshot slot to or from a GPU KV page, one cudaMemcpyAsync(cudaMemcpyDeviceToDevice) per
-// contiguous run where the slot's segments and the page's segments meet (a page's bytes are
-// its segments in order, as in its host page: a snapshot materialized into GPU pages has the
-// same bytes as one demoted into host pages), slice_pages pieces per slice. Its stream (and
-// its feeder thread) is a third one, created by the first device-to-device submit(), so an
-// engine that never copies on the device has the two streams only. A device-to-device copy
+// snapshot slot to or from a GPU KV page (a page's bytes are its segments in order, as in its
+// host page: a snapshot materialized into GPU pages has the same bytes as one demoted into
+// host pages), slice_pages pieces per slice, each slice ONE slot-copy kernel launch that walks
+// the runs where the slot's and the page's segments meet on the device (segment tables
+// uploaded by create(); nothing uploaded or waited for per slice). d2d = kDmaBatch, or no
+// kernel image: the runs by cudaMemcpyBatchAsync (one cudaMemcpyAsync per run without it). Its
+// stream (and its feeder thread) is a third one, created by the first device-to-device submit(), so
+// an engine that never copies on the device has the two streams only. A device-to-device copy
 // always waits for the queued compute first (it reads or writes a slot or page the model's
 // kernels use), whatever demote_after_compute and promote_after_compute say.
 //
@@ -50,7 +52,11 @@
 // cudaErrorCallRequiresNewerDriver, a runtime older than 12.8) -> one cudaMemcpyAsync per
 // piece; no kernel image for the device (probed in create(), or refused at a launch) -> DMA.
 //
-// Streams of the caller: compute_stream is the model's stream on the engine's device: an
+// Streams of the caller: TransferBatch::stream names the stream a batch is ordered after
+// (nullptr: compute_stream); TransferBatch::after the tickets it runs after (its copy stream
+// waits on their events; a failed one fails it). The rule: pass the stream that last used
+// what the batch touches; a wrong stream is a race the engine cannot see (docs/cuda.md).
+// compute_stream is the model's stream on the engine's device: an
 // explicit stream (a torch.cuda.Stream, a cudaStreamCreate'd stream) or nullptr /
 // cudaStreamLegacy, the legacy default stream, which is PyTorch's default stream
 // (torch.cuda.current_stream().cuda_stream == 0). cudaStreamPerThread is refused: it means a
