@@ -246,7 +246,7 @@ Result<std::unique_ptr<CudaTransferEngine>> CudaTransferEngine::create(
   int sms = 0;
   (void)rt.device_get_attribute(&sms, cudaDevAttrMultiProcessorCount, device);
   e.d2d_blocks_ =
-      e.options_.d2d_kernel_blocks > 0 ? e.options_.d2d_kernel_blocks : 2 * std::max(1, sms);
+      e.options_.d2d_kernel_blocks > 0 ? e.options_.d2d_kernel_blocks : 4 * std::max(1, sms);
   e.kernel_blocks_ = e.options_.kernel_blocks > 0
                          ? e.options_.kernel_blocks
                          : std::min(kDefaultKernelBlocks, std::max(1, sms));

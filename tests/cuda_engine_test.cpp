@@ -699,7 +699,7 @@ TEST(CudaEngineFake, DeviceToDeviceMaterializesAndResumesSlotsByteExact) {
         if (path == D2dPath::kKernel) {
           EXPECT_EQ(r.rt.slot_launches, 2);  // 4 pieces in slices of 3
           EXPECT_EQ(r.rt.slot_launch_pieces, (std::vector<std::uint32_t>{3, 1}));
-          EXPECT_EQ(r.rt.slot_launch_blocks, (std::vector<int>{2 * r.rt.sms, 2 * r.rt.sms}));
+          EXPECT_EQ(r.rt.slot_launch_blocks, (std::vector<int>{4 * r.rt.sms, 4 * r.rt.sms}));
           EXPECT_EQ(r.rt.async_calls + r.rt.batch_calls, 0);
         } else if (path == D2dPath::kBatch) {
           EXPECT_EQ(r.rt.batch_calls, 2);

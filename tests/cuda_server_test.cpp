@@ -525,6 +525,23 @@ TEST(CudaServer, KernelRunsCoverExactlyTheDmaPlansBytes) {
   }
 }
 
+TEST(CudaServer, TheSlotKernelsGridIsAnOption) {
+  QwenRig q;
+  CudaEngineOptions o = q.f.options(128);
+  o.d2d_kernel_blocks = -1;
+  auto bad = q.f.create(q.pools, o);
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_EQ(bad.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("d2d_kernel_blocks"), std::string::npos);
+  o.d2d_kernel_blocks = 7;
+  auto e = q.f.create(q.pools, o);
+  ASSERT_TRUE(e.is_ok()) << e.status().to_string();
+  auto t = (*e)->submit(q.snapshot(1, true));
+  ASSERT_TRUE(t.is_ok());
+  EXPECT_EQ(q.f.rt.slot_launch_blocks, std::vector<int>{7});
+  q.f.rt.query_result = cudaSuccess;
+}
+
 TEST(CudaServer, NoKernelImageSendsDeviceCopiesByDmaForGood) {
   QwenRig q;
   q.f.rt.launch_result = cudaErrorNoKernelImageForDevice;

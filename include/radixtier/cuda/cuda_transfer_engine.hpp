@@ -187,7 +187,7 @@ struct CudaEngineOptions {
   /// 1 = page order with one event per batch, n = n groups of consecutive layers.
   std::uint32_t promote_layer_groups = 0;
   int kernel_blocks = 0;      ///< zero-copy kernel grid size; 0: min(16, the device's SMs)
-  int d2d_kernel_blocks = 0;  ///< slot copy kernel grid size; 0: 2 per SM (HBM to HBM)
+  int d2d_kernel_blocks = 0;  ///< slot copy kernel grid size; 0: 4 per SM (HBM to HBM)
   /// Slices each direction's feeder thread keeps enqueued ahead of the GPU; 0: no feeder
   /// threads, submit() enqueues every slice on the caller's thread.
   std::size_t slices_in_flight = 2;
