@@ -57,7 +57,52 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Device to device: unit u = (piece u / num_page_segments, page segment u % num_page_segments);
+// the block walks the unit's runs (for_each_slot_run: the same code the CPU tests execute)
+// and copies each with all its threads. HBM to HBM, so the grid is large (launch_slot_copy).
+__global__ void __launch_bounds__(kThreads)
+    slot_copy_kernel(const DeviceSegment* __restrict__ page_segments, int num_page_segments,
+                     const DeviceSegment* __restrict__ slot_segments, int num_slot_segments,
+                     unsigned long long page_bytes, unsigned long long snapshot_bytes,
+                     const SlotLaunch launch) {
+  const unsigned long long units =
+      static_cast<unsigned long long>(launch.count) * num_page_segments;
+  for (unsigned long long u = blockIdx.x; u < units; u += gridDim.x) {
+    const unsigned int i = static_cast<unsigned int>(u / num_page_segments);
+    const DeviceSegment pseg = page_segments[u % num_page_segments];
+    const unsigned long long offset = launch.first_page[i] * page_bytes;
+    const unsigned long long n =
+        snapshot_bytes - offset < page_bytes ? snapshot_bytes - offset : page_bytes;
+    for_each_slot_run(pseg, slot_segments, num_slot_segments, n, offset, launch.slot[i],
+                      launch.page[i], launch.to_slot[i] != 0,
+                      [](unsigned char* dst, const unsigned char* src, unsigned long long bytes) {
+                        copy_range(dst, src, bytes);
+                      });
+  }
+}
+
 }  // namespace
+
+cudaError_t launch_slot_copy(const DeviceSegment* page_segments, int num_page_segments,
+                             const DeviceSegment* slot_segments, int num_slot_segments,
+                             std::size_t page_bytes, std::size_t snapshot_bytes,
+                             const SlotLaunch& launch, int blocks, cudaStream_t stream) {
+  if (launch.count == 0) return cudaSuccess;
+  const unsigned long long units =
+      static_cast<unsigned long long>(launch.count) * static_cast<unsigned>(num_page_segments);
+  const unsigned int grid =
+      static_cast<unsigned int>(units < static_cast<unsigned long long>(blocks) ? units : blocks);
+  unsigned long long pb = page_bytes, sb = snapshot_bytes;
+  void* args[] = {&page_segments,
+                  &num_page_segments,
+                  &slot_segments,
+                  &num_slot_segments,
+                  &pb,
+                  &sb,
+                  const_cast<SlotLaunch*>(&launch)};
+  return cudaLaunchKernel(reinterpret_cast<const void*>(&slot_copy_kernel), dim3(grid),
+                          dim3(kThreads), args, 0, stream);
+}
 
 cudaError_t launch_gather_scatter(const DeviceSegment* segments, int num_segments,
                                   std::byte* host_base, std::size_t host_item_bytes,
@@ -78,6 +123,15 @@ cudaError_t launch_gather_scatter(const DeviceSegment* segments, int num_segment
 cudaError_t probe_gather_scatter() {
   cudaFuncAttributes attr{};
   return cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(&gather_scatter_kernel));
+}
+
+}  // namespace radixtier::cuda::detail
+
+namespace radixtier::cuda::detail {
+
+cudaError_t probe_slot_copy() {
+  cudaFuncAttributes attr{};
+  return cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(&slot_copy_kernel));
 }
 
 }  // namespace radixtier::cuda::detail

@@ -7,6 +7,7 @@
 #include <string>
 #include <system_error>
 #include <utility>
+#include <vector>
 
 #include "copy_kernels.hpp"
 #include "cuda_engine_internal.hpp"
@@ -56,6 +57,8 @@ Result<std::unique_ptr<CudaTransferEngine>> CudaTransferEngine::create(
     return invalid_argument("CudaEngineOptions.slice_pages: must be at least 1 page");
   if (options.kernel_blocks < 0)
     return invalid_argument("CudaEngineOptions.kernel_blocks: must be >= 0");
+  if (options.d2d_kernel_blocks < 0)
+    return invalid_argument("CudaEngineOptions.d2d_kernel_blocks: must be >= 0");
   if (Status s = stream_rule("CudaEngineOptions.compute_stream", options.compute_stream); !s)
     return s;
   if (Status s = pools.gpu_kv.validate("CudaPools.gpu_kv"); !s) return s;
@@ -107,7 +110,7 @@ Result<std::unique_ptr<CudaTransferEngine>> CudaTransferEngine::create(
   e.ctx_ = ctx;
   e.ctx_retained_ = true;
   e.compute_ = detail::resolve_stream(e.options_.compute_stream);
-  e.next_id_ = seams.first_ticket_id;
+  e.next_id_ = e.first_id_ = seams.first_ticket_id;
   const int device = e.options_.device;
   detail::ContextGuard guard(rt, ctx);
   if (guard.error() != cudaSuccess)
@@ -135,8 +138,10 @@ Result<std::unique_ptr<CudaTransferEngine>> CudaTransferEngine::create(
   }
   const bool zero_copy = e.options_.d2h == CopyMethod::kZeroCopyKernel ||
                          e.options_.h2d == CopyMethod::kZeroCopyKernel;
-  const bool may_use_kernel =
-      zero_copy || e.options_.d2h == CopyMethod::kAuto || e.options_.h2d == CopyMethod::kAuto;
+  const bool slot_kernel =
+      e.pools_.gpu_snapshots.items > 0 && e.options_.d2d != CopyMethod::kDmaBatch;
+  const bool may_use_kernel = zero_copy || slot_kernel || e.options_.d2h == CopyMethod::kAuto ||
+                              e.options_.h2d == CopyMethod::kAuto;
   if (e.pools_.host_pages > 0) {
     if (Status s =
             check_host_pool(rt, "host_kv", e.pools_.host_kv, kv_bytes, zero_copy, e.host_mapped_);
@@ -223,8 +228,25 @@ Result<std::unique_ptr<CudaTransferEngine>> CudaTransferEngine::create(
           rt.memcpy_sync(e.device_segments_, table.data(), table_bytes, cudaMemcpyHostToDevice);
       err != cudaSuccess)
     return Status(ErrorCode::kFailedPrecondition, cuda_error("segment table upload", err));
+  // The slot copy kernel's table of the snapshot slots' segments (device to device), uploaded
+  // here once so that no device-to-device submit() uploads or waits for anything.
+  if (e.pools_.gpu_snapshots.items > 0) {
+    const std::vector<detail::DeviceSegment> slots = detail::segment_table(e.pools_.gpu_snapshots);
+    const std::size_t bytes = slots.size() * sizeof(detail::DeviceSegment);
+    if (cudaError_t err = rt.malloc_device(&e.device_slot_segments_, bytes); err != cudaSuccess) {
+      e.device_slot_segments_ = nullptr;
+      return out_of_memory(cuda_error("cudaMalloc of the slot segment table", err));
+    }
+    if (cudaError_t err =
+            rt.memcpy_sync(e.device_slot_segments_, slots.data(), bytes, cudaMemcpyHostToDevice);
+        err != cudaSuccess)
+      return Status(ErrorCode::kFailedPrecondition, cuda_error("slot table upload", err));
+    e.slot_segment_count_ = static_cast<int>(slots.size());
+  }
   int sms = 0;
   (void)rt.device_get_attribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  e.d2d_blocks_ =
+      e.options_.d2d_kernel_blocks > 0 ? e.options_.d2d_kernel_blocks : 4 * std::max(1, sms);
   e.kernel_blocks_ = e.options_.kernel_blocks > 0
                          ? e.options_.kernel_blocks
                          : std::min(kDefaultKernelBlocks, std::max(1, sms));
@@ -339,6 +361,7 @@ CudaTransferEngine::~CudaTransferEngine() {
       if (s != nullptr) (void)rt_.stream_destroy(s);
     }
     if (device_segments_ != nullptr) (void)rt_.free_device(device_segments_);
+    if (device_slot_segments_ != nullptr) (void)rt_.free_device(device_slot_segments_);
   }
   if (ctx_retained_) {
     detail::ErrorScope errors(rt_);

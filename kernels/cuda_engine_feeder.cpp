@@ -24,8 +24,21 @@ void CudaTransferEngine::feed_slice(Lane& lane, Work& w) {
   cudaStream_t stream = streams_[index(w.dir)];
   if (!w.started) {
     w.started = true;
+    // Before the first slice: the batch's stream (compute -> copy), then every pending
+    // ticket of TransferBatch::after (their events were recorded by submit()).
     if (w.ready != nullptr && w.err == cudaSuccess)
       w.err = rt_.stream_wait_event(stream, w.ready, 0);
+    for (cudaEvent_t ev : w.after_events) {
+      if (w.err != cudaSuccess) break;
+      w.err = rt_.stream_wait_event(stream, ev, 0);
+      ++w.counts.after_waits;
+    }
+    w.after_events.clear();
+    if (!w.after_held.empty()) {  // the waits are enqueued: those events may be recycled now
+      std::lock_guard lock(mu_);
+      for (TicketId held : w.after_held) unhold(held);
+      w.after_held.clear();
+    }
   }
   if (w.err == cudaSuccess && w.next < w.slices.size()) {
     const SliceDesc& d = w.slices[w.next];
@@ -65,6 +78,9 @@ void CudaTransferEngine::finish(Lane& /*lane*/, Work& w) {
   stats_.auto_kernel_slices += w.counts.auto_kernel;
   stats_.auto_dma_slices += w.counts.auto_dma;
   stats_.layer_events += w.counts.layer_events;
+  stats_.d2d_launches += w.counts.d2d_launches;
+  stats_.d2d_dma_runs += w.counts.d2d_dma_runs;
+  stats_.after_waits += w.counts.after_waits;
   auto it = jobs_.find(w.id);
   if (it == jobs_.end()) return;
   Job& job = it->second;

@@ -10,8 +10,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
+#include <vector>
 
+#include "copy_kernels.hpp"
 #include "radixtier/cuda/cuda_transfer_engine.hpp"
 #include "radixtier/status.hpp"
 
@@ -43,5 +46,17 @@ Status resolve_host_pool(const char* name, const PinnedHostPool* pool, std::byte
                          std::size_t& chunk, std::size_t needed);
 /// cudaStreamPerThread is refused (a different stream on every thread).
 Status stream_rule(const char* field, cudaStream_t s);
+
+// --- cuda_engine_slices.cpp ---
+/// The kernels' table of a layout's segments in logical order: host_offset is the segment's
+/// first byte inside an item's bytes (its segments one after the other, as in a host page).
+std::vector<DeviceSegment> segment_table(const DeviceLayout& layout);
+/// Device to device by DMA: the runs of slot pieces, where the slot's segments and the page's
+/// segments meet (a run that continues the previous one on both sides merges into it).
+/// Appends to dsts / srcs / sizes.
+void plan_slot_runs(const DeviceLayout& slots, const DeviceLayout& pages, std::size_t page_bytes,
+                    std::size_t snapshot_bytes, std::span<const SlotPieceCopy> pieces,
+                    std::vector<void*>& dsts, std::vector<const void*>& srcs,
+                    std::vector<std::size_t>& sizes);
 
 }  // namespace radixtier::cuda::detail

@@ -43,6 +43,9 @@ bool missing_kernel(cudaError_t err) {
 Status CudaTransferEngine::validate(const TransferBatch& b) const {
   std::ostringstream err;
   if (const char* why = batch_shape_error(b)) err << why << "; ";
+  if (Status s = detail::stream_rule("TransferBatch.stream", static_cast<cudaStream_t>(b.stream));
+      !s)
+    err << s.message() << "; ";
   for (const auto& p : b.pages) {
     if (p.gpu.value() >= pools_.gpu_kv.items) err << p.gpu << " out of range; ";
     if (p.host.value() >= pools_.host_pages) err << p.host << " out of range; ";
@@ -238,21 +241,29 @@ cudaError_t CudaTransferEngine::enqueue_kernel(Direction dir, std::span<const It
   return cudaSuccess;
 }
 
-// Device to device: the window [offset, offset + n) of a slot's bytes (its segments in order)
-// against the bytes [0, n) of a GPU page (its segments in order, as in its host page), cut
-// where either side's segment ends; runs that continue the previous one on both sides merge.
-// One cudaMemcpyAsync(cudaMemcpyDeviceToDevice) per run on the D2D stream.
-cudaError_t CudaTransferEngine::enqueue_slot_pieces(std::span<const SlotPieceCopy> pieces,
-                                                    bool inject, SubmitCounts& counts) {
-  Lane& lane = lanes_[index(Direction::kDeviceToDevice)];  // its mutex is held
-  const cudaStream_t stream = streams_[index(Direction::kDeviceToDevice)];
-  const std::vector<StridedSegment>& slot_segs = pools_.gpu_snapshots.segments;
-  const std::vector<StridedSegment>& page_segs = pools_.gpu_kv.segments;
-  lane.dsts.clear();
-  lane.srcs.clear();
-  lane.sizes.clear();
+namespace detail {
+
+std::vector<DeviceSegment> segment_table(const DeviceLayout& layout) {
+  std::vector<DeviceSegment> table;
+  std::size_t at = 0;
+  for (const StridedSegment& seg : layout.segments) {
+    table.push_back({seg.base, seg.item_stride, seg.bytes, at});
+    at += seg.bytes;
+  }
+  return table;
+}
+
+// The window [offset, offset + n) of a slot's bytes (its segments in order) against the bytes
+// [0, n) of a GPU page (its segments in order, as in its host page), cut where either side's
+// segment ends; runs that continue the previous one on both sides merge.
+void plan_slot_runs(const DeviceLayout& slots, const DeviceLayout& pages, std::size_t page_bytes,
+                    std::size_t snapshot_bytes, std::span<const SlotPieceCopy> pieces,
+                    std::vector<void*>& dsts, std::vector<const void*>& srcs,
+                    std::vector<std::size_t>& sizes) {
+  const std::vector<StridedSegment>& slot_segs = slots.segments;
+  const std::vector<StridedSegment>& page_segs = pages.segments;
   for (const SlotPieceCopy& sp : pieces) {
-    const std::size_t n = piece_bytes(sp, page_bytes_, snapshot_bytes_);
+    const std::size_t n = piece_bytes(sp, page_bytes, snapshot_bytes);
     std::size_t si = 0, s_at = 0;  // slot segment and its first logical byte
     std::size_t ki = 0, k_at = 0;  // page segment and its first logical byte
     for (std::size_t done = 0; done < n;) {
@@ -269,21 +280,80 @@ cudaError_t CudaTransferEngine::enqueue_slot_pieces(std::span<const SlotPieceCop
                                   (done - k_at);
       void* dst = reinterpret_cast<void*>(sp.to_slot ? slot : page);
       const void* src = reinterpret_cast<const void*>(sp.to_slot ? page : slot);
-      const bool continues =
-          !lane.sizes.empty() &&
-          static_cast<std::byte*>(lane.dsts.back()) + lane.sizes.back() == dst &&
-          static_cast<const std::byte*>(lane.srcs.back()) + lane.sizes.back() == src;
+      const bool continues = !sizes.empty() &&
+                             static_cast<std::byte*>(dsts.back()) + sizes.back() == dst &&
+                             static_cast<const std::byte*>(srcs.back()) + sizes.back() == src;
       if (continues) {
-        lane.sizes.back() += run;
+        sizes.back() += run;
       } else {
-        lane.dsts.push_back(dst);
-        lane.srcs.push_back(src);
-        lane.sizes.push_back(run);
+        dsts.push_back(dst);
+        srcs.push_back(src);
+        sizes.push_back(run);
       }
       done += run;
     }
   }
+}
+
+}  // namespace detail
+
+// Device to device by the slot copy kernel: one launch per slice (per 1,024 pieces), the runs
+// computed on the device from the two segment tables uploaded by create(); nothing is
+// uploaded per slice and nothing waits on the host.
+cudaError_t CudaTransferEngine::enqueue_slot_kernel(std::span<const SlotPieceCopy> pieces,
+                                                    bool inject, SubmitCounts& counts) {
+  static thread_local detail::SlotLaunch launch;  // 13 KiB: not on the stack
+  const cudaStream_t stream = streams_[index(Direction::kDeviceToDevice)];
+  const auto* page_table = static_cast<const detail::DeviceSegment*>(device_segments_);
+  const auto* slot_table = static_cast<const detail::DeviceSegment*>(device_slot_segments_);
+  const int page_segments = static_cast<int>(pools_.gpu_kv.segments.size());
+  for (std::size_t first = 0; first < pieces.size(); first += detail::kMaxLaunchItems) {
+    const std::size_t n = std::min<std::size_t>(detail::kMaxLaunchItems, pieces.size() - first);
+    launch.count = static_cast<std::uint32_t>(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const SlotPieceCopy& sp = pieces[first + i];
+      launch.slot[i] = sp.slot.value();
+      launch.page[i] = sp.page.value();
+      launch.first_page[i] = static_cast<std::uint32_t>(sp.offset / page_bytes_);
+      launch.to_slot[i] = sp.to_slot ? 1 : 0;
+    }
+    // Test hook: an impossible launch configuration (no blocks).
+    const cudaError_t err = rt_.launch_slot_copy(page_table, page_segments, slot_table,
+                                                 slot_segment_count_, page_bytes_, snapshot_bytes_,
+                                                 launch, inject ? 0 : d2d_blocks_, stream);
+    if (err != cudaSuccess) return err;
+    ++counts.launches;
+    ++counts.d2d_launches;
+  }
+  return cudaSuccess;
+}
+
+// Device to device: the kernel (kAuto, kZeroCopyKernel) while it can run here, else the runs
+// by DMA on the D2D stream: one cudaMemcpyBatchAsync per slice, or one
+// cudaMemcpyAsync(cudaMemcpyDeviceToDevice) per run where the driver lacks the batch call.
+cudaError_t CudaTransferEngine::enqueue_slot_pieces(std::span<const SlotPieceCopy> pieces,
+                                                    bool inject, SubmitCounts& counts) {
+  if (options_.d2d != CopyMethod::kDmaBatch && !kernel_fallback_.load(std::memory_order_relaxed)) {
+    const cudaError_t err = enqueue_slot_kernel(pieces, inject, counts);
+    if (!missing_kernel(err)) return err;
+    note_kernel_fallback(err, "cudaLaunchKernel (slot copy)");  // nothing launched: DMA
+  }
+  Lane& lane = lanes_[index(Direction::kDeviceToDevice)];  // its mutex is held
+  const cudaStream_t stream = streams_[index(Direction::kDeviceToDevice)];
+  lane.dsts.clear();
+  lane.srcs.clear();
+  lane.sizes.clear();
+  detail::plan_slot_runs(pools_.gpu_snapshots, pools_.gpu_kv, page_bytes_, snapshot_bytes_, pieces,
+                         lane.dsts, lane.srcs, lane.sizes);
   counts.pieces += lane.sizes.size();
+  counts.d2d_dma_runs += lane.sizes.size();
+  if (!batch_fallback_.load(std::memory_order_relaxed)) {
+    // Test hook: an invalid source access order (cudaErrorInvalidValue).
+    const cudaError_t err = rt_.memcpy_batch_async(
+        lane.dsts.data(), lane.srcs.data(), lane.sizes.data(), lane.dsts.size(), inject, stream);
+    if (classify(err) != ErrorClass::kUnsupported) return err;
+    note_fallback(err);  // nothing of this slice was enqueued: redo it run by run
+  }
   for (std::size_t i = 0; i < lane.sizes.size(); ++i) {
     // Test hook: an invalid copy direction on the slice's first copy.
     const auto kind = inject && i == 0 ? static_cast<cudaMemcpyKind>(-1) : cudaMemcpyDeviceToDevice;

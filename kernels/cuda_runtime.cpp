@@ -197,6 +197,16 @@ cudaError_t RealRuntime::launch_gather_scatter(const DeviceSegment* segments, in
                                        to_host, blocks, stream);
 }
 
+cudaError_t RealRuntime::launch_slot_copy(const DeviceSegment* page_segments, int num_page_segments,
+                                          const DeviceSegment* slot_segments, int num_slot_segments,
+                                          std::size_t page_bytes, std::size_t snapshot_bytes,
+                                          const SlotLaunch& launch, int blocks,
+                                          cudaStream_t stream) {
+  return detail::launch_slot_copy(page_segments, num_page_segments, slot_segments,
+                                  num_slot_segments, page_bytes, snapshot_bytes, launch, blocks,
+                                  stream);
+}
+
 cudaError_t RealRuntime::host_register(void* ptr, std::size_t bytes, unsigned flags) {
   return cudaHostRegister(ptr, bytes, flags);
 }
@@ -222,7 +232,8 @@ cudaError_t RealRuntime::stream_get_flags(cudaStream_t stream, unsigned* flags) 
 }
 
 cudaError_t RealRuntime::probe_kernel() {
-  return detail::probe_gather_scatter();
+  if (const cudaError_t err = detail::probe_gather_scatter(); err != cudaSuccess) return err;
+  return detail::probe_slot_copy();
 }
 
 cudaError_t RealRuntime::ctx_get_current(CUcontext* ctx) {

@@ -74,6 +74,13 @@ class CudaRuntime {
                                             const LaunchItems& items, bool to_host, int blocks,
                                             cudaStream_t stream) = 0;
 
+  /// The device-to-device slot copy kernel (copy_kernels.cu); returns the launch's own error.
+  virtual cudaError_t launch_slot_copy(const DeviceSegment* page_segments, int num_page_segments,
+                                       const DeviceSegment* slot_segments, int num_slot_segments,
+                                       std::size_t page_bytes, std::size_t snapshot_bytes,
+                                       const SlotLaunch& launch, int blocks,
+                                       cudaStream_t stream) = 0;
+
   virtual cudaError_t host_register(void* ptr, std::size_t bytes, unsigned flags) = 0;
   virtual cudaError_t host_unregister(void* ptr) = 0;
 
@@ -84,7 +91,8 @@ class CudaRuntime {
   virtual cudaError_t thread_exchange_stream_capture_mode(cudaStreamCaptureMode* mode) = 0;
   /// cudaStreamGetFlags (cudaStreamNonBlocking or cudaStreamDefault).
   virtual cudaError_t stream_get_flags(cudaStream_t stream, unsigned* flags) = 0;
-  /// cudaFuncGetAttributes of the gather/scatter kernel: cudaErrorNoKernelImageForDevice (or
+  /// cudaFuncGetAttributes of the gather/scatter and slot copy kernels (which also loads them
+  /// under lazy module loading): cudaErrorNoKernelImageForDevice (or
   /// cudaErrorInvalidDeviceFunction...) when the binary has no image for this device.
   virtual cudaError_t probe_kernel() = 0;
 
@@ -141,6 +149,10 @@ class RealRuntime : public CudaRuntime {
                                     std::byte* host_base, std::size_t host_item_bytes,
                                     const LaunchItems& items, bool to_host, int blocks,
                                     cudaStream_t stream) override;
+  cudaError_t launch_slot_copy(const DeviceSegment* page_segments, int num_page_segments,
+                               const DeviceSegment* slot_segments, int num_slot_segments,
+                               std::size_t page_bytes, std::size_t snapshot_bytes,
+                               const SlotLaunch& launch, int blocks, cudaStream_t stream) override;
   cudaError_t host_register(void* ptr, std::size_t bytes, unsigned flags) override;
   cudaError_t host_unregister(void* ptr) override;
   cudaError_t get_last_error() override;

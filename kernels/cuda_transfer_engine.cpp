@@ -57,50 +57,123 @@ Status CudaTransferEngine::mark_fatal(cudaError_t err, const char* where) {
   return fatal_;
 }
 
+bool CudaTransferEngine::issued(TicketId id) const {
+  if (!id.valid()) return false;
+  if (ids_spent_ > TicketId::kInvalid) return true;  // the counter went all the way round
+  return std::uint64_t{static_cast<std::uint32_t>(id.value() - first_id_)} < ids_spent_;
+}
+
+TicketId CudaTransferEngine::take_id() {
+  const std::uint32_t before = next_id_;
+  const TicketId id(detail::take_ticket_id(next_id_, jobs_));
+  ids_spent_ += static_cast<std::uint32_t>(next_id_ - before);
+  return id;
+}
+
+void CudaTransferEngine::unhold(TicketId id) {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return;
+  Job& job = it->second;
+  --job.waiters;
+  recycle(job);
+  if (job.released && job.waiters == 0 && job.state != TransferState::kPending) jobs_.erase(it);
+}
+
+// A ticket that ends at once (an empty batch, or one whose `after` ticket failed): nothing
+// enqueued, no event. Under mu_.
+Ticket CudaTransferEngine::settled_ticket(TransferState state) {
+  const TicketId id = take_id();
+  Job job;
+  job.state = state;
+  if (state == TransferState::kFailed) {
+    job.failed = true;
+    job.failed_flag = std::make_shared<bool>(true);
+    ++stats_.failed;
+  }
+  jobs_.emplace(id, std::move(job));
+  ++stats_.batches;
+  return Ticket(this, id);
+}
+
 Result<Ticket> CudaTransferEngine::submit(TransferBatch batch) {
   if (Status s = validate(batch); !s) return s;
+  // The stream this batch is ordered after (compute -> copy): the caller's, else the default.
+  const bool own_stream = batch.stream != nullptr;
+  const cudaStream_t order =
+      own_stream ? detail::resolve_stream(static_cast<cudaStream_t>(batch.stream)) : compute_;
+  const char* order_name = own_stream ? "TransferBatch.stream" : "CudaEngineOptions.compute_stream";
   detail::EntryScope scope(rt_, ctx_);
   if (Status s = health(); !s) return s;
-  const std::int64_t inject = batch.empty() ? -1 : inject_slice_.exchange(-1);
-  if (batch.empty()) {  // nothing to copy: done at once, no CUDA call
+  // TransferBatch::after, first look (no CUDA call): every id must be one this engine issued;
+  // one that failed fails this batch; the pending ones still being enqueued are enqueued
+  // below, so that their events are recorded before this batch's stream waits on them.
+  std::vector<std::shared_ptr<Work>> unfed;
+  bool after_failed = false;
+  {
     std::lock_guard lock(mu_);
-    const TicketId id(detail::take_ticket_id(next_id_, jobs_));
-    Job job;
-    job.state = TransferState::kDone;
-    jobs_.emplace(id, job);
-    ++stats_.batches;
-    return Ticket(this, id);
+    for (TicketId a : batch.after) {
+      if (!issued(a))
+        return invalid_argument("transfer batch rejected: TransferBatch.after names " +
+                                std::to_string(a.value()) + ", a ticket this engine never issued");
+      auto it = jobs_.find(a);
+      if (it == jobs_.end() || it->second.state == TransferState::kDone) continue;  // released
+      if (it->second.failed || it->second.state == TransferState::kFailed) after_failed = true;
+      if (it->second.work != nullptr) unfed.push_back(it->second.work);
+    }
+    if (batch.empty() || after_failed) {  // nothing to copy: ends at once, no CUDA call
+      if (after_failed)
+        stats_.last_error = "submit: a ticket of TransferBatch.after failed; nothing enqueued";
+      return settled_ticket(after_failed ? TransferState::kFailed : TransferState::kDone);
+    }
   }
+  const std::int64_t inject = inject_slice_.exchange(-1);
   if (scope.error() != cudaSuccess) {
     std::lock_guard lock(mu_);
     if (classify(scope.error()) == ErrorClass::kFatal)
       return mark_fatal(scope.error(), "cuCtxSetCurrent");
     return Status(ErrorCode::kTransferFailed, cuda_error("submit: cuCtxSetCurrent", scope.error()));
   }
-  // A capture of the compute stream would pull the copy stream into the graph (and the copy
+  // A caller's stream is checked as compute_stream is by create(): a stream of this device.
+  if (own_stream && order != cudaStreamLegacy && order != compute_) {
+    unsigned flags = 0;
+    int stream_device = -1;
+    if (cudaError_t err = rt_.stream_get_flags(order, &flags); err != cudaSuccess)
+      return invalid_argument("TransferBatch.stream: not a valid stream (" +
+                              cuda_error("cudaStreamGetFlags", err) + "); nothing enqueued");
+    if (cudaError_t err = rt_.stream_get_device(order, &stream_device); err == cudaSuccess) {
+      if (stream_device != options_.device)
+        return invalid_argument("TransferBatch.stream: a stream of device " +
+                                std::to_string(stream_device) + ", but the engine is on device " +
+                                std::to_string(options_.device) + "; nothing enqueued");
+    } else if (classify(err) != ErrorClass::kUnsupported) {
+      return invalid_argument("TransferBatch.stream: not a valid stream (" +
+                              cuda_error("cudaStreamGetDevice", err) + "); nothing enqueued");
+    }
+  }
+  // A capture of the batch's stream would pull the copy stream into the graph (and the copy
   // would then fail and invalidate the server's capture): refuse before enqueueing anything.
   // For the legacy stream, CUDA answers cudaErrorStreamCaptureImplicit while a blocking
   // stream is captured: any use of the legacy stream would join that capture.
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  if (cudaError_t err = rt_.stream_is_capturing(compute_, &capture); err != cudaSuccess) {
+  if (cudaError_t err = rt_.stream_is_capturing(order, &capture); err != cudaSuccess) {
     std::lock_guard lock(mu_);
     if (classify(err) == ErrorClass::kFatal) return mark_fatal(err, "cudaStreamIsCapturing");
+    const std::string what = std::string("submit: cudaStreamIsCapturing(") + order_name + ")";
     if (classify(err) == ErrorClass::kCapture) {
       ++stats_.refused_captures;
       return Status(ErrorCode::kFailedPrecondition,
-                    cuda_error("submit: cudaStreamIsCapturing(compute_stream)", err) +
+                    cuda_error(what.c_str(), err) +
                         ": the legacy default stream cannot be used while a blocking stream is "
                         "captured into a CUDA graph. Nothing was enqueued: submit before or "
                         "after the capture");
     }
-    return Status(ErrorCode::kFailedPrecondition,
-                  cuda_error("submit: cudaStreamIsCapturing(compute_stream)", err));
+    return Status(ErrorCode::kFailedPrecondition, cuda_error(what.c_str(), err));
   }
   if (capture != cudaStreamCaptureStatusNone) {
     std::lock_guard lock(mu_);
     ++stats_.refused_captures;
     return Status(ErrorCode::kFailedPrecondition,
-                  std::string("submit: CudaEngineOptions.compute_stream is ") +
+                  std::string("submit: ") + order_name + " is " +
                       (capture == cudaStreamCaptureStatusActive ? "being captured"
                                                                 : "in an invalidated capture") +
                       " into a CUDA graph; a copy submitted now would join the capture and "
@@ -109,6 +182,13 @@ Result<Ticket> CudaTransferEngine::submit(TransferBatch batch) {
   const Direction dir = batch.direction;
   if (dir == Direction::kDeviceToDevice) {
     if (Status s = open_d2d_lane(); !s) return s;
+  }
+  // The tickets this batch runs after: their events must be recorded before a stream can
+  // wait on them (the feeders may not have got to them yet).
+  for (const std::shared_ptr<Work>& rest : unfed) {
+    feed_all(rest);
+    std::lock_guard lock(mu_);
+    ++stats_.urgent_feeds;
   }
   // A device-to-device copy reads or writes slots and pages the model's kernels use: it always
   // waits for the queued compute.
@@ -127,7 +207,21 @@ Result<Ticket> CudaTransferEngine::submit(TransferBatch batch) {
     std::lock_guard lock(mu_);
     Job job;
     job.dir = dir;
-    bool ok = (job.event = acquire_event()) != nullptr;
+    // The `after` tickets again, now that their events are recorded: the pending ones are
+    // held (their events not recycled until this batch's copy stream waits on them).
+    for (TicketId a : batch.after) {
+      auto it = jobs_.find(a);
+      if (it == jobs_.end() || it->second.state == TransferState::kDone) continue;
+      Job& other = it->second;
+      if (other.failed || other.state == TransferState::kFailed) after_failed = true;
+      if (other.state != TransferState::kPending || other.event == nullptr) continue;
+      if (other.failed_flag == nullptr) other.failed_flag = std::make_shared<bool>(false);
+      job.after.emplace_back(a, other.failed_flag);
+      w->after_events.push_back(other.event);
+      w->after_held.push_back(a);
+      ++other.waiters;
+    }
+    bool ok = !after_failed && (job.event = acquire_event()) != nullptr;
     if (ok && after_compute) ok = (job.ready = acquire_event()) != nullptr;
     for (std::size_t g = 0; ok && g < group_events; ++g) {
       job.group_events.push_back(acquire_event());
@@ -138,9 +232,14 @@ Result<Ticket> CudaTransferEngine::submit(TransferBatch batch) {
         if (ev != nullptr) free_events_.push_back(ev);
       for (cudaEvent_t ev : {job.event, job.ready})
         if (ev != nullptr) free_events_.push_back(ev);
+      for (TicketId held : w->after_held) unhold(held);
+      if (after_failed) {
+        stats_.last_error = "submit: a ticket of TransferBatch.after failed; nothing enqueued";
+        return settled_ticket(TransferState::kFailed);
+      }
       return Status(ErrorCode::kTransferFailed, "submit: cudaEventCreate failed; nothing enqueued");
     }
-    w->id = TicketId(detail::take_ticket_id(next_id_, jobs_));
+    w->id = take_id();
     w->done = job.event;
     w->ready = job.ready;
     w->group_events = job.group_events;
@@ -151,9 +250,10 @@ Result<Ticket> CudaTransferEngine::submit(TransferBatch batch) {
      : dir == Direction::kHostToDevice ? stats_.bytes_h2d
                                        : stats_.bytes_d2d) += bytes;
   }
-  // compute -> copy: the event the copy stream waits on before the first slice.
+  // compute -> copy: the event the copy stream waits on before the first slice, recorded on
+  // the batch's stream.
   if (w->ready != nullptr) {
-    if (cudaError_t err = rt_.event_record(w->ready, compute_); err != cudaSuccess) w->err = err;
+    if (cudaError_t err = rt_.event_record(w->ready, order); err != cudaSuccess) w->err = err;
   }
   const TicketId id = w->id;
   if (options_.slices_in_flight == 0 || w->err != cudaSuccess) {
@@ -163,6 +263,7 @@ Result<Ticket> CudaTransferEngine::submit(TransferBatch batch) {
       auto it = jobs_.find(id);
       if (it != jobs_.end()) {
         it->second.state = TransferState::kFailed;
+        if (it->second.failed_flag != nullptr) *it->second.failed_flag = true;
         ++stats_.failed;
         recycle(it->second);
         jobs_.erase(it);
@@ -202,6 +303,24 @@ TransferState CudaTransferEngine::settle(Job& job, cudaError_t query, const char
     case ErrorClass::kCapture:  // a capture forbade the query: the copy is still in flight
       return TransferState::kPending;
     case ErrorClass::kOk:
+      // Done on the device, and so is every `after` ticket (this copy waited for them): one
+      // that failed fails this one. Settle those nobody polled yet.
+      for (auto& [other_id, flag] : job.after) {
+        if (!*flag) {
+          auto it = jobs_.find(other_id);
+          if (it != jobs_.end() && it->second.state == TransferState::kPending) {
+            Job& other = it->second;
+            if (other.work == nullptr && other.event != nullptr)
+              (void)settle(other, rt_.event_query(other.event), "cudaEventQuery");
+            if (other.failed) *flag = true;
+          }
+        }
+        if (*flag && !job.failed) {
+          job.failed = true;
+          stats_.last_error = "a ticket of TransferBatch.after failed (ticket " +
+                              std::to_string(other_id.value()) + ")";
+        }
+      }
       break;
     case ErrorClass::kFatal:
       job.failed = true;
@@ -215,6 +334,7 @@ TransferState CudaTransferEngine::settle(Job& job, cudaError_t query, const char
   }
   job.state = job.failed ? TransferState::kFailed : TransferState::kDone;
   if (job.failed) ++stats_.failed;
+  if (job.failed && job.failed_flag != nullptr) *job.failed_flag = true;
   recycle(job);
   return job.state;
 }
@@ -295,6 +415,35 @@ Status CudaTransferEngine::wait_on(TicketId id, std::int64_t layer, cudaStream_t
                             ", but the KV layout has " + std::to_string(layers_) + " layers");
   const cudaStream_t target = detail::resolve_stream(stream);
   detail::EntryScope scope(rt_, ctx_);
+  {
+    std::lock_guard lock(mu_);
+    if (!fatal_.is_ok()) return fatal_;
+  }
+  // A stream being captured into a CUDA graph must not wait on the copy's event: it was
+  // recorded outside the capture, so the wait would make the graph depend on work outside it
+  // (CUDA invalidates the capture: cudaErrorStreamCaptureIsolation). Refused before anything
+  // is enqueued; the capture is untouched.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  const cudaError_t cap_err = rt_.stream_is_capturing(target, &capture);
+  if (cap_err != cudaSuccess || capture != cudaStreamCaptureStatusNone) {
+    std::lock_guard lock(mu_);
+    if (classify(cap_err) == ErrorClass::kFatal)
+      return mark_fatal(cap_err, "cudaStreamIsCapturing");
+    if (cap_err != cudaSuccess && classify(cap_err) != ErrorClass::kCapture)
+      return invalid_argument(std::string(what) + ": stream: not a valid stream (" +
+                              cuda_error("cudaStreamIsCapturing", cap_err) + ")");
+    ++stats_.refused_stream_waits;
+    return Status(
+        ErrorCode::kFailedPrecondition,
+        std::string(what) + ": the stream is " +
+            (cap_err != cudaSuccess ? "the legacy stream while a blocking stream is captured"
+             : capture == cudaStreamCaptureStatusActive ? "being captured"
+                                                        : "in an invalidated capture") +
+            " into a CUDA graph. A wait on the copy's event, recorded outside the capture, "
+            "would invalidate the graph; nothing was enqueued and the capture is untouched. "
+            "Wait on an eager (uncaptured) forward pass only: a captured decode step reads no "
+            "promoted pages and needs no promotion");
+  }
   std::shared_ptr<Work> rest;
   {
     std::lock_guard lock(mu_);
@@ -326,6 +475,13 @@ Status CudaTransferEngine::wait_on(TicketId id, std::int64_t layer, cudaStream_t
     return Status(ErrorCode::kTransferFailed, cuda_error("cudaStreamWaitEvent", err));
   }
   return Status::ok();
+}
+
+Status CudaTransferEngine::stream_wait(TicketId id, StreamHandle stream,
+                                       std::optional<std::uint32_t> layer) {
+  // The interface's nullptr is the engine's default stream (TransferBatch::stream's rule).
+  const cudaStream_t s = stream == nullptr ? compute_ : static_cast<cudaStream_t>(stream);
+  return wait_on(id, layer.has_value() ? static_cast<std::int64_t>(*layer) : -1, s);
 }
 
 Status CudaTransferEngine::stream_wait(TicketId id, cudaStream_t stream) {

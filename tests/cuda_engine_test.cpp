@@ -597,11 +597,13 @@ struct D2dRig {
     pools.host_kv = host.data();
     pools.host_pages = 4;
   }
-  std::unique_ptr<CudaTransferEngine> engine(std::size_t slices_in_flight) {
+  std::unique_ptr<CudaTransferEngine> engine(std::size_t slices_in_flight,
+                                             CopyMethod d2d = CopyMethod::kAuto) {
     CudaEngineOptions o;
     o.slice_pages = 3;
     o.compute_stream = rt.compute();
     o.d2h = o.h2d = CopyMethod::kDmaBatch;
+    o.d2d = d2d;
     o.slices_in_flight = slices_in_flight;
     o.demote_after_compute = o.promote_after_compute = false;  // D2D waits all the same
     o.log = [](const std::string&) {};
@@ -631,92 +633,117 @@ struct D2dRig {
   }
 };
 
-TEST(CudaEngineFake, DeviceToDeviceMaterializesAndResumesSlotsByteExact) {
-  for (std::size_t in_flight : {std::size_t{0}, std::size_t{2}}) {
-    SCOPED_TRACE("slices in flight " + std::to_string(in_flight));
-    D2dRig r;
-    const std::size_t page = D2dRig::kKv.page_bytes(), snap = D2dRig::kGdn.snapshot_bytes();
-    ASSERT_EQ(page, 64u);
-    ASSERT_EQ(snap, 224u);
-    std::fill(r.kv.begin(), r.kv.end(), std::byte{0x5A});
-    for (std::size_t i = 0; i < r.conv.size(); ++i) r.conv[i] = static_cast<std::byte>(i * 7 + 1);
-    for (std::size_t i = 0; i < r.state.size(); ++i)
-      r.state[i] = static_cast<std::byte>(i * 13 + 5);
-    auto engine = r.engine(in_flight);
-    ASSERT_NE(engine, nullptr);
-    EXPECT_EQ(engine->stream(Direction::kDeviceToDevice), nullptr);  // opened on first use
-    EXPECT_EQ(r.rt.priorities.size(), 2u);
-    r.rt.query_result = cudaSuccess;
-    const DeviceLayout& slots = r.pools.gpu_snapshots;
-    const DeviceLayout& kv = r.pools.gpu_kv;
-    const std::vector<std::byte> want = D2dRig::bytes_of(slots, 1);
-    const std::vector<std::byte> slot0 = D2dRig::bytes_of(slots, 0);
+// The three ways a slice of slot pieces is copied: the slot copy kernel (default), one
+// cudaMemcpyBatchAsync of its runs, one cudaMemcpyAsync per run (no batch call here).
+enum class D2dPath { kKernel, kBatch, kPerRun };
+const char* to_string(D2dPath p) {
+  return p == D2dPath::kKernel ? "kernel" : p == D2dPath::kBatch ? "batch" : "per run";
+}
 
-    // Materialize slot 1 into four pages, not ascending (2 slices of 3 pieces).
-    const std::uint32_t pages[4] = {9, 2, 14, 5};
-    auto t = engine->submit(D2dRig::pieces(1, pages, false));
-    ASSERT_TRUE(t.is_ok()) << t.status().to_string();
-    ASSERT_EQ(t->wait(), TransferState::kDone);
-    const cudaStream_t d2d = engine->stream(Direction::kDeviceToDevice);
-    ASSERT_NE(d2d, nullptr);
-    EXPECT_NE(d2d, engine->stream(Direction::kDeviceToHost));
-    EXPECT_NE(d2d, engine->stream(Direction::kHostToDevice));
-    ASSERT_EQ(r.rt.priorities.size(), 3u);
-    EXPECT_EQ(r.rt.priorities[2], r.rt.least_priority);
-    for (std::uint32_t p = 0; p < D2dRig::kPages; ++p) {
-      const std::vector<std::byte> got = D2dRig::bytes_of(kv, p);
-      const auto at = std::find(std::begin(pages), std::end(pages), p);
-      std::size_t n = 0;
-      if (at != std::end(pages)) {
-        const std::size_t k = static_cast<std::size_t>(at - std::begin(pages));
-        n = std::min(page, snap - k * page);
-        EXPECT_TRUE(std::equal(got.begin(), got.begin() + n, want.begin() + k * page))
+TEST(CudaEngineFake, DeviceToDeviceMaterializesAndResumesSlotsByteExact) {
+  for (D2dPath path : {D2dPath::kKernel, D2dPath::kBatch, D2dPath::kPerRun})
+    for (std::size_t in_flight : {std::size_t{0}, std::size_t{2}}) {
+      SCOPED_TRACE(std::string(to_string(path)) + ", slices in flight " +
+                   std::to_string(in_flight));
+      D2dRig r;
+      if (path == D2dPath::kPerRun) r.rt.batch_result = cudaErrorNotSupported;
+      const std::size_t page = D2dRig::kKv.page_bytes(), snap = D2dRig::kGdn.snapshot_bytes();
+      ASSERT_EQ(page, 64u);
+      ASSERT_EQ(snap, 224u);
+      std::fill(r.kv.begin(), r.kv.end(), std::byte{0x5A});
+      for (std::size_t i = 0; i < r.conv.size(); ++i) r.conv[i] = static_cast<std::byte>(i * 7 + 1);
+      for (std::size_t i = 0; i < r.state.size(); ++i)
+        r.state[i] = static_cast<std::byte>(i * 13 + 5);
+      auto engine =
+          r.engine(in_flight, path == D2dPath::kKernel ? CopyMethod::kAuto : CopyMethod::kDmaBatch);
+      ASSERT_NE(engine, nullptr);
+      EXPECT_EQ(engine->stream(Direction::kDeviceToDevice), nullptr);  // opened on first use
+      EXPECT_EQ(r.rt.priorities.size(), 2u);
+      r.rt.query_result = cudaSuccess;
+      const DeviceLayout& slots = r.pools.gpu_snapshots;
+      const DeviceLayout& kv = r.pools.gpu_kv;
+      const std::vector<std::byte> want = D2dRig::bytes_of(slots, 1);
+      const std::vector<std::byte> slot0 = D2dRig::bytes_of(slots, 0);
+
+      // Materialize slot 1 into four pages, not ascending (2 slices of 3 pieces).
+      const std::uint32_t pages[4] = {9, 2, 14, 5};
+      auto t = engine->submit(D2dRig::pieces(1, pages, false));
+      ASSERT_TRUE(t.is_ok()) << t.status().to_string();
+      ASSERT_EQ(t->wait(), TransferState::kDone);
+      const cudaStream_t d2d = engine->stream(Direction::kDeviceToDevice);
+      ASSERT_NE(d2d, nullptr);
+      EXPECT_NE(d2d, engine->stream(Direction::kDeviceToHost));
+      EXPECT_NE(d2d, engine->stream(Direction::kHostToDevice));
+      ASSERT_EQ(r.rt.priorities.size(), 3u);
+      EXPECT_EQ(r.rt.priorities[2], r.rt.least_priority);
+      for (std::uint32_t p = 0; p < D2dRig::kPages; ++p) {
+        const std::vector<std::byte> got = D2dRig::bytes_of(kv, p);
+        const auto at = std::find(std::begin(pages), std::end(pages), p);
+        std::size_t n = 0;
+        if (at != std::end(pages)) {
+          const std::size_t k = static_cast<std::size_t>(at - std::begin(pages));
+          n = std::min(page, snap - k * page);
+          EXPECT_TRUE(std::equal(got.begin(), got.begin() + n, want.begin() + k * page))
+              << "page " << p;
+        }
+        // Past the piece (all of a page no piece went to) the page is as it was.
+        EXPECT_TRUE(std::all_of(got.begin() + n, got.end(),
+                                [](std::byte b) { return b == std::byte{0x5A}; }))
             << "page " << p;
       }
-      // Past the piece (all of a page no piece went to) the page is as it was.
-      EXPECT_TRUE(
-          std::all_of(got.begin() + n, got.end(), [](std::byte b) { return b == std::byte{0x5A}; }))
-          << "page " << p;
-    }
-    // Every copy went device to device on the D2D stream, after it waited for the compute
-    // stream (though demote/promote_after_compute are off).
-    {
-      auto lock = r.rt.lock();
-      EXPECT_EQ(r.rt.d2d_calls, r.rt.async_calls);
-      EXPECT_GT(r.rt.d2d_calls, 4);  // cut where the segments end
-      EXPECT_EQ(r.rt.batch_calls, 0);
-      bool waited = false;
-      for (const testing::Op& op : r.rt.ops) {
-        if (op.kind == testing::Op::kWait && op.stream == d2d) waited = true;
-        if (op.kind == testing::Op::kCopy) {
-          EXPECT_EQ(op.stream, d2d);
-          EXPECT_TRUE(waited) << "a copy before the wait for the compute stream";
+      // Every copy went device to device on the D2D stream, after it waited for the compute
+      // stream (though demote/promote_after_compute are off): one kernel launch per slice, or
+      // the runs by DMA.
+      {
+        auto lock = r.rt.lock();
+        if (path == D2dPath::kKernel) {
+          EXPECT_EQ(r.rt.slot_launches, 2);  // 4 pieces in slices of 3
+          EXPECT_EQ(r.rt.slot_launch_pieces, (std::vector<std::uint32_t>{3, 1}));
+          EXPECT_EQ(r.rt.slot_launch_blocks, (std::vector<int>{4 * r.rt.sms, 4 * r.rt.sms}));
+          EXPECT_EQ(r.rt.async_calls + r.rt.batch_calls, 0);
+        } else if (path == D2dPath::kBatch) {
+          EXPECT_EQ(r.rt.batch_calls, 2);
+          EXPECT_GT(r.rt.copies.size(), 4u);  // cut where the segments end
+          EXPECT_EQ(r.rt.async_calls + r.rt.slot_launches, 0);
+        } else {
+          EXPECT_EQ(r.rt.d2d_calls, r.rt.async_calls);
+          EXPECT_GT(r.rt.d2d_calls, 4);  // cut where the segments end
+          EXPECT_EQ(r.rt.slot_launches, 0);
         }
+        bool waited = false;
+        for (const testing::Op& op : r.rt.ops) {
+          if (op.kind == testing::Op::kWait && op.stream == d2d) waited = true;
+          if (op.kind == testing::Op::kCopy || op.kind == testing::Op::kLaunch) {
+            EXPECT_EQ(op.stream, d2d);
+            EXPECT_TRUE(waited) << "a copy before the wait for the compute stream";
+          }
+        }
+        EXPECT_TRUE(waited);
       }
-      EXPECT_TRUE(waited);
+
+      // Resume the pages into slot 2, the pieces in another order.
+      TransferBatch up = D2dRig::pieces(2, pages, true);
+      std::swap(up.slot_pieces[0], up.slot_pieces[3]);
+      auto u = engine->submit(std::move(up));
+      ASSERT_TRUE(u.is_ok()) << u.status().to_string();
+      ASSERT_EQ(u->wait(), TransferState::kDone);
+      EXPECT_EQ(D2dRig::bytes_of(slots, 2), want);
+      EXPECT_EQ(D2dRig::bytes_of(slots, 1), want);
+      EXPECT_EQ(D2dRig::bytes_of(slots, 0), slot0);
+      EXPECT_EQ(engine->stream(Direction::kDeviceToDevice), d2d);  // one stream, kept
+      EXPECT_EQ(r.rt.priorities.size(), 3u);
+
+      const CudaEngineStats s = engine->stats();
+      EXPECT_EQ(s.bytes_d2d, 2 * snap);
+      EXPECT_EQ(s.bytes_d2h, 0u);
+      EXPECT_EQ(s.bytes_h2d, 0u);
+      EXPECT_EQ(s.batches, 2u);
+      EXPECT_EQ(s.slices, 4u);
+      EXPECT_EQ(s.failed, 0u);
+      EXPECT_EQ(s.d2d_launches, path == D2dPath::kKernel ? 4u : 0u);
+      EXPECT_EQ(s.d2d_dma_runs > 0, path != D2dPath::kKernel);
+      EXPECT_EQ(r.rt.peek_at_last_error(), cudaSuccess);
     }
-
-    // Resume the pages into slot 2, the pieces in another order.
-    TransferBatch up = D2dRig::pieces(2, pages, true);
-    std::swap(up.slot_pieces[0], up.slot_pieces[3]);
-    auto u = engine->submit(std::move(up));
-    ASSERT_TRUE(u.is_ok()) << u.status().to_string();
-    ASSERT_EQ(u->wait(), TransferState::kDone);
-    EXPECT_EQ(D2dRig::bytes_of(slots, 2), want);
-    EXPECT_EQ(D2dRig::bytes_of(slots, 1), want);
-    EXPECT_EQ(D2dRig::bytes_of(slots, 0), slot0);
-    EXPECT_EQ(engine->stream(Direction::kDeviceToDevice), d2d);  // one stream, kept
-    EXPECT_EQ(r.rt.priorities.size(), 3u);
-
-    const CudaEngineStats s = engine->stats();
-    EXPECT_EQ(s.bytes_d2d, 2 * snap);
-    EXPECT_EQ(s.bytes_d2h, 0u);
-    EXPECT_EQ(s.bytes_h2d, 0u);
-    EXPECT_EQ(s.batches, 2u);
-    EXPECT_EQ(s.slices, 4u);
-    EXPECT_EQ(s.failed, 0u);
-    EXPECT_EQ(r.rt.peek_at_last_error(), cudaSuccess);
-  }
 }
 
 TEST(CudaEngineFake, DeviceToDeviceRejectsBadBatchesWholeAndCopiesNothing) {
@@ -772,36 +799,42 @@ TEST(CudaEngineFake, DeviceToDeviceRejectsBadBatchesWholeAndCopiesNothing) {
 }
 
 TEST(CudaEngineFake, DeviceToDeviceFailureAfterTheFirstSliceFailsTheTicket) {
-  for (std::size_t in_flight : {std::size_t{0}, std::size_t{2}}) {
-    SCOPED_TRACE("slices in flight " + std::to_string(in_flight));
-    D2dRig r;
-    auto engine = r.engine(in_flight);
-    ASSERT_NE(engine, nullptr);
-    const std::uint32_t pages[4] = {1, 0, 7, 4};
-    engine->inject_error_on_next_submit(1);  // the second of two slices
-    auto t = engine->submit(D2dRig::pieces(2, pages, false));
-    ASSERT_TRUE(t.is_ok()) << t.status().to_string();
-    EXPECT_EQ(t->poll(), TransferState::kPending);  // its event is not done yet
-    r.rt.query_result = cudaSuccess;
-    EXPECT_EQ(t->wait(), TransferState::kFailed);
-    const CudaEngineStats s = engine->stats();
-    EXPECT_EQ(s.slices, 1u);  // the first slice was enqueued, the second refused
-    EXPECT_EQ(s.failed, 1u);
-    EXPECT_NE(s.last_error.find("cudaErrorInvalidMemcpyDirection"), std::string::npos)
-        << s.last_error;
-    EXPECT_TRUE(engine->health().is_ok());
-    {
-      // The ticket's event follows what was enqueued, on the D2D stream.
-      auto lock = r.rt.lock();
-      ASSERT_FALSE(r.rt.event_records.empty());
-      EXPECT_EQ(r.rt.event_records.back().second, engine->stream(Direction::kDeviceToDevice));
+  for (D2dPath path : {D2dPath::kKernel, D2dPath::kBatch, D2dPath::kPerRun})
+    for (std::size_t in_flight : {std::size_t{0}, std::size_t{2}}) {
+      SCOPED_TRACE(std::string(to_string(path)) + ", slices in flight " +
+                   std::to_string(in_flight));
+      D2dRig r;
+      if (path == D2dPath::kPerRun) r.rt.batch_result = cudaErrorNotSupported;
+      auto engine =
+          r.engine(in_flight, path == D2dPath::kKernel ? CopyMethod::kAuto : CopyMethod::kDmaBatch);
+      ASSERT_NE(engine, nullptr);
+      const std::uint32_t pages[4] = {1, 0, 7, 4};
+      engine->inject_error_on_next_submit(1);  // the second of two slices
+      auto t = engine->submit(D2dRig::pieces(2, pages, false));
+      ASSERT_TRUE(t.is_ok()) << t.status().to_string();
+      EXPECT_EQ(t->poll(), TransferState::kPending);  // its event is not done yet
+      r.rt.query_result = cudaSuccess;
+      EXPECT_EQ(t->wait(), TransferState::kFailed);
+      const CudaEngineStats s = engine->stats();
+      EXPECT_EQ(s.slices, 1u);  // the first slice was enqueued, the second refused
+      EXPECT_EQ(s.failed, 1u);
+      const char* want = path == D2dPath::kKernel  ? "cudaErrorInvalidConfiguration"
+                         : path == D2dPath::kBatch ? "cudaErrorInvalidValue"
+                                                   : "cudaErrorInvalidMemcpyDirection";
+      EXPECT_NE(s.last_error.find(want), std::string::npos) << s.last_error;
+      EXPECT_TRUE(engine->health().is_ok());
+      {
+        // The ticket's event follows what was enqueued, on the D2D stream.
+        auto lock = r.rt.lock();
+        ASSERT_FALSE(r.rt.event_records.empty());
+        EXPECT_EQ(r.rt.event_records.back().second, engine->stream(Direction::kDeviceToDevice));
+      }
+      EXPECT_EQ(r.rt.peek_at_last_error(), cudaSuccess);
+      auto again = engine->submit(D2dRig::pieces(2, pages, false));
+      ASSERT_TRUE(again.is_ok());
+      EXPECT_EQ(again->wait(), TransferState::kDone);
+      EXPECT_EQ(engine->stats().failed, 1u);
     }
-    EXPECT_EQ(r.rt.peek_at_last_error(), cudaSuccess);
-    auto again = engine->submit(D2dRig::pieces(2, pages, false));
-    ASSERT_TRUE(again.is_ok());
-    EXPECT_EQ(again->wait(), TransferState::kDone);
-    EXPECT_EQ(engine->stats().failed, 1u);
-  }
 }
 
 }  // namespace

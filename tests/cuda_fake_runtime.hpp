@@ -26,8 +26,14 @@
 //     invalidates that capture;
 //   - device memory: add_alloc() declares device allocations (cudaPointerGetAttributes,
 //     cuMemGetAddressRange answer from them; any other pointer is mapped pinned host memory);
-//   - `execute`: copies and the gather/scatter kernel really move the bytes (device
-//     allocations are then real host memory), so a test can check every byte;
+//   - `execute`: copies, the gather/scatter kernel and the slot copy kernel really move the
+//     bytes (device allocations are then real host memory), so a test can check every byte;
+//     the slot copy kernel is emulated by running detail::for_each_slot_run, the code the
+//     real kernel runs, over its units;
+//   - host synchronizations (cudaStreamSynchronize, cudaEventSynchronize and the blocking
+//     cudaMemcpy: every call of the seam that blocks the calling thread on the device) are
+//     counted per calling thread: host_syncs(thread). The seam has no cudaDeviceSynchronize:
+//     the engine never calls it, and every CUDA call of the engine goes through the seam;
 //   - cudaMemcpyAsync takes cudaMemcpyDefault, or cudaMemcpyDeviceToDevice between two device
 //     allocations (cudaErrorInvalidValue when an end is not device memory); any other kind is
 //     cudaErrorInvalidMemcpyDirection.
@@ -37,6 +43,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -78,9 +85,10 @@ class FakeRuntime final : public detail::CudaRuntime {
   cudaError_t device_count_error = cudaSuccess;
   int runtime_version = 13000;
   int sms = 132;
-  cudaError_t batch_result = cudaSuccess;        // memcpy_batch_async with a valid order
-  cudaError_t query_result = cudaErrorNotReady;  // event_query of every event
-  cudaError_t sync_result = cudaSuccess;         // event_synchronize
+  cudaError_t batch_result = cudaSuccess;            // memcpy_batch_async with a valid order
+  cudaError_t query_result = cudaErrorNotReady;      // event_query of every event
+  std::map<cudaEvent_t, cudaError_t> event_results;  // per event: overrides query/sync results
+  cudaError_t sync_result = cudaSuccess;             // event_synchronize
   cudaError_t launch_result = cudaSuccess;
   cudaError_t probe_result = cudaSuccess;  // probe_kernel
   bool address_range_supported = true;
@@ -93,7 +101,10 @@ class FakeRuntime final : public detail::CudaRuntime {
 
   // --- records (read them with the engine idle, or under lock())
   int batch_calls = 0, async_calls = 0, launches = 0, queries = 0, records = 0, syncs = 0;
-  int d2d_calls = 0;  // cudaMemcpyAsync(cudaMemcpyDeviceToDevice) accepted (device to device)
+  int d2d_calls = 0;      // cudaMemcpyAsync(cudaMemcpyDeviceToDevice) accepted (device to device)
+  int slot_launches = 0;  // slot copy kernel launches (accepted or not)
+  std::vector<std::uint32_t> slot_launch_pieces;  // pieces of each accepted slot launch
+  std::vector<int> slot_launch_blocks;
   int capture_violations = 0;  // unsafe calls refused because of a capture
   std::vector<Copy> copies;    // every DMA copy enqueued, batch or per piece
   std::vector<std::uint32_t> launch_items;
@@ -242,9 +253,18 @@ class FakeRuntime final : public detail::CudaRuntime {
     return ret(cudaSuccess);
   }
   cudaError_t stream_destroy(cudaStream_t) override { return locked_ret(cudaSuccess); }
+  /// Host synchronizations made by `thread` so far (see the header comment).
+  int host_syncs(std::thread::id thread) {
+    std::lock_guard l(mu_);
+    auto it = host_syncs_.find(thread);
+    return it == host_syncs_.end() ? 0 : it->second;
+  }
+  int host_syncs_here() { return host_syncs(std::this_thread::get_id()); }
+
   cudaError_t stream_synchronize(cudaStream_t) override {
     std::lock_guard l(mu_);
     need_ctx();
+    ++host_syncs_[std::this_thread::get_id()];
     if (unsafe()) return ret(cudaErrorStreamCaptureUnsupported);
     return ret(cudaSuccess);
   }
@@ -318,6 +338,7 @@ class FakeRuntime final : public detail::CudaRuntime {
     ++queries;
     if (unsafe()) return ret(cudaErrorStreamCaptureUnsupported);
     if (recorded_in_.count(e)) return ret(cudaErrorCapturedEvent);
+    if (auto it = event_results.find(e); it != event_results.end()) return ret(it->second);
     return ret(query_result);
   }
   cudaError_t event_synchronize(cudaEvent_t e) override {
@@ -325,11 +346,13 @@ class FakeRuntime final : public detail::CudaRuntime {
       std::lock_guard l(mu_);
       need_ctx();
       ++syncs;
+      ++host_syncs_[std::this_thread::get_id()];
       if (unsafe()) return ret(cudaErrorStreamCaptureUnsupported);
       if (recorded_in_.count(e)) return ret(cudaErrorCapturedEvent);
     }
     if (on_sync) on_sync(e);
     std::lock_guard l(mu_);
+    if (auto it = event_results.find(e); it != event_results.end()) return ret(it->second);
     return ret(sync_result);
   }
   cudaError_t malloc_device(void** p, std::size_t bytes) override {
@@ -359,6 +382,7 @@ class FakeRuntime final : public detail::CudaRuntime {
   cudaError_t memcpy_sync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind) override {
     std::lock_guard l(mu_);
     need_ctx();
+    ++host_syncs_[std::this_thread::get_id()];
     if (unsafe()) return ret(cudaErrorStreamCaptureUnsupported);
     if (execute) std::memcpy(dst, src, bytes);
     return ret(cudaSuccess);
@@ -420,6 +444,33 @@ class FakeRuntime final : public detail::CudaRuntime {
             std::memcpy(dev, host, seg.bytes);
           }
         }
+      }
+    }
+    return ret(cudaSuccess);
+  }
+  cudaError_t launch_slot_copy(const detail::DeviceSegment* page_segments, int num_page_segments,
+                               const detail::DeviceSegment* slot_segments, int num_slot_segments,
+                               std::size_t page_bytes, std::size_t snapshot_bytes,
+                               const detail::SlotLaunch& launch, int blocks,
+                               cudaStream_t s) override {
+    std::lock_guard l(mu_);
+    if (cudaError_t err = stream_op(s); err != cudaSuccess) return ret(err);
+    ++slot_launches;
+    if (num_page_segments == 0 || num_slot_segments == 0 || blocks == 0)
+      return ret(cudaErrorInvalidConfiguration);
+    if (launch_result != cudaSuccess) return ret(launch_result);
+    slot_launch_pieces.push_back(launch.count);
+    slot_launch_blocks.push_back(blocks);
+    ops.push_back({Op::kLaunch, s, nullptr, 0, 0, launch.count, device_here()});
+    if (execute) {  // the kernel's units, one after the other
+      for (std::uint32_t i = 0; i < launch.count; ++i) {
+        const std::size_t offset = std::size_t{launch.first_page[i]} * page_bytes;
+        const std::size_t n = std::min(page_bytes, snapshot_bytes - offset);
+        for (int k = 0; k < num_page_segments; ++k)
+          detail::for_each_slot_run(page_segments[k], slot_segments, num_slot_segments, n, offset,
+                                    launch.slot[i], launch.page[i], launch.to_slot[i] != 0,
+                                    [](unsigned char* dst, const unsigned char* src,
+                                       unsigned long long bytes) { std::memcpy(dst, src, bytes); });
       }
     }
     return ret(cudaSuccess);
@@ -610,6 +661,7 @@ class FakeRuntime final : public detail::CudaRuntime {
   std::map<cudaEvent_t, cudaStream_t> recorded_in_;           // events recorded in a capture
   std::map<std::uintptr_t, std::pair<std::size_t, int>> allocs_;
   std::map<void*, std::size_t> real_;
+  std::map<std::thread::id, int> host_syncs_;
 };
 
 constexpr std::uintptr_t kGpuBase = 0x10000000;

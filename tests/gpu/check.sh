@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU check of the CUDA transfer engine: correctness tests and the bandwidth benchmark, with
-# the goals of issue 23 enforced.
+# the goals of issues 23 and 33 enforced, and the Python binding's check when it exists.
 #
 # Usage: tests/gpu/check.sh OUTPUT_DIR [--reps N] [--pieces B,B,...] [--pages N] [--slices N,...]
 #   The options go to the benchmark (defaults: --reps 5 --pieces 65536,8192 --pages 2048
@@ -13,17 +13,26 @@
 # both), else builds them with plain nvcc (needs only the CUDA toolkit: no CMake, Boost or
 # GoogleTest) into OUTPUT_DIR/build. Set RADIXTIER_GPU_REBUILD=1 to always build.
 # Writes OUTPUT_DIR/check.log, tests.log, fatal.log, contexts.log, bench.log, bench.md,
-# bench.csv, summary.txt.
-# Runs, each under a time cap (420 s in all, so one run fits 8 minutes with the build done):
+# bench.csv, python.log, summary.txt (every goal, MET or MISSED, and the result).
+# Runs, each under a time cap (560 s in all, so one run fits 10 minutes with the build done):
 # the correctness tests (150 s), the sticky-error test (`--fatal`, alone: it kills its
 # process's CUDA context; 30 s), the context test (`--contexts`, alone: it needs a process
-# without contexts; 30 s), the benchmark (210 s). Each program prints the CUDA driver and
-# runtime versions first.
+# without contexts; 30 s), the benchmark (230 s), the Python check (120 s). Each program
+# prints the CUDA driver and runtime versions first.
+# The Python check (the binding driving a torch model on the GPU): tests/gpu/python_check.py
+# (or $RADIXTIER_GPU_PYTHON_CHECK), run as `python3 python_check.py OUTPUT_DIR` with
+# PYTHONPATH=<binaries>/../python:python; it passes with exit 0, and may print GOAL lines
+# ending in "-> MET" or "-> NOT MET" like the benchmark's. Absent: its goal is MISSED.
 # Exit status: 0 only when every test ran and passed, the benchmark's byte checks held and
 # every goal is met:
 #   - demote/promote of 128-page slices (the default copy method) >= 90% of a contiguous
 #     cudaMemcpyAsync of the same bytes in the same run, for every piece size measured;
-#   - promotions overlapped with a compute kernel add <= 10% to the kernel's time;
+#   - promotions overlapped with a compute kernel add <= 10% to the kernel's time, and to a
+#     full-occupancy GEMM-like kernel's (per piece size);
+#   - a device-to-device Qwen3-Next snapshot copy takes <= 1.5x one contiguous
+#     cudaMemcpyAsync of the same bytes;
+#   - stream_wait into a captured stream is refused and the graph stays valid (a test);
+#   - the Python check passed;
 # 1 otherwise, including when the tests did not run (no device, a driver too old for the
 # static CUDA 13 runtime: anything but a real run) or a GOAL line is missing (a benchmark cut
 # short). RADIXTIER_GPU_ALLOW_SKIP=1 turns "no device" into exit 0 with RESULT: not run (for
@@ -77,6 +86,7 @@ build_with_nvcc() {
   local arch=${CUDA_ARCH:-90}
   local obj="$OUT/build/obj"
   mkdir -p "$obj" "$OUT/build/bin"
+  # shellcheck disable=SC2054  # -Xcompiler takes one comma-separated argument
   local flags=(-std=c++20 -O2 "-arch=sm_$arch" -I"$ROOT/include" -I"$ROOT/kernels" -I"$ROOT/tests/gpu"
                -Xcompiler=-Wall,-Wextra -cudart=static)
   echo "building with $nvcc (sm_$arch) into $OUT/build"
@@ -101,9 +111,11 @@ build_with_nvcc() {
              "$obj/cuda_runtime.cpp.o" "$obj/cuda_transfer_engine.cpp.o" "$obj/cuda_engine_create.cpp.o"
              "$obj/cuda_engine_checks.cpp.o" "$obj/cuda_engine_slices.cpp.o" "$obj/cuda_engine_feeder.cpp.o"
              "$obj/pinned_host_pool.cpp.o" "$obj/copy_kernels.cu.o")
-  "$nvcc" "-arch=sm_$arch" -cudart=static "${lib[@]}" "$obj/gpu_transfer_tests.cu.o" -o "$OUT/build/bin/$TESTS" -lpthread &&
-    "$nvcc" "-arch=sm_$arch" -cudart=static "${lib[@]}" "$obj/gpu_transfer_bench.cu.o" -o "$OUT/build/bin/$BENCH" -lpthread ||
-    { echo "ERROR: nvcc link failed"; return 1; }
+  if ! "$nvcc" "-arch=sm_$arch" -cudart=static "${lib[@]}" "$obj/gpu_transfer_tests.cu.o" -o "$OUT/build/bin/$TESTS" -lpthread ||
+     ! "$nvcc" "-arch=sm_$arch" -cudart=static "${lib[@]}" "$obj/gpu_transfer_bench.cu.o" -o "$OUT/build/bin/$BENCH" -lpthread; then
+    echo "ERROR: nvcc link failed"
+    return 1
+  fi
   BIN="$OUT/build/bin"
 }
 
@@ -143,16 +155,72 @@ timeout 30 "$BIN/$TESTS" --contexts 2>&1 | tee "$OUT/contexts.log"
 CONTEXTS_RC=${PIPESTATUS[0]}
 
 echo "=== bandwidth benchmark: ${BENCH_ARGS[*]} ==="
-timeout 210 "$BIN/$BENCH" --out "$OUT" "${BENCH_ARGS[@]}" 2>&1 | tee "$OUT/bench.log"
+timeout 230 "$BIN/$BENCH" --out "$OUT" "${BENCH_ARGS[@]}" 2>&1 | tee "$OUT/bench.log"
 BENCH_RC=${PIPESTATUS[0]}
 
-# The goals: two bandwidth lines and one overlap line per piece size, all MET.
+echo "=== Python binding on the GPU ==="
+PY_CHECK=${RADIXTIER_GPU_PYTHON_CHECK:-$ROOT/tests/gpu/python_check.py}
+PY_RC=none
+: > "$OUT/python.log"
+if [[ -f "$PY_CHECK" ]]; then
+  PYTHONPATH="$BIN/../python:$ROOT/python${PYTHONPATH:+:$PYTHONPATH}" \
+    timeout 120 "${PYTHON:-python3}" "$PY_CHECK" "$OUT" 2>&1 | tee "$OUT/python.log"
+  PY_RC=${PIPESTATUS[0]}
+else
+  echo "no $PY_CHECK: the Python goal is MISSED" | tee "$OUT/python.log"
+fi
+
+# A section of the tests ("[name] ...") passed: its last line is "  ok".
+section_ok() {
+  awk -v name="$1" 'index($0, "[" name "]") == 1 { on = 1; next }
+                    on && /^  (ok|FAILED)$/ { print $1; exit }' "$OUT/tests.log" | grep -qx ok
+}
+
+# Every goal, MET or MISSED: the benchmark's (each expected line exactly once), the tests' and
+# the Python check's (its exit status and its own GOAL lines).
+GOAL_LINES=()
+goal() {  # goal MET|MISSED TEXT
+  GOAL_LINES+=("$(printf '%-6s %s' "$1" "$2")")
+}
+bench_goal() {  # bench_goal PREFIX: the one benchmark GOAL line that starts with PREFIX
+  local lines n
+  lines=$(grep -F -- "$1" "$OUT/bench.log" | grep '^GOAL' || true)
+  n=$(printf '%s' "$lines" | grep -c '^GOAL' || true)
+  if [[ $n -eq 1 && "$lines" == *"-> MET"* ]]; then
+    goal MET "$lines"
+  elif [[ $n -eq 1 ]]; then
+    goal MISSED "$lines"
+  else
+    goal MISSED "$1 ($n lines reported)"
+  fi
+}
 IFS=, read -r -a SIZES <<< "$PIECES"
-WANT_GOALS=$(( 3 * ${#SIZES[@]} ))
-GOALS_SEEN=$(grep -c '^GOAL' "$OUT/bench.log" || true)
-GOALS_MET=$(grep '^GOAL' "$OUT/bench.log" | grep -c -- '-> MET' || true)
+for p in "${SIZES[@]}"; do
+  bench_goal "GOAL D2H $p B pieces"
+  bench_goal "GOAL H2D $p B pieces"
+  bench_goal "GOAL overlap $p B pieces"
+  bench_goal "GOAL gemm-overlap $p B pieces"
+done
+bench_goal "GOAL D2D snapshot copy"
+if section_ok "stream_wait capture"; then
+  goal MET "stream_wait into a captured stream refused, the graph valid and launched (tests)"
+else
+  goal MISSED "stream_wait into a captured stream refused, the graph valid and launched (tests)"
+fi
+if [[ "$PY_RC" == 0 ]]; then
+  goal MET "Python binding on the GPU ($PY_CHECK passed)"
+elif [[ "$PY_RC" == none ]]; then
+  goal MISSED "Python binding on the GPU ($PY_CHECK not present)"
+else
+  goal MISSED "Python binding on the GPU ($PY_CHECK exit $PY_RC)"
+fi
+while IFS= read -r line; do
+  if [[ "$line" == *"-> MET"* ]]; then goal MET "python: $line"; else goal MISSED "python: $line"; fi
+done < <(grep '^GOAL' "$OUT/python.log" || true)
+GOALS_MET=0
+for g in "${GOAL_LINES[@]}"; do [[ "$g" == MET* ]] && GOALS_MET=$((GOALS_MET + 1)); done
 GOALS_OK=0
-if [[ $GOALS_SEEN -eq $WANT_GOALS && $GOALS_MET -eq $WANT_GOALS ]]; then GOALS_OK=1; fi
+if [[ $GOALS_MET -eq ${#GOAL_LINES[@]} ]]; then GOALS_OK=1; fi
 PASSED=0
 if [[ $TEST_RC -eq 0 && $TESTS_RAN -eq 1 && $FATAL_RC -eq 0 && $CONTEXTS_RC -eq 0 && $BENCH_RC -eq 0 && $GOALS_OK -eq 1 ]]; then
   PASSED=1
@@ -163,9 +231,10 @@ fi
   echo "fatal: $(tail -n 1 "$OUT/fatal.log") (exit $FATAL_RC)"
   echo "contexts: $(tail -n 1 "$OUT/contexts.log") (exit $CONTEXTS_RC)"
   echo "bench: exit $BENCH_RC (${BENCH_ARGS[*]})"
+  echo "python: exit $PY_RC"
   grep '^  PROBE' "$OUT/tests.log" || true
-  grep '^GOAL' "$OUT/bench.log" || true
-  echo "goals: $GOALS_MET of $WANT_GOALS met ($GOALS_SEEN reported)"
+  printf '%s\n' "${GOAL_LINES[@]}"
+  echo "goals: $GOALS_MET of ${#GOAL_LINES[@]} met"
   echo "total $(( $(date +%s) - START )) s"
   if [[ $PASSED -eq 1 ]]; then
     echo "RESULT: passed"

@@ -29,6 +29,7 @@
 #include <atomic>
 #include <cstring>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -520,8 +521,9 @@ void run_snapshots(std::size_t register_chunk) {
 // resumed from them into another slot. The compute stream writes the slot (after a spin)
 // right before the materialization and poisons every slot right before the resume: a copy
 // that did not wait for it would read stale bytes or be overwritten.
-void run_device_to_device() {
-  std::printf("[device to device] qwen3-next snapshot <-> 50 scattered KV pages\n");
+void run_device_to_device(CopyMethod method) {
+  std::printf("[device to device] qwen3-next snapshot <-> 50 scattered KV pages, %s\n",
+              method == CopyMethod::kDmaBatch ? "dma" : "slot copy kernel");
   const int failed_before = gpucheck::g_failed;
   const GdnGeometry g = GdnGeometry::qwen3_next();
   const KvGeometry kv = KvGeometry::qwen3_next();
@@ -542,6 +544,7 @@ void run_device_to_device() {
   CudaEngineOptions opt;
   opt.slice_pages = 8;
   opt.compute_stream = compute;
+  opt.d2d = method;
   auto engine = CudaTransferEngine::create(pools, opt);
   GPU_CHECK_MSG(engine.is_ok(), "%s", engine.status().to_string().c_str());
   if (!engine.is_ok()) return;
@@ -617,6 +620,14 @@ void run_device_to_device() {
   const CudaEngineStats st = (*engine)->stats();
   GPU_CHECK(st.bytes_d2d == 2 * snap);
   GPU_CHECK(st.failed == 0);
+  GPU_CHECK_MSG(!st.kernel_fallback, "%s", st.kernel_fallback_reason.c_str());
+  if (method == CopyMethod::kDmaBatch) {
+    GPU_CHECK(st.d2d_launches == 0 && st.d2d_dma_runs > 1000);
+  } else {  // 50 pieces in slices of 8: 7 launches per snapshot
+    GPU_CHECK_MSG(st.d2d_launches == 14 && st.d2d_dma_runs == 0, "%llu launches, %llu runs",
+                  static_cast<unsigned long long>(st.d2d_launches),
+                  static_cast<unsigned long long>(st.d2d_dma_runs));
+  }
   GPU_CHECK((*engine)->stream(Direction::kDeviceToDevice) != nullptr);
   t1->reset();
   t2->reset();
@@ -1135,6 +1146,89 @@ void run_capture() {
   std::printf("  %s\n", gpucheck::g_failed == failed_before ? "ok" : "FAILED");
 }
 
+// stream_wait into a stream being captured (issue 33): refused with nothing enqueued, through
+// the TransferEngine interface and the engine's own calls, with and without a layer; the
+// server's graph ends valid with its own 2 nodes and launches; outside the capture the same
+// wait is accepted, and a kernel after it reads the promoted bytes.
+void run_stream_wait_capture() {
+  std::printf("[stream_wait capture] stream_wait into a captured stream is refused\n");
+  const int failed_before = gpucheck::g_failed;
+  const KvGeometry kv = KvGeometry::qwen3_next();
+  constexpr std::uint32_t kPages = 16;
+  void* gpu = nullptr;
+  int* counter = nullptr;
+  CUDA_OK(cudaMalloc(&gpu, kv.page_bytes() * kPages));
+  CUDA_OK(cudaMalloc(&counter, sizeof(int)));
+  CUDA_OK(cudaMemset(counter, 0, sizeof(int)));
+  CUDA_OK(cudaDeviceSynchronize());  // the memset (legacy stream) before the non-blocking ones
+  auto host = PinnedHostPool::create(kv.page_bytes() * kPages, kv.page_bytes());
+  GPU_CHECK(host.is_ok());
+  if (!host.is_ok()) return;
+  cudaStream_t compute, graph_stream;
+  CUDA_OK(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
+  CUDA_OK(cudaStreamCreateWithFlags(&graph_stream, cudaStreamNonBlocking));
+  CudaPools pools;
+  pools.gpu_kv = kv_layer_first(reinterpret_cast<std::uintptr_t>(gpu), kv, kPages);
+  pools.host_kv_pool = &*host;
+  pools.host_pages = kPages;
+  CudaEngineOptions opt;
+  opt.compute_stream = compute;
+  auto e = CudaTransferEngine::create(pools, opt);
+  GPU_CHECK_MSG(e.is_ok(), "%s", e.status().to_string().c_str());
+  if (!e.is_ok()) return;
+  TransferEngine& te = **e;
+  GPU_CHECK(te.waits_on_device());
+  std::memset(host->data(), 0x3C, kv.page_bytes() * kPages);
+  TransferBatch b;
+  b.direction = Direction::kHostToDevice;
+  for (std::uint32_t i = 0; i < 8; ++i) b.pages.push_back({GpuPageId(i), HostPageId(i)});
+  auto t = (*e)->submit(b);
+  GPU_CHECK(t.is_ok());
+  if (!t.is_ok()) return;
+  CUDA_OK(cudaStreamBeginCapture(graph_stream, cudaStreamCaptureModeGlobal));
+  tiny_kernel<<<1, 32, 0, graph_stream>>>(counter);
+  const Status refused = te.stream_wait(t->id(), graph_stream, std::nullopt);
+  GPU_CHECK_MSG(refused.code() == ErrorCode::kFailedPrecondition, "%s",
+                refused.to_string().c_str());
+  std::printf("  refused: %s\n", refused.message().c_str());
+  GPU_CHECK(te.stream_wait(t->id(), graph_stream, 0u).code() == ErrorCode::kFailedPrecondition);
+  GPU_CHECK((*e)->stream_wait(t->id(), graph_stream).code() == ErrorCode::kFailedPrecondition);
+  tiny_kernel<<<1, 32, 0, graph_stream>>>(counter);
+  cudaGraph_t graph = nullptr;
+  const cudaError_t end = cudaStreamEndCapture(graph_stream, &graph);
+  GPU_CHECK_MSG(end == cudaSuccess, "the capture was invalidated: %s", cudaGetErrorName(end));
+  if (end == cudaSuccess) {
+    std::size_t nodes = 0;
+    CUDA_OK(cudaGraphGetNodes(graph, nullptr, &nodes));
+    GPU_CHECK_MSG(nodes == 2, "the graph holds %zu nodes (a wait joined it?)", nodes);
+    cudaGraphExec_t exec;
+    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    CUDA_OK(cudaGraphLaunch(exec, graph_stream));
+    CUDA_OK(cudaStreamSynchronize(graph_stream));
+    int launched = 0;
+    CUDA_OK(cudaMemcpy(&launched, counter, sizeof(int), cudaMemcpyDeviceToHost));
+    GPU_CHECK_MSG(launched == 2, "the graph ran %d of its 2 increments", launched);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  }
+  GPU_CHECK((*e)->stats().refused_stream_waits == 3);
+  // Eager: accepted; a copy ordered on the stream after it sees the promoted bytes.
+  GPU_CHECK(te.stream_wait(t->id(), graph_stream, std::nullopt).is_ok());
+  std::vector<unsigned char> got(kv.chunk_bytes());
+  CUDA_OK(cudaMemcpyAsync(got.data(), gpu, got.size(), cudaMemcpyDeviceToHost, graph_stream));
+  CUDA_OK(cudaStreamSynchronize(graph_stream));
+  GPU_CHECK(std::all_of(got.begin(), got.end(), [](unsigned char c) { return c == 0x3C; }));
+  GPU_CHECK(t->wait() == TransferState::kDone);
+  GPU_CHECK(cudaPeekAtLastError() == cudaSuccess);
+  t->reset();
+  e->reset();
+  cudaStreamDestroy(compute);
+  cudaStreamDestroy(graph_stream);
+  cudaFree(counter);
+  cudaFree(gpu);
+  std::printf("  %s\n", gpucheck::g_failed == failed_before ? "ok" : "FAILED");
+}
+
 // With 2+ GPUs: an engine on device 1 leaves the caller's thread on device 0.
 void run_device_restore() {
   int count = 0;
@@ -1560,7 +1654,8 @@ int main(int argc, char** argv) {
   for (const RoundTrip& t : trips) run_round_trip(t, rng);
   run_snapshots(0);
   run_snapshots((std::size_t{5} << 20) + 4096);
-  run_device_to_device();
+  run_device_to_device(CopyMethod::kAuto);
+  run_device_to_device(CopyMethod::kDmaBatch);
   run_errors(CopyMethod::kDmaBatch);
   run_errors(CopyMethod::kZeroCopyKernel);
   run_large_offsets();
@@ -1569,6 +1664,7 @@ int main(int argc, char** argv) {
   run_concurrent(CopyMethod::kZeroCopyKernel);
   run_fallback();
   run_capture();
+  run_stream_wait_capture();
   run_side_capture(CopyMethod::kAuto);
   run_side_capture(CopyMethod::kDmaBatch);
   run_legacy_stream();

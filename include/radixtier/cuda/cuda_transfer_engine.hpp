@@ -20,12 +20,14 @@
 // slices_in_flight = 0 enqueues every slice inside submit(), on the caller's thread.
 //
 // Device to device (Direction::kDeviceToDevice, TransferBatch::slot_pieces): a piece of a live
-// snapshot slot to or from a GPU KV page, one cudaMemcpyAsync(cudaMemcpyDeviceToDevice) per
-// contiguous run where the slot's segments and the page's segments meet (a page's bytes are
-// its segments in order, as in its host page: a snapshot materialized into GPU pages has the
-// same bytes as one demoted into host pages), slice_pages pieces per slice. Its stream (and
-// its feeder thread) is a third one, created by the first device-to-device submit(), so an
-// engine that never copies on the device has the two streams only. A device-to-device copy
+// snapshot slot to or from a GPU KV page (a page's bytes are its segments in order, as in its
+// host page: a snapshot materialized into GPU pages has the same bytes as one demoted into
+// host pages), slice_pages pieces per slice, each slice ONE slot-copy kernel launch that walks
+// the runs where the slot's and the page's segments meet on the device (segment tables
+// uploaded by create(); nothing uploaded or waited for per slice). d2d = kDmaBatch, or no
+// kernel image: the runs by cudaMemcpyBatchAsync (one cudaMemcpyAsync per run without it). Its
+// stream (and its feeder thread) is a third one, created by the first device-to-device submit(), so
+// an engine that never copies on the device has the two streams only. A device-to-device copy
 // always waits for the queued compute first (it reads or writes a slot or page the model's
 // kernels use), whatever demote_after_compute and promote_after_compute say.
 //
@@ -50,7 +52,11 @@
 // cudaErrorCallRequiresNewerDriver, a runtime older than 12.8) -> one cudaMemcpyAsync per
 // piece; no kernel image for the device (probed in create(), or refused at a launch) -> DMA.
 //
-// Streams of the caller: compute_stream is the model's stream on the engine's device: an
+// Streams of the caller: TransferBatch::stream names the stream a batch is ordered after
+// (nullptr: compute_stream); TransferBatch::after the tickets it runs after (its copy stream
+// waits on their events; a failed one fails it). The rule: pass the stream that last used
+// what the batch touches; a wrong stream is a race the engine cannot see (docs/cuda.md).
+// compute_stream is the model's stream on the engine's device: an
 // explicit stream (a torch.cuda.Stream, a cudaStreamCreate'd stream) or nullptr /
 // cudaStreamLegacy, the legacy default stream, which is PyTorch's default stream
 // (torch.cuda.current_stream().cuda_stream == 0). cudaStreamPerThread is refused: it means a
@@ -110,6 +116,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -164,6 +171,10 @@ struct CudaEngineOptions {
   std::size_t slice_pages = 128;
   CopyMethod d2h = CopyMethod::kAuto;  ///< demotion (pages; snapshots always use DMA)
   CopyMethod h2d = CopyMethod::kAuto;  ///< promotion
+  /// Device to device (slot pieces): kAuto and kZeroCopyKernel launch the slot copy kernel
+  /// once per slice (DMA when it cannot run here); kDmaBatch copies the slice's runs with one
+  /// cudaMemcpyBatchAsync (one cudaMemcpyAsync per run where the driver lacks it).
+  CopyMethod d2d = CopyMethod::kAuto;
   /// kAuto: a slice of pages goes to the kernel when it has at least 4 pieces and they
   /// average fewer bytes than this (and the host pool is mapped); otherwise by DMA.
   std::size_t kernel_below_piece_bytes = std::size_t{32} << 10;
@@ -175,7 +186,8 @@ struct CudaEngineOptions {
   /// Layer groups of a promotion when gpu_kv.segment_layers is set: 0 = one per layer,
   /// 1 = page order with one event per batch, n = n groups of consecutive layers.
   std::uint32_t promote_layer_groups = 0;
-  int kernel_blocks = 0;  ///< zero-copy kernel grid size; 0: min(16, the device's SMs)
+  int kernel_blocks = 0;      ///< zero-copy kernel grid size; 0: min(16, the device's SMs)
+  int d2d_kernel_blocks = 0;  ///< slot copy kernel grid size; 0: 4 per SM (HBM to HBM)
   /// Slices each direction's feeder thread keeps enqueued ahead of the GPU; 0: no feeder
   /// threads, submit() enqueues every slice on the caller's thread.
   std::size_t slices_in_flight = 2;
@@ -196,14 +208,18 @@ struct CudaEngineStats {
   std::uint64_t bytes_h2d = 0;
   std::uint64_t bytes_d2d = 0;  ///< device-to-device (slot pieces)
   std::uint64_t failed = 0;
-  std::uint64_t refused_captures = 0;  ///< submits refused: the compute stream was captured
-  std::uint32_t layer_groups = 1;      ///< groups a promotion of pages is ordered in
-  bool dma_batch_fallback = false;     ///< per-piece cudaMemcpyAsync instead of the batch call
-  std::string fallback_reason;         ///< why (the CUDA error, driver and runtime versions)
-  bool kernel_fallback = false;        ///< the kernel cannot run here: DMA for every slice
-  std::string kernel_fallback_reason;  ///< why (the CUDA error of the probe or the launch)
-  bool fatal = false;                  ///< a sticky error was seen: see health()
-  std::string last_error;              ///< the last CUDA error that failed a ticket
+  std::uint64_t refused_captures = 0;      ///< submits refused: the compute stream was captured
+  std::uint64_t refused_stream_waits = 0;  ///< stream waits refused: the stream was captured
+  std::uint64_t d2d_launches = 0;          ///< slot copy kernel launches (device to device)
+  std::uint64_t d2d_dma_runs = 0;          ///< device-to-device runs copied by DMA instead
+  std::uint64_t after_waits = 0;           ///< device waits on the tickets of TransferBatch::after
+  std::uint32_t layer_groups = 1;          ///< groups a promotion of pages is ordered in
+  bool dma_batch_fallback = false;         ///< per-piece cudaMemcpyAsync instead of the batch call
+  std::string fallback_reason;             ///< why (the CUDA error, driver and runtime versions)
+  bool kernel_fallback = false;            ///< the kernel cannot run here: DMA for every slice
+  std::string kernel_fallback_reason;      ///< why (the CUDA error of the probe or the launch)
+  bool fatal = false;                      ///< a sticky error was seen: see health()
+  std::string last_error;                  ///< the last CUDA error that failed a ticket
 };
 
 class CudaTransferEngine final : public TransferEngine {
@@ -232,6 +248,14 @@ class CudaTransferEngine final : public TransferEngine {
             pools_.host_slots,   page_bytes_,       snapshot_bytes_};
   }
 
+  /// TransferEngine::stream_wait: `stream` nullptr is CudaEngineOptions::compute_stream (the
+  /// interface's meaning; the overloads below take nullptr as the legacy stream); `layer` set:
+  /// stream_wait_layer(). Refused (kFailedPrecondition, nothing enqueued) while `stream` is
+  /// being captured: a wait on the copy's event, recorded outside the capture, would
+  /// invalidate the graph. Wait in eager forwards only (a captured decode needs no promotion).
+  Status stream_wait(TicketId id, StreamHandle stream, std::optional<std::uint32_t> layer) override;
+  /// True: stream_wait() waits on the device, never on the host.
+  bool waits_on_device() const override { return true; }
   /// Makes `stream` (explicit, or nullptr / cudaStreamLegacy: the legacy stream) wait on the
   /// GPU until the ticket's copies finished (no host wait for the copies; what remains to be
   /// enqueued is enqueued first). kTransferFailed for a failed ticket, kDeviceLost when fatal.
@@ -263,7 +287,7 @@ class CudaTransferEngine final : public TransferEngine {
  private:
   struct SubmitCounts {
     std::uint64_t slices = 0, pieces = 0, launches = 0, auto_kernel = 0, auto_dma = 0,
-                  layer_events = 0;
+                  layer_events = 0, d2d_launches = 0, d2d_dma_runs = 0, after_waits = 0;
   };
   // One slice of a batch, planned at submit (descriptors only: pieces are planned when the
   // slice is enqueued).
@@ -288,7 +312,11 @@ class CudaTransferEngine final : public TransferEngine {
     std::size_t groups_recorded = 0;  ///< group_events recorded so far
     bool started = false;             ///< the copy stream waits for `ready` already
     bool finished = false;            ///< every slice and event enqueued (or given up)
-    cudaEvent_t ready = nullptr;      ///< recorded on the compute stream by submit(); null: none
+    cudaEvent_t ready = nullptr;      ///< recorded on the batch's stream by submit(); null: none
+    /// TransferBatch::after: the done events of the tickets still pending at submit() (held:
+    /// not recycled until the copy stream waits on them, before the first slice).
+    std::vector<cudaEvent_t> after_events;
+    std::vector<TicketId> after_held;
     std::vector<cudaEvent_t> group_events;  ///< groups 0..G-2 (the last group's is `done`)
     cudaEvent_t done = nullptr;
     std::int64_t inject = -1;
@@ -305,6 +333,11 @@ class CudaTransferEngine final : public TransferEngine {
     TransferState state = TransferState::kPending;
     int waiters = 0;        ///< threads inside wait(): the event is not recycled under them
     bool released = false;  ///< release() came while waiters > 0: the last waiter erases
+    /// Set when this ticket ends failed; shared with the tickets that run after it.
+    std::shared_ptr<bool> failed_flag;
+    /// TransferBatch::after tickets pending at submit(): their ids and failure flags. This
+    /// ticket ends failed when one of them did.
+    std::vector<std::pair<TicketId, std::shared_ptr<bool>>> after;
   };
   struct Lane {     // per direction: the feeder, its queue, one slice's descriptors
     std::mutex mu;  ///< held while a slice is enqueued on the direction's stream
@@ -353,6 +386,8 @@ class CudaTransferEngine final : public TransferEngine {
                              bool inject, SubmitCounts& counts);
   cudaError_t enqueue_slot_pieces(std::span<const SlotPieceCopy> pieces, bool inject,
                                   SubmitCounts& counts);
+  cudaError_t enqueue_slot_kernel(std::span<const SlotPieceCopy> pieces, bool inject,
+                                  SubmitCounts& counts);
   void feeder_loop(Direction dir);
   std::size_t group_of_layer(std::uint32_t layer) const;
   void plan_pieces(std::span<const ItemPair> pairs, std::uint32_t group,
@@ -361,6 +396,15 @@ class CudaTransferEngine final : public TransferEngine {
   void note_kernel_fallback(cudaError_t err, const char* where);
   void log(const std::string& line) const;
   Status wait_on(TicketId id, std::int64_t layer, cudaStream_t stream);
+  /// Whether this engine ever handed out `id` (TransferBatch::after: a released ticket is
+  /// skipped, an id never issued is kInvalidArgument). Under mu_.
+  bool issued(TicketId id) const;
+  /// The next ticket id (under mu_).
+  TicketId take_id();
+  /// A ticket that ends at once with `state`, nothing enqueued (under mu_).
+  Ticket settled_ticket(TransferState state);
+  /// Ends a hold of TransferBatch::after on a ticket's events (under mu_).
+  void unhold(TicketId id);
   // The rest run under mu_.
   cudaEvent_t acquire_event();
   TransferState settle(Job& job, cudaError_t query, const char* where);
@@ -375,7 +419,10 @@ class CudaTransferEngine final : public TransferEngine {
   bool ctx_retained_ = false;
   cudaStream_t compute_ = nullptr;  ///< options_.compute_stream, nullptr as cudaStreamLegacy
   cudaStream_t streams_[kLanes] = {nullptr, nullptr, nullptr};  ///< D2D: see open_d2d_lane
-  void* device_segments_ = nullptr;  ///< the KV segment table for the kernels, group-major
+  void* device_segments_ = nullptr;       ///< the KV segment table for the kernels, group-major
+  void* device_slot_segments_ = nullptr;  ///< the snapshot slot segment table, logical order
+  int slot_segment_count_ = 0;
+  int d2d_blocks_ = 0;
   std::vector<std::uint32_t> group_first_, group_count_;    ///< per group: its table range
   std::vector<std::vector<std::uint32_t>> group_segments_;  ///< per group: its segments
   std::vector<std::uint32_t> segment_group_;                ///< per segment: its group
@@ -394,6 +441,8 @@ class CudaTransferEngine final : public TransferEngine {
   std::unordered_map<TicketId, Job> jobs_;  // guarded by mu_
   std::vector<cudaEvent_t> free_events_;    // guarded by mu_
   std::uint32_t next_id_ = 0;               // guarded by mu_
+  std::uint32_t first_id_ = 0;              ///< the first id handed out
+  std::uint64_t ids_spent_ = 0;             // guarded by mu_: ids taken (or skipped) so far
   CudaEngineStats stats_;                   // guarded by mu_
   Status fatal_;                            // guarded by mu_
 };
