@@ -566,7 +566,13 @@ TEST(ZmqPublisher, AnOverloadedQueueRestartsTheStreamAndARoutersIndexEndsExact) 
     const std::size_t snaps[] = {8, 16, 24, 32};
     (void)h.serve(known.back(), snaps);
     if (i % 50 == 0) h.settle();
-    if (i == 40) router.emplace(ctx, **pub, pc.topic);  // joins late: a gap from seq 0
+    if (i == 40) {
+      // Joins late: after batches went out (waited for: on a loaded machine the publisher
+      // thread may not have sent one yet, and a subscriber that sees seq 0 sees no gap).
+      ASSERT_TRUE((*pub)->flush(std::chrono::seconds(10)));
+      ASSERT_GT((*pub)->batches(), 0u);
+      router.emplace(ctx, **pub, pc.topic);
+    }
     if (router && i % 10 == 0) router->pump(std::chrono::milliseconds(0));
   }
   h.settle();
