@@ -12,6 +12,7 @@
 
 #include <arpa/inet.h>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -19,6 +20,7 @@
 #include <random>
 #include <sstream>
 #include <thread>
+#include <utility>
 
 #include "radixtier/shared/key_slot.hpp"
 
@@ -43,6 +45,11 @@ struct ReplyDeleter {
 bool port_free(int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return false;
+  // As redis-server binds (SO_REUSEADDR, anet.c): a port whose last connection is in
+  // TIME_WAIT is free to it. Without this, a suite that made thousands of connections saw
+  // every window taken.
+  const int one = 1;
+  (void)::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<std::uint16_t>(port));
@@ -50,6 +57,21 @@ bool port_free(int port) {
   const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
   ::close(fd);
   return ok;
+}
+
+/// The range of base ports for n nodes (each with its bus port 10000 above): below the
+/// kernel's ephemeral range (/proc/sys/net/ipv4/ip_local_port_range) when it leaves room,
+/// else 20000-50000 as before.
+std::pair<int, int> port_window(std::size_t n) {
+  int ephemeral_low = 32768;
+  if (std::FILE* f = std::fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
+    int lo = 0, hi = 0;
+    if (std::fscanf(f, "%d %d", &lo, &hi) == 2 && lo > 0) ephemeral_low = lo;
+    std::fclose(f);
+  }
+  const int highest = ephemeral_low - 10000 - static_cast<int>(n);
+  if (highest - 10000 >= 1000) return {10000, highest};
+  return {20000, 50000 - static_cast<int>(n)};
 }
 
 std::string text_of(const redisReply* r) {
@@ -128,9 +150,14 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::start(std::size_t masters,
   const std::size_t n = masters * (1 + replicas_per_master);
   std::random_device rd;
   std::mt19937 rng(rd() ^ static_cast<unsigned>(::getpid()));
-  Status last = failed("no attempt");
-  for (int attempt = 0; attempt < 8; ++attempt) {
-    std::uniform_int_distribution<int> pick(20000, 50000 - static_cast<int>(n));
+  // Client ports come from the kernel's ephemeral range: below it (node and bus ports both)
+  // a port a test's own connections took cannot collide with a node's.
+  const auto [lowest, highest] = port_window(n);
+  Status last =
+      failed("no free window of " + std::to_string(n) + " node ports (and their bus ports) in [" +
+             std::to_string(lowest) + ", " + std::to_string(highest) + "]");
+  for (int attempt = 0; attempt < 32; ++attempt) {
+    std::uniform_int_distribution<int> pick(lowest, highest);
     const int base = pick(rng);
     bool free = true;
     for (std::size_t i = 0; i < n && free; ++i) {
