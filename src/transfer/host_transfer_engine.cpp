@@ -109,11 +109,25 @@ Status HostTransferEngine::validate(const TransferBatch& b) const {
   return Status::ok();
 }
 
+// mu_ held: an `after` id this engine never issued is bad input (a released one is done).
+Status HostTransferEngine::validate_after_locked(const TransferBatch& b) const {
+  for (TicketId dep : b.after) {
+    if (!dep.valid() || dep.value() >= next_id_) {
+      std::ostringstream err;
+      err << "transfer batch rejected: `after` names " << dep
+          << ", a ticket this engine never issued";
+      return invalid_argument(err.str());
+    }
+  }
+  return Status::ok();
+}
+
 Result<Ticket> HostTransferEngine::submit(TransferBatch batch) {
   if (Status s = validate(batch); !s) return s;
   TicketId id;
   {
     std::lock_guard lock(mu_);
+    if (Status s = validate_after_locked(batch); !s) return s;
     id = TicketId(next_id_++);
     Job job{std::move(batch)};
     const std::uint64_t n = submissions_++;
@@ -144,7 +158,7 @@ TransferState HostTransferEngine::wait(TicketId id) {
   // in threaded mode) wait for whoever runs it.
   if (mode_ == Mode::kManual && it->second.state == TransferState::kPending &&
       !it->second.running) {
-    run_job(lock, id);
+    run_with_deps(lock, id);
   }
   cv_.wait(lock, [&] { return jobs_.at(id).state != TransferState::kPending; });
   return jobs_.at(id).state;
@@ -192,8 +206,39 @@ bool HostTransferEngine::complete(TicketId id) {
   auto it = jobs_.find(id);
   if (it == jobs_.end() || it->second.state != TransferState::kPending || it->second.running)
     return false;
-  run_job(lock, id);
+  run_with_deps(lock, id);
   return true;
+}
+
+// mu_ held. kManual: the pending tickets `id` runs after run first (theirs first, recursively;
+// submission order makes the graph acyclic: a batch can only name earlier tickets), then it.
+void HostTransferEngine::run_with_deps(std::unique_lock<std::mutex>& lock, TicketId id) {
+  // Copy: running a dependency releases mu_, and jobs_ may rehash meanwhile.
+  const std::vector<TicketId> deps = jobs_.at(id).batch.after;
+  for (TicketId dep : deps) {
+    auto it = jobs_.find(dep);
+    if (it == jobs_.end() || it->second.state != TransferState::kPending) continue;
+    if (it->second.running) {
+      cv_.wait(lock, [&] { return jobs_.at(dep).state != TransferState::kPending; });
+    } else {
+      run_with_deps(lock, dep);
+    }
+  }
+  Job& job = jobs_.at(id);
+  if (job.state == TransferState::kPending && !job.running) run_job(lock, id);
+}
+
+// mu_ held: kFailed when a ticket `job` runs after failed, kPending while one is still
+// pending, kDone when all landed (a released one landed: the caller reaped it).
+TransferState HostTransferEngine::deps_state_locked(const Job& job) const {
+  TransferState out = TransferState::kDone;
+  for (TicketId dep : job.batch.after) {
+    auto it = jobs_.find(dep);
+    if (it == jobs_.end()) continue;
+    if (it->second.state == TransferState::kFailed) return TransferState::kFailed;
+    if (it->second.state == TransferState::kPending) out = TransferState::kPending;
+  }
+  return out;
 }
 
 HostEngineStats HostTransferEngine::stats() const {
@@ -206,7 +251,9 @@ void HostTransferEngine::run_job(std::unique_lock<std::mutex>& lock, TicketId id
   Job& job = jobs_.at(id);
   job.running = true;
   queue_.erase(std::find(queue_.begin(), queue_.end(), id));
-  const bool fail = job.fail;
+  // Every ticket it runs after has finished (the worker and run_with_deps see to it); one that
+  // failed fails this one: its destinations are poisoned, never filled from garbage.
+  const bool fail = job.fail || deps_state_locked(job) == TransferState::kFailed;
   const TransferBatch* batch = &job.batch;  // stable: unordered_map nodes do not move
   lock.unlock();
   const bool ok = run_copy(*batch, fail);
@@ -235,7 +282,8 @@ void HostTransferEngine::worker_loop() {
     cv_.wait(lock, [&] {
       if (stop_) return true;
       for (TicketId id : queue_) {
-        if (!jobs_.at(id).delayed) {
+        const Job& job = jobs_.at(id);
+        if (!job.delayed && deps_state_locked(job) != TransferState::kPending) {
           next = id;
           return true;
         }

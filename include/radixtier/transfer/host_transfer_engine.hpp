@@ -16,9 +16,16 @@
 //
 // Modes:
 //   kThreaded: a worker thread runs batches in submission order (a delayed one is skipped
-//              until resumed), as copy streams would.
+//              until resumed, and so is one whose `after` tickets are still pending), as copy
+//              streams would.
 //   kManual:   nothing runs until the test calls complete(id) (any order) or wait(id): this
-//              is how property tests complete transfers in an arbitrary order.
+//              is how property tests complete transfers in an arbitrary order. Either first
+//              runs the pending tickets the batch runs `after` (theirs first), so no byte of
+//              it moves before theirs.
+// TransferBatch::after: an id this engine never issued is refused (kInvalidArgument, nothing
+// copied); a released one counts as landed; a ticket that failed fails the batch that runs
+// after it (its destinations poisoned, as any failed copy leaves them).
+// TransferBatch::stream is ignored (no streams: stream_wait() is the default host wait).
 // Faults: fail_ticket(id) / fail_nth_submission(n) make a chosen copy fail after its first
 // slice, with its destination poisoned; delay_ticket(id) holds a copy until resume(id).
 #pragma once
@@ -116,6 +123,9 @@ class HostTransferEngine final : public TransferEngine {
   };
 
   Status validate(const TransferBatch& batch) const;
+  Status validate_after_locked(const TransferBatch& batch) const;
+  TransferState deps_state_locked(const Job& job) const;
+  void run_with_deps(std::unique_lock<std::mutex>& lock, TicketId id);
   void worker_loop();
   // Runs the copy; mu_ must NOT be held (copies run unlocked). Returns success.
   bool run_copy(const TransferBatch& batch, bool fail);
