@@ -129,6 +129,23 @@ TEST(HostTransferEngineAfter, AReleasedTicketCountsAsLanded) {
   EXPECT_TRUE(all(mem.gpu_snapshot(GpuSlotId(0)).first(c.page_bytes), std::byte{6}));
 }
 
+TEST(HostTransferEngineAfter, AFailedTicketReleasedBeforeTheOneAfterItRunsStillFailsIt) {
+  const CacheConfig c = engine_config();
+  HostArenas mem(c);
+  HostTransferEngine engine(mem, c.slice_pages, HostTransferEngine::Mode::kManual);
+  fill(mem.gpu_snapshot(GpuSlotId(0)), 3);
+  engine.fail_nth_submission(0);
+  auto up = engine.submit(promote_page0());
+  ASSERT_TRUE(up);
+  auto down = engine.submit(fill_slot0({up->id()}));
+  ASSERT_TRUE(down);
+  ASSERT_TRUE(engine.complete(up->id()));
+  up->reset();                          // the caller reaped the failure; the fill has not run yet
+  fill(mem.gpu_page(GpuPageId(0)), 5);  // the freed page taken and written by someone else
+  EXPECT_EQ(engine.wait(down->id()), TransferState::kFailed);
+  EXPECT_TRUE(all(mem.gpu_snapshot(GpuSlotId(0)).first(c.page_bytes), HostTransferEngine::kPoison));
+}
+
 TEST(CountingTransferEngineAfter, WaitCompletesWhatItRunsAfterAndRefusesUnknownIds) {
   const CacheConfig c = engine_config();
   sim::CountingTransferEngine engine(c, sim::CountingTransferEngine::Completion::kAtWait);

@@ -126,7 +126,7 @@ Result<Ticket> HostTransferEngine::submit(TransferBatch batch) {
   if (Status s = validate(batch); !s) return s;
   TicketId id;
   {
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_);
     if (Status s = validate_after_locked(batch); !s) return s;
     id = TicketId(next_id_++);
     Job job{std::move(batch)};
@@ -136,9 +136,13 @@ Result<Ticket> HostTransferEngine::submit(TransferBatch batch) {
       job.fail = true;
       fail_submissions_.erase(it);
     }
+    const bool now = mode_ == Mode::kManual && device_at_submit_ &&
+                     job.batch.direction == Direction::kDeviceToDevice &&
+                     deps_state_locked(job) != TransferState::kPending;
     jobs_.emplace(id, std::move(job));
     queue_.push_back(id);
     ++stats_.batches;
+    if (now) run_job(lock, id);
   }
   cv_.notify_all();
   return Ticket(this, id);
@@ -167,7 +171,17 @@ TransferState HostTransferEngine::wait(TicketId id) {
 void HostTransferEngine::release(TicketId id) {
   std::lock_guard lock(mu_);
   auto it = jobs_.find(id);
-  if (it != jobs_.end() && it->second.state != TransferState::kPending) jobs_.erase(it);
+  if (it == jobs_.end() || it->second.state == TransferState::kPending) return;
+  if (it->second.state == TransferState::kFailed) {
+    // Forgotten, but the batches that run after it still fail: a caller that reaped the
+    // failure before they ran must not see them copy the garbage it left.
+    for (TicketId q : queue_) {
+      Job& job = jobs_.at(q);
+      if (std::find(job.batch.after.begin(), job.batch.after.end(), id) != job.batch.after.end())
+        job.after_failed = true;
+    }
+  }
+  jobs_.erase(it);
 }
 
 void HostTransferEngine::fail_ticket(TicketId id) {
@@ -231,6 +245,7 @@ void HostTransferEngine::run_with_deps(std::unique_lock<std::mutex>& lock, Ticke
 // mu_ held: kFailed when a ticket `job` runs after failed, kPending while one is still
 // pending, kDone when all landed (a released one landed: the caller reaped it).
 TransferState HostTransferEngine::deps_state_locked(const Job& job) const {
+  if (job.after_failed) return TransferState::kFailed;
   TransferState out = TransferState::kDone;
   for (TicketId dep : job.batch.after) {
     auto it = jobs_.find(dep);
@@ -239,6 +254,11 @@ TransferState HostTransferEngine::deps_state_locked(const Job& job) const {
     if (it->second.state == TransferState::kPending) out = TransferState::kPending;
   }
   return out;
+}
+
+void HostTransferEngine::set_device_copies_at_submit(bool on) {
+  std::lock_guard lock(mu_);
+  device_at_submit_ = on;
 }
 
 HostEngineStats HostTransferEngine::stats() const {

@@ -92,6 +92,11 @@ struct CacheStats {
   /// alloc_snapshot_slot, and the promotion destinations of an admission): one per transfer
   /// waited for. 0 while every allocation fits in the free room (the watermarks' goal).
   std::uint64_t alloc_copy_waits = 0;
+  /// Copies the cache waited for on the calling thread (a transfer engine ticket or a store
+  /// read, whatever the reason: wait(), making room, a split, drain()). admit() and insert()
+  /// add none unless room must be made by waiting: the promotion, the copy into the live slot
+  /// and the materialization of a snapshot are reaped by poll().
+  std::uint64_t host_waits = 0;
   std::uint64_t alloc_wait_bytes = 0;   ///< bytes of the transfers those waits waited for
   std::uint64_t alloc_wait_copies = 0;  ///< their slices (what a copy's latency is paid for)
   /// KV nodes and snapshots the watermark step evicted ahead of need (demotions started

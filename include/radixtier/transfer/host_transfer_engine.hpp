@@ -23,9 +23,9 @@
 //              runs the pending tickets the batch runs `after` (theirs first), so no byte of
 //              it moves before theirs.
 // TransferBatch::after: an id this engine never issued is refused (kInvalidArgument, nothing
-// copied); a released one counts as landed; a ticket that failed fails the batch that runs
-// after it (its destinations poisoned, as any failed copy leaves them).
-// TransferBatch::stream is ignored (no streams: stream_wait() is the default host wait).
+// copied); a ticket released after it landed counts as landed; a ticket that failed (released
+// or not) fails the batch that runs after it (its destinations poisoned, as any failed copy leaves
+// them). TransferBatch::stream is ignored (no streams: stream_wait() is the default host wait).
 // Faults: fail_ticket(id) / fail_nth_submission(n) make a chosen copy fail after its first
 // slice, with its destination poisoned; delay_ticket(id) holds a copy until resume(id).
 #pragma once
@@ -109,6 +109,11 @@ class HostTransferEngine final : public TransferEngine {
   std::vector<TicketId> pending() const;
   /// Runs a pending ticket now (kManual only). Returns false for an unknown or finished one.
   bool complete(TicketId id);
+  /// kManual: a device-to-device batch whose `after` tickets have all finished runs inside
+  /// submit() (one that must wait for them stays pending as any other). For tests that step
+  /// the GPU-host copies by hand and want the device copies to land as a GPU's quickly do;
+  /// off by default (the property tests complete every copy in an arbitrary order).
+  void set_device_copies_at_submit(bool on);
 
   HostEngineStats stats() const;
   HostArenas& memory() { return memory_; }
@@ -120,6 +125,7 @@ class HostTransferEngine final : public TransferEngine {
     bool fail = false;
     bool delayed = false;
     bool running = false;
+    bool after_failed = false;  ///< a ticket it runs after failed and was released
   };
 
   Status validate(const TransferBatch& batch) const;
@@ -148,6 +154,7 @@ class HostTransferEngine final : public TransferEngine {
   std::vector<std::uint64_t> fail_submissions_;       // guarded by mu_
   HostEngineStats stats_;                             // guarded by mu_
   bool stop_ = false;                                 // guarded by mu_
+  bool device_at_submit_ = false;                     // guarded by mu_
   std::vector<std::byte> staging_d2h_, staging_h2d_;  // touched only by the running copy
   std::mutex copy_mu_;                                // one copy at a time (one engine "stream")
   std::thread worker_;
