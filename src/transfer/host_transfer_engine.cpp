@@ -136,6 +136,11 @@ Result<Ticket> HostTransferEngine::submit(TransferBatch batch) {
       job.fail = true;
       fail_submissions_.erase(it);
     }
+    auto held = std::find(delay_submissions_.begin(), delay_submissions_.end(), n);
+    if (held != delay_submissions_.end()) {
+      job.delayed = true;
+      delay_submissions_.erase(held);
+    }
     const bool now = mode_ == Mode::kManual && device_at_submit_ &&
                      job.batch.direction == Direction::kDeviceToDevice &&
                      deps_state_locked(job) != TransferState::kPending;
@@ -192,6 +197,11 @@ void HostTransferEngine::fail_ticket(TicketId id) {
 void HostTransferEngine::fail_nth_submission(std::uint64_t n) {
   std::lock_guard lock(mu_);
   fail_submissions_.push_back(submissions_ + n);
+}
+
+void HostTransferEngine::delay_nth_submission(std::uint64_t n) {
+  std::lock_guard lock(mu_);
+  delay_submissions_.push_back(submissions_ + n);
 }
 
 void HostTransferEngine::delay_ticket(TicketId id) {

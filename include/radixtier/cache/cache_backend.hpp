@@ -159,6 +159,19 @@ class CacheBackend {
   /// Waits for the admission's copies; returns the tokens the request resumes from (a page
   /// multiple, <= Admission::cached_tokens). Read path_pages()/path_snapshot() after it.
   virtual Result<std::size_t> wait(LockId lock) = 0;
+  /// True when stream_wait() orders a caller's stream after the lock's copies (PrefixCache).
+  virtual bool supports_stream_wait() const { return false; }
+  /// Makes `stream` wait for the copies of the lock's resumed prefix (the KV of the layers up
+  /// to `layer`, the snapshot whole): PrefixCache::stream_wait. The caller then checks
+  /// poll(lock) == kDone before committing what it computed from the prefix. A backend without
+  /// it: kFailedPrecondition (call wait()).
+  virtual Status stream_wait(LockId lock, StreamHandle stream, std::optional<std::uint32_t> layer) {
+    (void)lock;
+    (void)stream;
+    (void)layer;
+    return Status(ErrorCode::kFailedPrecondition,
+                  "stream_wait: this cache backend has no device ordering; call wait()");
+  }
   virtual Result<std::vector<GpuPageId>> path_pages(LockId lock) const = 0;
   virtual Result<GpuSlotId> path_snapshot(LockId lock) const = 0;
   virtual Result<std::vector<GpuPageId>> alloc_pages(LockId lock, std::size_t n) = 0;

@@ -147,7 +147,9 @@ class PrefixCache final : public CacheBackend {
   /// it, and wait() says where the request resumes (recompute from there). Errors: kNotFound
   /// (unknown lock), kTransferFailed (a copy is known to have failed: wait()), changing
   /// nothing.
-  Status stream_wait(LockId lock, StreamHandle stream, std::optional<std::uint32_t> layer = {});
+  Status stream_wait(LockId lock, StreamHandle stream,
+                     std::optional<std::uint32_t> layer = {}) override;
+  bool supports_stream_wait() const override { return true; }
   Result<std::vector<GpuPageId>> path_pages(LockId lock) const override;
   Result<GpuSlotId> path_snapshot(LockId lock) const override;
   Result<std::vector<GpuPageId>> alloc_pages(LockId lock, std::size_t n) override;

@@ -103,6 +103,9 @@ class HostTransferEngine final : public TransferEngine {
   /// The n-th submit() from now (0 = the next one) fails when it runs.
   void fail_nth_submission(std::uint64_t n);
   void delay_ticket(TicketId id);
+  /// The n-th submit() from now (0 = the next one) is held until resume(its id): a copy that
+  /// is certainly still in flight when its submitter returns, in either mode.
+  void delay_nth_submission(std::uint64_t n);
   void resume(TicketId id);
 
   // --- manual mode -----------------------------------------------------------------------
@@ -152,6 +155,7 @@ class HostTransferEngine final : public TransferEngine {
   std::uint32_t next_id_ = 0;                         // guarded by mu_
   std::uint64_t submissions_ = 0;                     // guarded by mu_
   std::vector<std::uint64_t> fail_submissions_;       // guarded by mu_
+  std::vector<std::uint64_t> delay_submissions_;      // guarded by mu_
   HostEngineStats stats_;                             // guarded by mu_
   bool stop_ = false;                                 // guarded by mu_
   bool device_at_submit_ = false;                     // guarded by mu_
