@@ -8,7 +8,12 @@
 // and snapshots on every tier is decided by eviction at every moment. GPU snapshot slots are
 // live slots only, the running requests' state: a resume copies the cached pages into the
 // request's slot and insert copies a slot into pages (device to device; docs/architecture.md,
-// "The GPU pool").
+// "The GPU pool"). Both device copies are transfers like promotions (issue 33): submitted
+// without waiting (the fill at admission, ordered `after` the copy still bringing its snapshot
+// onto the GPU; the materialization at insert, whose node's GPU snapshot is arriving,
+// Xfer::kMaterialize), reaped by poll(); admit() and insert() wait for neither
+// (CacheStats::host_waits). stream_wait() orders a caller's stream after them instead of a
+// host wait; RequestOptions::stream is carried by every batch a request's call submits.
 //
 // The cache is composed of parts, each owning its state and stating its invariants:
 //   RadixTree      (radix_tree.hpp)    the nodes, the namespace roots, walks and splits
@@ -45,9 +50,14 @@
 //  4. order membership == the evictable predicates of node.hpp, refreshed at every change;
 //     every linked key equals the key the node's state gives (check_invariants()).
 //  5. sources and destinations of a copy stay held until it completes, so recycling an id
-//     can never mix bytes.
+//     can never mix bytes: a fill's source snapshot stays locked (by its lock, or by the copy
+//     once the lock is released, the live slot then held by the copy); a materialization holds
+//     its slot and its pages (Holder::kTransfer) until it lands. The one exception is a fill
+//     ordered after a promotion that failed: the promotion's pages are freed when it is
+//     reaped, and the engine fails the fill without reading them (TransferBatch::after).
 //  6. path_snapshot() hands out the request's own live slot, filled device to device from the
-//     cached pages; the cached copy is never computed in.
+//     cached pages once the fill landed (or earlier to a caller that stream_wait()ed); the
+//     cached copy is never computed in.
 //  7. a failed demotion or promotion frees its destination and keeps the intact source (the
 //     GPU copy / the host copy; eviction then takes the next victim); wait() resumes the
 //     request at the deepest boundary of its path that is still usable on GPU (KV that
