@@ -283,10 +283,13 @@ void HostTransferEngine::run_job(std::unique_lock<std::mutex>& lock, TicketId id
   queue_.erase(std::find(queue_.begin(), queue_.end(), id));
   // Every ticket it runs after has finished (the worker and run_with_deps see to it); one that
   // failed fails this one: its destinations are poisoned, never filled from garbage.
-  const bool fail = job.fail || deps_state_locked(job) == TransferState::kFailed;
+  const bool after_failed = deps_state_locked(job) == TransferState::kFailed;
+  const bool fail = job.fail || after_failed;
   const TransferBatch* batch = &job.batch;  // stable: unordered_map nodes do not move
   lock.unlock();
-  const bool ok = run_copy(*batch, fail);
+  // A batch after a failed one reads nothing: its sources may be that one's garbage, already
+  // freed and reused by the caller. It only poisons its destinations.
+  const bool ok = run_copy(*batch, fail, after_failed);
   lock.lock();
   Job& done = jobs_.at(id);
   done.running = false;
@@ -337,7 +340,7 @@ void HostTransferEngine::copy_sliced(std::span<const std::byte> src, std::span<s
 // Device to device: slot pieces in slices of slice_pages_ pieces, each copied directly
 // between the GPU slot arena and the GPU page arena (no host staging, as on a GPU). A failing
 // copy stops after its first slice and poisons every destination of the batch.
-bool HostTransferEngine::run_device_copy(const TransferBatch& b, bool fail) {
+bool HostTransferEngine::run_device_copy(const TransferBatch& b, bool fail, bool read_nothing) {
   const std::size_t pb = memory_.page_bytes();
   auto slot_span = [&](const SlotPieceCopy& p) {
     return memory_.gpu_snapshot(p.slot).subspan(p.offset,
@@ -347,7 +350,8 @@ bool HostTransferEngine::run_device_copy(const TransferBatch& b, bool fail) {
     return memory_.gpu_page(p.page).first(piece_bytes(p, pb, memory_.snapshot_bytes()));
   };
   std::uint64_t slices = 0;
-  for (std::size_t first = 0; first < b.slot_pieces.size(); first += slice_pages_) {
+  for (std::size_t first = 0; first < b.slot_pieces.size() && !read_nothing;
+       first += slice_pages_) {
     const std::size_t last = std::min(b.slot_pieces.size(), first + slice_pages_);
     for (std::size_t i = first; i < last; ++i) {
       const SlotPieceCopy& p = b.slot_pieces[i];
@@ -369,9 +373,9 @@ bool HostTransferEngine::run_device_copy(const TransferBatch& b, bool fail) {
   return !fail;
 }
 
-bool HostTransferEngine::run_copy(const TransferBatch& b, bool fail) {
+bool HostTransferEngine::run_copy(const TransferBatch& b, bool fail, bool read_nothing) {
   std::lock_guard copy_lock(copy_mu_);
-  if (b.direction == Direction::kDeviceToDevice) return run_device_copy(b, fail);
+  if (b.direction == Direction::kDeviceToDevice) return run_device_copy(b, fail, read_nothing);
   const bool d2h = b.direction == Direction::kDeviceToHost;
   auto& staging = d2h ? staging_d2h_ : staging_h2d_;
   const std::size_t pb = memory_.page_bytes();
@@ -383,7 +387,7 @@ bool HostTransferEngine::run_copy(const TransferBatch& b, bool fail) {
     return d2h ? memory_.host_page(p.host) : memory_.gpu_page(p.gpu);
   };
   // Pages: slices of at most slice_pages_ pages, each staged whole.
-  for (std::size_t first = 0; first < b.pages.size(); first += slice_pages_) {
+  for (std::size_t first = 0; first < b.pages.size() && !read_nothing; first += slice_pages_) {
     const std::size_t last = std::min(b.pages.size(), first + slice_pages_);
     for (std::size_t i = first; i < last; ++i) {
       std::memcpy(staging.data() + (i - first) * pb, page_src(b.pages[i]).data(), pb);

@@ -137,9 +137,11 @@ class HostTransferEngine final : public TransferEngine {
   void run_with_deps(std::unique_lock<std::mutex>& lock, TicketId id);
   void worker_loop();
   // Runs the copy; mu_ must NOT be held (copies run unlocked). Returns success.
-  bool run_copy(const TransferBatch& batch, bool fail);
+  // read_nothing (a ticket it runs after failed): no byte is read, the destinations are only
+  // poisoned.
+  bool run_copy(const TransferBatch& batch, bool fail, bool read_nothing);
   // The device-to-device part of run_copy (copy_mu_ held).
-  bool run_device_copy(const TransferBatch& batch, bool fail);
+  bool run_device_copy(const TransferBatch& batch, bool fail, bool read_nothing);
   void copy_sliced(std::span<const std::byte> src, std::span<std::byte> dst,
                    std::vector<std::byte>& staging);
   void run_job(std::unique_lock<std::mutex>& lock, TicketId id);
