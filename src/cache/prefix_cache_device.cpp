@@ -71,9 +71,14 @@ void PrefixCache::finish_device_copy(std::uint32_t id, bool ok, bool write_throu
         remove_if_empty(n);
         return;
       }
-      // Write-through: the host copy reads the pages this copy wrote, so it starts now.
-      if (write_through_now && config_.write_policy == WritePolicy::kWriteThrough)
+      // Write-through: the host copy reads the pages this copy wrote, so it starts now (while
+      // its KV is on GPU, as insert would have: a snapshot whose KV left the GPU goes first).
+      if (write_through_now && config_.write_policy == WritePolicy::kWriteThrough &&
+          n->gpu.has_kv()) {
         write_through({}, n);
+        // Making host room for it may have dropped n's own host KV: an empty leaf leaves.
+        remove_if_empty(n);
+      }
     } else {
       // Rule 7: nothing usable arrived; the node has no GPU snapshot (its fills fail with it).
       release(n->gpu.snapshot);

@@ -170,7 +170,9 @@ std::string PrefixCache::check_invariants() const {
       if (n->host.has_kv() && n->host.pages.size() != np) return fail("host page count != pages");
       if (n->children.empty() && n->lock_count == 0 && n->snapshot_lock == 0 && n->host_pin == 0 &&
           !n->has_kv() && n->kv_xfer == Xfer::kNone && n->snap_xfer == Xfer::kNone)
-        return fail("an empty leaf was left in the tree");
+        return fail(std::string("an empty leaf was left in the tree (snapshot on gpu ") +
+                    (n->gpu.has_snapshot() ? "yes" : "no") + ", host " +
+                    (n->host.has_snapshot() ? "yes" : "no") + ")");
     }
     // Rule 2 and 5: each id in one place; ids of an in-flight copy are held by it.
     const bool kv_to_host = n->kv_to_host();
