@@ -127,10 +127,11 @@ Result<Admission> PrefixCache::admit_tokens(std::span<const T> prompt,
   Admission& a = *got;
   a.lock = id;
   a.kv_tokens = kv_tokens;
-  // The copy into the live slot is submitted now, ordered after the snapshot's promotion when
-  // that is still arriving: the admission never waits for it (poll() reaps it).
-  submit_fill(id, rec);
   poll();
+  // The copy into the live slot is submitted now, ordered after the snapshot's promotion when
+  // that is still arriving: the admission never waits for it (a later poll() reaps it). After
+  // the poll: its watermark step runs while the snapshot is still the lock's.
+  submit_fill(id, rec);
   // A copy that already failed (a store record that failed its check, reaped by this poll)
   // needs wait() too: it resumes the request above the loss.
   a.promoting = lock_state(rec) != TransferState::kDone;
