@@ -5,6 +5,9 @@
 // a failed device copy degrades to recompute; stream_wait() hands out the ids early.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
+
 #include "cache_harness.hpp"
 
 namespace radixtier {
@@ -194,6 +197,85 @@ TEST(PrefixCacheDeviceCopies, StreamWaitReportsACopyKnownToHaveFailed) {
   EXPECT_LT(*w, 16u);
   EXPECT_INVARIANTS(h);
   ASSERT_TRUE(h.cache->release(a->lock));
+}
+
+/// An engine that orders a batch after its `after` tickets but, as a GPU would for a failure
+/// it learns of only later, does not fail it when one of them failed: the cache must not take
+/// such a fill's "done" for usable bytes.
+class NoFailurePropagation final : public TransferEngine {
+ public:
+  explicit NoFailurePropagation(HostTransferEngine& inner) : inner_(inner) {}
+  Result<Ticket> submit(TransferBatch batch) override {
+    batch.after.clear();  // the test completes the tickets in order itself
+    Result<Ticket> t = inner_.submit(std::move(batch));
+    if (!t) return t.status();
+    const TicketId id = t->id();
+    held_.emplace(id, std::move(*t));
+    return Ticket(this, id);
+  }
+  TransferState poll(TicketId id) override { return inner_.poll(id); }
+  TransferState wait(TicketId id) override { return inner_.wait(id); }
+  void release(TicketId id) override { held_.erase(id); }
+  std::size_t slice_pages() const override { return inner_.slice_pages(); }
+  EngineCapacity capacity() const override { return inner_.capacity(); }
+  HostPages* host_memory() override { return inner_.host_memory(); }
+
+ private:
+  HostTransferEngine& inner_;
+  std::map<TicketId, Ticket> held_;
+};
+
+TEST(PrefixCacheDeviceCopies, AFillReportedDoneAfterItsPromotionFailedIsNotUsed) {
+  const CacheConfig c = small_config();
+  HostArenas memory(c);
+  HostTransferEngine inner(memory, c.slice_pages, HostTransferEngine::Mode::kManual);
+  inner.set_device_copies_at_submit(false);
+  NoFailurePropagation engine(inner);
+  auto made = PrefixCache::create(c, engine);
+  ASSERT_TRUE(made);
+  PrefixCache& cache = **made;
+  const auto p = seq({{1, 16}, {9, 1}});
+  // Serve p with snapshots at 8 and 16 by hand, then send both snapshots to host.
+  {
+    auto a = cache.admit(p);
+    ASSERT_TRUE(a);
+    auto pages = cache.alloc_pages(a->lock, 4);
+    ASSERT_TRUE(pages);
+    for (std::size_t i = 0; i < 4; ++i)
+      std::fill(memory.gpu_page((*pages)[i]).begin(), memory.gpu_page((*pages)[i]).end(),
+                std::byte(i + 1));
+    for (std::size_t b : {8u, 16u}) {
+      auto s = cache.alloc_snapshot_slot(a->lock);
+      ASSERT_TRUE(s);
+      std::fill(memory.gpu_snapshot(*s).begin(), memory.gpu_snapshot(*s).end(), std::byte(b));
+      ASSERT_TRUE(cache.insert(a->lock, std::span(p).first(b), std::span(*pages).first(b / 4), *s));
+    }
+    ASSERT_TRUE(cache.release(a->lock));
+    cache.drain();
+    ASSERT_TRUE(cache.evict({0, 2, Tier::kGpu}));
+    cache.drain();
+  }
+  ASSERT_FALSE(cache.match(p).snapshot_on_gpu);
+  auto a = cache.admit(p);
+  ASSERT_TRUE(a);
+  ASSERT_EQ(a->cached_tokens, 16u);
+  auto pending = inner.pending();
+  ASSERT_EQ(pending.size(), 2u);  // the snapshot's promotion, the fill
+  inner.fail_ticket(pending[0]);
+  ASSERT_TRUE(inner.complete(pending[0]));  // failed
+  ASSERT_TRUE(inner.complete(pending[1]));  // "done": it copied the poisoned pages
+  EXPECT_EQ(*cache.poll(a->lock), TransferState::kFailed);
+  EXPECT_EQ(cache.path_snapshot(a->lock).status().code(), ErrorCode::kFailedPrecondition);
+  auto w = cache.wait(a->lock);
+  ASSERT_TRUE(w);
+  EXPECT_EQ(*w, 8u);  // the snapshot above, promoted and filled again
+  auto slot = cache.path_snapshot(a->lock);
+  ASSERT_TRUE(slot);
+  const auto bytes = memory.gpu_snapshot(*slot);
+  EXPECT_TRUE(
+      std::all_of(bytes.begin(), bytes.end(), [](std::byte x) { return x == std::byte(8); }));
+  EXPECT_EQ(cache.check_invariants(), "");
+  ASSERT_TRUE(cache.release(a->lock));
 }
 
 }  // namespace

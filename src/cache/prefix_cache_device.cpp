@@ -39,8 +39,26 @@ void PrefixCache::reap_device_copies() {
     const TransferState s = c.ticket.poll();
     if (s != TransferState::kPending) done.emplace_back(id, s == TransferState::kDone);
   }
-  std::sort(done.begin(), done.end());  // submission order: a materialization before its fills
-  for (auto [id, ok] : done) finish_device_copy(id, ok);
+  // Submission order: a materialization before the fills after it, each of which is reaped
+  // only once its snapshot's copy was (checked now, after the earlier ones finished).
+  std::sort(done.begin(), done.end());
+  for (auto [id, ok] : done) {
+    auto it = xfers_.device.find(id);
+    if (it != xfers_.device.end() && !arrival_pending(it->second)) finish_device_copy(id, ok);
+  }
+}
+
+bool PrefixCache::arrival_pending(const DeviceCopy& c) const {
+  return c.kind == DeviceCopy::Kind::kFill && c.arrival != Xfer::kNone &&
+         c.node->snap_xfer == c.arrival && c.node->snap_xfer_id == c.arrival_id;
+}
+
+void PrefixCache::fail_fills_after(const Node* n, Xfer arrival, std::uint32_t arrival_id) {
+  for (auto& [id, c] : xfers_.device) {
+    if (c.kind == DeviceCopy::Kind::kFill && c.node == n && c.arrival == arrival &&
+        c.arrival_id == arrival_id)
+      c.source_failed = true;
+  }
 }
 
 void PrefixCache::wait_device_copy(std::uint32_t id, bool write_through_now) {
@@ -48,6 +66,17 @@ void PrefixCache::wait_device_copy(std::uint32_t id, bool write_through_now) {
   if (it == xfers_.device.end()) return;
   ++stats_.host_waits;
   const TransferState s = it->second.ticket.wait();
+  if (arrival_pending(it->second)) {
+    // It landed, so the copy it ran after has too: reap that one first (its outcome decides).
+    const DeviceCopy& c = it->second;
+    if (c.arrival == Xfer::kPromote) {
+      wait_transfer(c.arrival_id);
+    } else {
+      wait_device_copy(c.arrival_id);
+    }
+    it = xfers_.device.find(id);
+    if (it == xfers_.device.end()) return;
+  }
   finish_device_copy(id, s == TransferState::kDone, write_through_now);
 }
 
@@ -81,6 +110,7 @@ void PrefixCache::finish_device_copy(std::uint32_t id, bool ok, bool write_throu
       }
     } else {
       // Rule 7: nothing usable arrived; the node has no GPU snapshot (its fills fail with it).
+      fail_fills_after(n, Xfer::kMaterialize, id);
       release(n->gpu.snapshot);
       set_snapshot<Tier::kGpu>(n, {});
       remove_if_empty(n);
@@ -99,6 +129,7 @@ void PrefixCache::finish_device_copy(std::uint32_t id, bool ok, bool write_throu
     return;
   }
   rec->fill_xfer = 0;
+  ok = ok && !c.source_failed;
   if (ok) {
     // The request has its copy: the cached one need not stay on GPU for it any more.
     rec->filled = n;
@@ -152,6 +183,10 @@ void PrefixCache::submit_fill(LockId id, LockRecord& rec) {
   if (after) fill.after.push_back(*after);
   DeviceCopy copy;
   copy.kind = DeviceCopy::Kind::kFill;
+  if (after) {
+    copy.arrival = n->snap_xfer;
+    copy.arrival_id = n->snap_xfer_id;
+  }
   copy.node = n;
   copy.slot = rec.live;
   copy.lock = id;
@@ -164,7 +199,7 @@ void PrefixCache::submit_fill(LockId id, LockRecord& rec) {
   rec.fill_xfer = *xid;
   // An engine that finished at submit (the simulator's): reaped now, no wait.
   DeviceCopy& c = xfers_.device.at(*xid);
-  if (c.ticket.poll() != TransferState::kPending)
+  if (!arrival_pending(c) && c.ticket.poll() != TransferState::kPending)
     finish_device_copy(*xid, c.ticket.poll() == TransferState::kDone);
 }
 

@@ -143,10 +143,10 @@ void PrefixCache::poll() {
 }
 
 void PrefixCache::reap_transfers() {
-  // Device copies first: a materialization lands before the fills ordered after it, so a fill
-  // reaped in the same pass finds its snapshot usable.
-  reap_device_copies();
+  // GPU-host copies first: a fill is reaped only after the copy that brought its snapshot
+  // (DeviceCopy::arrival), so one reaped in the same pass sees its outcome.
   if (!xfers_.copies.empty()) reap_gpu_host();
+  reap_device_copies();
   submit_deferred_fills();  // a promotion a store read started may now order a fill
 }
 
@@ -245,6 +245,7 @@ void PrefixCache::finish_op(const CopyOp& op, bool ok) {
       ++stats_.snapshots_promoted;
       refresh(n);
     } else {  // as for KV: the host copy stays, the GPU slot is freed
+      fail_fills_after(n, Xfer::kPromote, n->snap_xfer_id);
       release(n->gpu.snapshot);
       set_snapshot<Tier::kGpu>(n, {});
     }

@@ -562,6 +562,11 @@ class PrefixCache final : public CacheBackend {
   void finish_device_copy(std::uint32_t id, bool ok, bool write_through_now = true);
   void wait_device_copy(std::uint32_t id, bool write_through_now = true);
   void reap_device_copies();
+  /// A fill whose snapshot's arrival (DeviceCopy::arrival) is not reaped yet.
+  bool arrival_pending(const DeviceCopy& c) const;
+  /// The arrival of n's snapshot (`arrival`, transfer `arrival_id`) failed: the fills ordered
+  /// after it read nothing usable and fail when reaped, whatever their engine says.
+  void fail_fills_after(const Node* n, Xfer arrival, std::uint32_t arrival_id);
   /// Waits for the materializations in flight (slot_holders: and the fills of released
   /// requests, which hold a slot too): making room, which must see their pages and slots.
   void settle_device_copies(bool slot_holders);

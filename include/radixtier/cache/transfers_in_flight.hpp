@@ -138,6 +138,13 @@ struct DeviceCopy {
   GpuSlotId slot;
   LockId lock;  ///< kFill: the request filled (invalid: released while in flight)
   std::uint64_t bytes = 0;
+  /// kFill: the copy its snapshot was still arriving by at submission (kPromote or
+  /// kMaterialize, with the node's snap_xfer_id then), else kNone. The fill is reaped only
+  /// after that copy was: an engine may report the fill done though what it read failed to
+  /// arrive (an asynchronous failure on a GPU), so the arrival's outcome decides.
+  Xfer arrival = Xfer::kNone;
+  std::uint32_t arrival_id = 0;
+  bool source_failed = false;  ///< the arrival failed: the fill read nothing usable
 };
 
 struct TransfersInFlight {
