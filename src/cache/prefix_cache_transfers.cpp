@@ -32,6 +32,7 @@ Status PrefixCache::submit_batch(PendingBatch&& pending, std::optional<std::uint
   const bool d2h = b.direction == Direction::kDeviceToHost;
   const std::size_t pages = b.pages.size(), snapshots = b.snapshots.size();
   const Direction direction = b.direction;
+  pending.batch.stream = call_stream_;  // the request's stream, or the default (none)
   Result<Ticket> ticket = gpu_.link->submit(std::move(pending.batch));
   if (!ticket) {
     // The engine refused the batch: nothing moved, so nothing is lost either.
@@ -94,11 +95,20 @@ void PrefixCache::wait_transfer(std::uint32_t id) {
     stats_.alloc_wait_bytes += it->second.bytes;
     stats_.alloc_wait_copies += it->second.copies;
   }
+  ++stats_.host_waits;
   const TransferState state = it->second.ticket.wait();
   finish_transfer(id, state == TransferState::kDone);
 }
 
 bool PrefixCache::wait_any_transfer() {
+  if (xfers_.copies.empty() && !xfers_.device.empty()) {
+    // A materialization frees nothing but holds pages eviction may take once it lands.
+    std::uint32_t oldest = xfers_.device.begin()->first;
+    for (const auto& [id, c] : xfers_.device) oldest = std::min(oldest, id);
+    if (alloc_room_) ++stats_.alloc_copy_waits;
+    wait_device_copy(oldest);
+    return true;
+  }
   if (xfers_.copies.empty()) {
     // A store write in flight keeps its node's GPU copy off the GPU order (one copy at a
     // time): when only those are left, waiting for one makes its node evictable again.
@@ -127,13 +137,20 @@ void PrefixCache::poll() {
   reap_store_transfers();  // first: a store read that arrived goes on to GPU
   reap_transfers();
   reap_staged();
-  demote_ahead();
+  demote_ahead();  // made by no request: the engine's default stream
   store_ahead();
   restart_lossy_sinks();
 }
 
 void PrefixCache::reap_transfers() {
-  if (xfers_.copies.empty()) return;
+  // GPU-host copies first: a fill is reaped only after the copy that brought its snapshot
+  // (DeviceCopy::arrival), so one reaped in the same pass sees its outcome.
+  if (!xfers_.copies.empty()) reap_gpu_host();
+  reap_device_copies();
+  submit_deferred_fills();  // a promotion a store read started may now order a fill
+}
+
+void PrefixCache::reap_gpu_host() {
   std::vector<std::pair<std::uint32_t, bool>> done;
   for (auto& [id, t] : xfers_.copies) {
     const TransferState s = t.ticket.poll();
@@ -228,6 +245,7 @@ void PrefixCache::finish_op(const CopyOp& op, bool ok) {
       ++stats_.snapshots_promoted;
       refresh(n);
     } else {  // as for KV: the host copy stays, the GPU slot is freed
+      fail_fills_after(n, Xfer::kPromote, n->snap_xfer_id);
       release(n->gpu.snapshot);
       set_snapshot<Tier::kGpu>(n, {});
     }

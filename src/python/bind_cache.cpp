@@ -130,6 +130,7 @@ constexpr StatField kStatFields[] = {
     {"snapshot_slot_misses", &CacheStats::snapshot_slot_misses},
     {"dead_kv_pages_dropped", &CacheStats::dead_kv_pages_dropped},
     {"alloc_copy_waits", &CacheStats::alloc_copy_waits},
+    {"host_waits", &CacheStats::host_waits},
     {"alloc_wait_bytes", &CacheStats::alloc_wait_bytes},
     {"alloc_wait_copies", &CacheStats::alloc_wait_copies},
     {"background_evictions", &CacheStats::background_evictions},
