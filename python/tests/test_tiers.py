@@ -12,7 +12,6 @@ import pytest
 
 import radixtier as rt
 from conftest import small_config
-from redis_cluster import LocalCluster, redis_server
 
 MODEL = "test/tiny-hybrid"
 
@@ -224,16 +223,7 @@ def test_disk_store_engine_belongs_to_one_engine_and_one_cache(tmp_path):
             a.engine)
 
 
-# --- the shared tier ----------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def cluster():
-    if redis_server() is None:
-        pytest.skip("redis-server is not installed (Debian: apt-get install redis-server)")
-    c = LocalCluster(masters=3)
-    yield c
-    c.stop()
-
+# --- the shared tier (the `cluster` fixture: conftest.py) -----------------------------------------
 
 def shared_tier(inst, cluster, **changes):
     options = dict(weights_version="w1", kv_dtype="u8", min_tokens=4, probe_deadline_ms=2000,
