@@ -323,12 +323,18 @@ cudaStream_t stream_from(const py::object& s) {
 }
 
 /// A per-call stream: the given one, or (None) torch's current stream on `device` when torch
-/// has CUDA, else the engine's default compute stream (nullptr).
+/// has CUDA, else the engine's default compute stream (nullptr). A handle of 0 (what torch
+/// reports for its default stream) is the legacy default stream, cudaStreamLegacy: in a
+/// TransferBatch nullptr would mean the engine's compute stream instead.
 cudaStream_t call_stream(const py::object& s, int device) {
-  if (!s.is_none()) return stream_from(s);
-  py::object torch = torch_with_cuda();
-  if (torch.is_none()) return nullptr;
-  return stream_from(torch.attr("cuda").attr("current_stream")(device));
+  py::object v = s;
+  if (v.is_none()) {
+    py::object torch = torch_with_cuda();
+    if (torch.is_none()) return nullptr;
+    v = torch.attr("cuda").attr("current_stream")(device);
+  }
+  const cudaStream_t h = stream_from(v);
+  return h != nullptr ? h : cudaStreamLegacy;
 }
 
 /// Warns when the PyTorch of this process was built for another CUDA major version than this
