@@ -226,6 +226,19 @@ class Engine:
             slice_pages=config.slice_pages, device=dev,
             compute_stream=torch.cuda.current_stream(dev))
 
+    def health(self):
+        """The engine's health (rt.EngineHealth): the host engine is always ok; the CUDA
+        engine reports DEVICE_LOST with the CUDA error once its context is gone."""
+        return self.cache.health()
+
+    def check_health(self) -> None:
+        """Raises rt.DeviceLostError when the device is lost: the process must restart. Called
+        after every failed copy (a sticky CUDA error fails every ticket)."""
+        h = self.cache.health()
+        if not h.ok:
+            raise rt.DeviceLostError(f"the engine's device is lost: {h.message} (restart the "
+                                     "process)")
+
     def close(self) -> None:
         """A graceful shutdown: publishes what is queued (shared tier), persists everything
         the cache holds to the disk tier. The engine serves nothing afterwards."""
@@ -302,13 +315,16 @@ class Engine:
             try:
                 cached = self.cache.wait(a.lock)
             except rt.TransferFailedError:
-                # The engine refused the copy: release and admit again (matches less).
+                # The engine refused the copy: release and admit again (matches less), unless
+                # the device is gone (recomputing on a lost context is pointless).
                 self.cache.release(a.lock)
                 res.transfer_failures += 1
+                self.check_health()
                 continue
             if cached < a.cached_tokens:
                 # Rule 7: a copy failed; the lock moved to the deepest boundary still usable.
                 res.transfer_failures += 1
+                self.check_health()
             break
         table = np.zeros(0, dtype=np.int64)
         if cached > 0:
@@ -389,6 +405,8 @@ class Engine:
             if len(r.res.output) < r.req.max_new_tokens:
                 return self._decode(r)
             return self._finish(r)
+        except rt.DeviceLostError:
+            raise  # not this request's failure: the process must restart
         except rt.Error as e:
             self._fail(r, str(e))
             return "failed"

@@ -78,3 +78,41 @@ def test_engine_config_errors(model):
         Engine(model, base_config(shared_seeds=["127.0.0.1:1"]))
     with pytest.raises(ValueError, match="model is on cpu"):
         Engine(model, base_config(device="cuda:0"))
+
+
+class LostDevice:
+    """The cache as it answers once its CUDA engine saw a sticky error: health() reports
+    DEVICE_LOST (every other call goes to the real cache)."""
+
+    def __init__(self, cache):
+        self._cache = cache
+
+    def __getattr__(self, name):
+        return getattr(self._cache, name)
+
+    def health(self):
+        return type("Health", (), {"ok": False, "code": rt.ErrorCode.DEVICE_LOST,
+                                   "message": "cudaErrorIllegalAddress"})()
+
+
+@pytest.mark.parametrize("lost", [False, True])
+def test_a_failed_copy_on_a_lost_device_stops_the_engine(model, lost):
+    """After a failed copy the engine checks health(): a healthy engine recomputes what the
+    copy was for (bit-identical), a lost device stops it with DeviceLostError."""
+    prompt = synth(11, 96, model.cfg.vocab)
+    longer = np.concatenate([prompt, synth(12, 5, model.cfg.vocab)])
+    engine = Engine(model, base_config(), fail_at_admission={2: [0]})  # request 2's promotion
+    assert engine.health().ok
+    assert not run(engine, Request(1, prompt, 2))[1].error
+    engine.cache.evict(tokens=1 << 20)  # the KV to host: request 2 must promote it
+    engine.cache.drain()
+    assert engine.cache.peek(longer).load_back
+    if lost:
+        engine.cache = LostDevice(engine.cache)
+        engine.submit(Request(2, longer, 2))
+        with pytest.raises(rt.DeviceLostError, match="cudaErrorIllegalAddress"):
+            engine.run()
+        return
+    r2 = run(engine, Request(2, longer, 2))[2]
+    assert r2.transfer_failures == 1 and not r2.error
+    assert same_answer(r2, reference_run(model, Request(2, longer, 2)))
