@@ -134,6 +134,8 @@ class HybridModel:
         """This model with its weights on `device` (e.g. "cuda"): the same weights, bit for
         bit (made on the CPU from the seed, then copied)."""
         device = torch.device(device)
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
         out = HybridModel.__new__(HybridModel)
         out.__dict__.update(self.__dict__)
 
