@@ -19,18 +19,21 @@ def check(*args):
 
 def test_help_and_bad_arguments():
     r = check("--help")
-    assert r.returncode == 0 and "--device" in r.stdout and "--out" in r.stdout
-    for bad, why in ((["faults"], "host engine"), (["nope"], "unknown scenario"),
-                     (["--scale", "0"], "--scale"), (["--device", "mps"], "--device")):
+    assert r.returncode == 0 and "--device" in r.stdout and "output_dir" in r.stdout
+    for bad, why in ((["--scenarios", "faults"], "host engine"),
+                     (["--scenarios", "nope"], "unknown scenario"), (["--scale", "0"], "--scale"),
+                     (["--device", "mps"], "--device"), (["--budget-s", "0"], "--budget-s"),
+                     (["a", "b"], "unrecognized")):
         r = check(*bad)
         assert r.returncode == 2 and why in r.stderr, (bad, r.stderr)
 
 
 def test_dry_run_on_the_host_engine(tmp_path):
-    r = check("--device", "cpu", "--scale", "0.1", "--out", str(tmp_path), "churn", "flush")
+    # As tests/gpu/check.sh runs it: the output directory as the one positional argument.
+    r = check(str(tmp_path), "--device", "cpu", "--scale", "0.1", "--scenarios", "churn,flush")
     assert r.returncode == 0, r.stdout + r.stderr
     last = r.stdout.strip().splitlines()[-1]
-    assert last.startswith("DRY RUN, not the goal:") and last.endswith(": MET")
+    assert last.startswith("DRY RUN, not the goal:") and last.endswith("-> MET")
     report = json.loads((tmp_path / "python_check.json").read_text())
     assert report["met"] and report["dry_run"]
     assert [row["scenario"] for row in report["rows"]] == ["churn", "flush", "restart-from-disk"]
@@ -41,5 +44,5 @@ def test_without_a_gpu_the_goal_cannot_run():
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is visible: the GPU run is tests/gpu/python_check.py itself")
-    r = check("--scale", "0.1", "churn")
-    assert r.returncode == 2 and "MISSED" in r.stdout
+    r = check("--scale", "0.1", "--scenarios", "churn")
+    assert r.returncode == 2 and r.stdout.startswith("GOAL ") and "-> MISSED" in r.stdout

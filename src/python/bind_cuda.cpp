@@ -389,7 +389,8 @@ std::unique_ptr<PyCudaEngine> make_engine(
     PyPinnedPool* host_snapshots, std::int64_t slice_pages, int device, cuda::CopyMethod d2h,
     cuda::CopyMethod h2d, const py::object& compute_stream, bool demote_after_compute,
     bool promote_after_compute, int kernel_blocks, std::int64_t promote_layer_groups,
-    std::int64_t slices_in_flight, std::int64_t kernel_below_piece_bytes) {
+    std::int64_t slices_in_flight, std::int64_t kernel_below_piece_bytes, cuda::CopyMethod d2d,
+    int d2d_kernel_blocks) {
   cuda::CudaPools pools;
   pools.gpu_kv = gpu_kv.layout;
   if (gpu_snapshots != nullptr) pools.gpu_snapshots = gpu_snapshots->layout;
@@ -433,6 +434,8 @@ std::unique_ptr<PyCudaEngine> make_engine(
   o.demote_after_compute = demote_after_compute;
   o.promote_after_compute = promote_after_compute;
   o.kernel_blocks = kernel_blocks;
+  o.d2d = d2d;
+  o.d2d_kernel_blocks = d2d_kernel_blocks;
   o.promote_layer_groups = count_from<std::uint32_t>(promote_layer_groups, "promote_layer_groups");
   o.slices_in_flight = count_from<std::size_t>(slices_in_flight, "slices_in_flight");
   o.kernel_below_piece_bytes =
@@ -552,7 +555,8 @@ void bind_cuda(py::module_& m) {
                        cuda::CopyMethod h2d, const py::object& compute_stream,
                        bool demote_after_compute, bool promote_after_compute, int kernel_blocks,
                        std::int64_t promote_layer_groups, std::int64_t slices_in_flight,
-                       std::int64_t kernel_below_piece_bytes) {
+                       std::int64_t kernel_below_piece_bytes, cuda::CopyMethod d2d,
+                       int d2d_kernel_blocks) {
              // device None: the pools' device, else torch's current one, else 0.
              int dev = gpu_kv.device;
              if (!device.is_none()) {
@@ -563,7 +567,7 @@ void bind_cuda(py::module_& m) {
              return make_engine(gpu_kv, gpu_snapshots, host_kv, host_snapshots, slice_pages, dev,
                                 d2h, h2d, compute_stream, demote_after_compute,
                                 promote_after_compute, kernel_blocks, promote_layer_groups,
-                                slices_in_flight, kernel_below_piece_bytes);
+                                slices_in_flight, kernel_below_piece_bytes, d2d, d2d_kernel_blocks);
            }),
            py::arg("gpu_kv"), py::arg("gpu_snapshots") = py::none(),
            py::arg("host_kv") = py::none(), py::arg("host_snapshots") = py::none(), py::kw_only(),
@@ -572,8 +576,9 @@ void bind_cuda(py::module_& m) {
            py::arg("compute_stream") = py::none(), py::arg("demote_after_compute") = true,
            py::arg("promote_after_compute") = true, py::arg("kernel_blocks") = 0,
            py::arg("promote_layer_groups") = 0, py::arg("slices_in_flight") = 2,
-           py::arg("kernel_below_piece_bytes") = 32 << 10, py::keep_alive<1, 2>(),
-           py::keep_alive<1, 3>(), py::keep_alive<1, 4>(), py::keep_alive<1, 5>())
+           py::arg("kernel_below_piece_bytes") = 32 << 10, py::arg("d2d") = cuda::CopyMethod::kAuto,
+           py::arg("d2d_kernel_blocks") = 0, py::keep_alive<1, 2>(), py::keep_alive<1, 3>(),
+           py::keep_alive<1, 4>(), py::keep_alive<1, 5>())
       .def_property_readonly("page_bytes", [](PyCudaEngine& e) { return e.engine().page_bytes(); })
       .def_property_readonly("snapshot_bytes",
                              [](PyCudaEngine& e) { return e.engine().snapshot_bytes(); })
@@ -639,6 +644,10 @@ void bind_cuda(py::module_& m) {
         d["layer_events"] = s.layer_events;
         d["urgent_feeds"] = s.urgent_feeds;
         d["refused_captures"] = s.refused_captures;
+        d["refused_stream_waits"] = s.refused_stream_waits;
+        d["d2d_launches"] = s.d2d_launches;
+        d["d2d_dma_runs"] = s.d2d_dma_runs;
+        d["after_waits"] = s.after_waits;
         d["layer_groups"] = s.layer_groups;
         d["dma_batch_fallback"] = s.dma_batch_fallback;
         d["kernel_fallback"] = s.kernel_fallback;

@@ -13,17 +13,20 @@ What runs (docs/python.md, "The GPU check"):
      (persist), turn 2 on a new engine on the same directory, compared the same way;
   3. the engine's health() stays ok.
 The goal is MET when every request is bit-identical, reuse happened (cached tokens > 0; flush
-promotes from host; the restart loads from disk) and health() is ok. One line
-"python binding on CUDA ...: MET|MISSED (...)" is printed; --out DIR also writes
-python_check.json there. Exit status: 0 MET, 1 MISSED, 2 cannot run (no CUDA device, a
-module built without nvcc).
+and compaction promote from host; the restart loads from disk) and health() is ok. One line
+"GOAL python binding on CUDA ... -> MET" (or "-> MISSED (why)") is printed, the form
+tests/gpu/check.sh collects; OUTPUT_DIR (or --out) also gets python_check.json. Exit status:
+0 MET, 1 MISSED, 2 cannot run (no CUDA device, a module built without nvcc). check.sh runs it
+as `python3 tests/gpu/python_check.py OUTPUT_DIR` within 120 s: the runs stop at --budget-s
+(default 90 s; what did not run is MISSED).
 
 Not collected by pytest (no test_ prefix, outside python/tests). On a machine without a GPU
 `python3 tests/gpu/python_check.py --help` checks that the script, radixtier and the reference
 engine import.
 
 Usage: PYTHONPATH=build/default/python:python /usr/bin/python3 tests/gpu/python_check.py
-       [--build-dir build/default] [--device cuda:0] [--scale 0.25] [--out DIR] [NAME ...]
+       [OUTPUT_DIR] [--device cuda:0] [--scale 0.125] [--scenarios churn,flush,compaction]
+       [--no-disk] [--budget-s 90] [--build-dir build/default]
 """
 
 from __future__ import annotations
@@ -73,19 +76,30 @@ GOAL = "python binding on CUDA (reference engine, torch model): reuse bit-identi
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("names", nargs="*", default=list(SCENARIOS),
-                    help=f"scenarios to run (default: {' '.join(SCENARIOS)})")
+    ap.add_argument("output_dir", nargs="?", help="where python_check.json goes (check.sh's "
+                    "OUTPUT_DIR)")
+    ap.add_argument("--scenarios", default=",".join(SCENARIOS),
+                    help=f"comma-separated scenarios (default: {','.join(SCENARIOS)})")
     ap.add_argument("--device", default="cuda", help="torch device (default: cuda, the "
                     "current one; cpu: a dry run of this script with the host engine, which "
                     "checks the script, not the goal)")
-    ap.add_argument("--scale", type=float, default=0.25,
-                    help="token counts relative to the C++ demo (default 0.25)")
+    ap.add_argument("--scale", type=float, default=0.125,
+                    help="token counts relative to the C++ demo (default 0.125)")
+    ap.add_argument("--budget-s", type=float, default=90.0,
+                    help="start no run after this many seconds (default 90: check.sh allows "
+                    "120 in all); what did not run is MISSED")
     ap.add_argument("--policy", default="budgeted", help="snapshot policy (default budgeted)")
     ap.add_argument("--no-disk", action="store_true", help="skip the restart from disk")
-    ap.add_argument("--out", help="directory for python_check.json")
+    ap.add_argument("--out", help="directory for python_check.json (as OUTPUT_DIR)")
     ap.add_argument("--build-dir", help="the build tree whose python/ holds radixtier "
                     "(default: $RADIXTIER_BUILD_DIR or build/default)")
     a = ap.parse_args(argv)
+    a.out = a.out or a.output_dir
+    a.names = [n for n in a.scenarios.split(",") if n]
+    if not a.names:
+        ap.error("--scenarios: none given")
+    if a.budget_s <= 0:
+        ap.error("--budget-s must be > 0")
     for name in a.names:
         if name not in scenarios.SCENARIOS:
             ap.error(f"unknown scenario {name!r} (known: {', '.join(scenarios.SCENARIOS)})")
@@ -169,11 +183,12 @@ def main(argv=None) -> int:
     if dry:
         print("DRY RUN on the CPU (host engine): checks this script, not the goal")
     elif not rt.HAVE_CUDA:
-        print(f"{GOAL}: MISSED (radixtier was built without its CUDA engine: nvcc not found)")
+        print(f"GOAL {GOAL} -> MISSED (radixtier was built without its CUDA engine: nvcc "
+              "not found)")
         return 2
     elif not torch.cuda.is_available():
-        print(f"{GOAL}: MISSED (torch.cuda is not available: no CUDA device, or a CPU-only "
-              f"PyTorch {torch.__version__})")
+        print(f"GOAL {GOAL} -> MISSED (torch.cuda is not available: no CUDA device, or a "
+              f"CPU-only PyTorch {torch.__version__})")
         return 2
     device = torch.device(a.device)
     if not dry:
@@ -183,12 +198,19 @@ def main(argv=None) -> int:
     device_name = "cpu (dry run)" if dry else torch.cuda.get_device_name(device)
     model = HybridModel(ModelConfig()).to(device)
     rows = []
+    t0 = time.perf_counter()
+    runs = [(n, lambda n=n: run_scenario(n, model, device, a.scale, a.policy))
+            for n in a.names]
+    if not a.no_disk:
+        runs.append(("restart-from-disk", lambda: run_restart(model, device, a.scale)))
     try:
-        for name in a.names:
-            rows.append(run_scenario(name, model, device, a.scale, a.policy))
-            print(json.dumps(rows[-1]), flush=True)
-        if not a.no_disk:
-            rows.append(run_restart(model, device, a.scale))
+        for name, run in runs:
+            if time.perf_counter() - t0 > a.budget_s:
+                rows.append({"scenario": name, "all_identical": False, "reuse_ok": False,
+                             "health_ok": True, "errors": {
+                                 "not run": f"the {a.budget_s:.0f} s budget was spent"}})
+            else:
+                rows.append(run())
             print(json.dumps(rows[-1]), flush=True)
     except Exception as e:  # an error is a MISSED goal with its reason, not a traceback only
         import traceback
@@ -207,9 +229,10 @@ def main(argv=None) -> int:
             + [f"errors: {r['errors']}"] * bool(r["errors"]))
         for r in rows if not (r["all_identical"] and r["reuse_ok"] and r["health_ok"]
                               and not r["errors"]))
-    summary = (("DRY RUN, not the goal: " if dry else "")
-               + f"{GOAL} ({device_name}, {len(rows)} runs, {requests} requests): "
-               + ("MET" if met else "MISSED") + (f" ({why})" if why else ""))
+    summary = (("DRY RUN, not the goal: " if dry else "GOAL ")
+               + f"{GOAL} ({device_name}, {len(rows)} runs, {requests} requests, "
+               + f"{time.perf_counter() - t0:.0f} s) -> " + ("MET" if met else "MISSED")
+               + (f" ({why})" if why else ""))
     if a.out:
         out = Path(a.out)
         out.mkdir(parents=True, exist_ok=True)
