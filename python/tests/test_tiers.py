@@ -19,10 +19,11 @@ MODEL = "test/tiny-hybrid"
 class Instance:
     """Arenas, host engine, optional disk tier and cache: one engine process."""
 
-    def __init__(self, config, directory=None, model_id=MODEL, weights="w1", budget=1 << 20):
+    def __init__(self, config, directory=None, model_id=MODEL, weights="w1", budget=1 << 20,
+                 mode=rt.HostTransferEngine.Mode.THREADED):
         self.config = config
         self.arenas = rt.HostArenas(config)
-        self.engine = rt.HostTransferEngine(self.arenas, config.slice_pages)
+        self.engine = rt.HostTransferEngine(self.arenas, config.slice_pages, mode)
         self.store = self.disk = None
         if directory is not None:
             self.store = rt.disk.DiskStore(str(directory), budget, config, model_id, weights)
@@ -84,8 +85,13 @@ def test_host_engine_health_is_always_ok():
 def test_host_engine_stream_wait_waits_on_the_host_and_reports_failures():
     inst = Instance(tier_config())
     e = inst.engine
-    t = e.submit(rt.Direction.DEVICE_TO_HOST, pages=np.array([[0, 0]]), stream=0)
-    e.delay_ticket(t.id)
+    for _ in range(50):  # the worker may run a copy before delay_ticket reaches it: retry
+        t = e.submit(rt.Direction.DEVICE_TO_HOST, pages=np.array([[0, 0]]), stream=0)
+        e.delay_ticket(t.id)
+        time.sleep(0.02)
+        if t.poll() == rt.TransferState.PENDING:
+            break  # held back for good until resume()
+    assert t.poll() == rt.TransferState.PENDING
     done = threading.Event()
 
     def waiter():
@@ -301,3 +307,4 @@ def test_shared_tier_arguments_are_checked(cluster):
         tier.lookup(np.arange(8, dtype=np.int32), namespace=-1)
     assert tier.lookup(np.arange(8, dtype=np.int32)) == 0  # below min_tokens: no probe
     assert tier.stats().lookups == 0
+
