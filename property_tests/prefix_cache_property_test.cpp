@@ -6,7 +6,12 @@
 //  - the usable match agrees with the model (rule 1): exactly while nothing was lost, and
 //    once something was dropped or a copy failed, it is still a boundary the model knows
 //    (never a wrong or shorter-than-claimed one, never bytes that are not there).
-// Transfers complete only when a command says so, in any order; some fail. Requests come in
+// Transfers complete only when a command says so, in any order; some fail. The device copies
+// (a cached snapshot into a request's live slot, a request's slot into GPU pool pages at
+// insert) are transfers like the others: pending until a command lands or fails them, the
+// fill ordered after the copy that brings its snapshot. A held request may order its "stream"
+// after its prefix (stream_wait(); the host engine waits) and read the ids before wait():
+// when poll(lock) then says kDone, every byte must be there. Requests come in
 // two key namespaces whose "model" bytes differ (Harness::salt()) and at random retention
 // priorities: the model keeps one set of prefixes per namespace, so a match or a byte shared
 // across namespaces fails the checks, and priorities reorder eviction without breaking any.
@@ -105,6 +110,9 @@ struct Sut {
       : store(store_slots ? std::make_unique<testing::MemoryStoreEngine>(c, store_slots) : nullptr),
         h(c, HostTransferEngine::Mode::kManual, store.get()) {
     if (store) store->attach(h.memory);
+    // Device copies (fills of live slots, materializations) stay pending like every other
+    // copy: CompleteOne lands or fails them in any order (issue 33).
+    h.engine.set_device_copies_at_submit(false);
   }
 
   void remember(std::uint32_t ns, const std::vector<Token>& prompt) {
@@ -227,7 +235,8 @@ struct Serve : Cmd {
 
 /// Admits `prompt` as `key`, waits for what it reuses and checks it: the match the model
 /// says (exactly while nothing was lost), and every reused byte. Returns the held lock.
-LockId admit_and_check(const Model& m, Sut& s, const Key& key, const std::vector<Token>& prompt) {
+LockId admit_and_check(const Model& m, Sut& s, const Key& key, const std::vector<Token>& prompt,
+                       bool stream = false) {
   const bool lossless = s.lossless();
   s.remember(key.ns, prompt);
   s.h.request_options = key.options();  // the bytes checked below are this namespace's
@@ -239,6 +248,26 @@ LockId admit_and_check(const Model& m, Sut& s, const Key& key, const std::vector
   const bool missed = s.h.cache->stats().store_load_misses != misses;
   if (lossless && s.lossless() && !missed) {
     RC_ASSERT(a->cached_tokens == m.usable(key.ns, prompt));
+  }
+  if (stream && a->cached_tokens > 0) {
+    // The contract of stream_wait(): the ids before the copies land; the bytes are committed
+    // only when poll(lock) says kDone (else wait() says where to resume).
+    const Status sw = s.h.cache->stream_wait(a->lock, nullptr, 0);
+    RC_ASSERT(sw.is_ok() || sw.code() == ErrorCode::kTransferFailed);
+    if (sw.is_ok()) {
+      auto pages = s.h.cache->path_pages(a->lock);
+      auto slot = s.h.cache->path_snapshot(a->lock);
+      auto state = s.h.cache->poll(a->lock);
+      RC_ASSERT(state.is_ok());
+      if (*state == TransferState::kDone) {
+        RC_ASSERT(pages.is_ok() && slot.is_ok());
+        RC_ASSERT(pages->size() * kPage == a->cached_tokens);
+        for (std::size_t i = 0; i < pages->size(); ++i)
+          RC_ASSERT(s.h.page_ok((*pages)[i], prompt, i));
+        RC_ASSERT(s.h.snapshot_ok(*slot, std::span(prompt).first(a->cached_tokens)));
+      }
+    }
+    check_invariants(s);
   }
   auto resumed = s.h.cache->wait(a->lock);
   RC_ASSERT(resumed.is_ok());
@@ -260,16 +289,18 @@ LockId admit_and_check(const Model& m, Sut& s, const Key& key, const std::vector
 
 struct Hold : Cmd {
   std::vector<Token> prompt = *gen_prompt();
+  bool stream = *rc::gen::arbitrary<bool>();  ///< stream_wait() before wait()
   Key key;
   explicit Hold(const Model& m) : key(m.namespaces) {}
   void checkPreconditions(const Model& m) const override { RC_PRE(m.held < 2u); }
   void apply(Model& m) const override { ++m.held; }
   void run(const Model& m, Sut& s) const override {
-    s.held.push_back(admit_and_check(m, s, key, prompt));
+    s.held.push_back(admit_and_check(m, s, key, prompt, stream));
     check_invariants(s);
   }
   void show(std::ostream& os) const override {
-    os << "Hold(" << prompt.size() << " tokens, namespace " << key.ns << ")";
+    os << "Hold(" << prompt.size() << " tokens, namespace " << key.ns
+       << (stream ? ", stream_wait" : "") << ")";
   }
 };
 
@@ -464,15 +495,22 @@ struct Evict : Cmd {
     s.h.quiesce();
     const CacheSizes sizes = s.h.cache->sizes();
     const Occupancy before = s.h.cache->occupancy();
+    // Eviction may wait for a device copy (a materialization holds pages it may take once it
+    // lands): its landing frees the slot it read, and a failed one its pages.
+    const bool device = s.h.cache->device_copies_in_flight() > 0;
     auto r = s.h.cache->evict({pages * kPage, snapshots, host ? Tier::kHost : Tier::kGpu});
     RC_ASSERT(r.is_ok());
     if (!host) {
       const Occupancy after = s.h.cache->occupancy();
       // One GPU pool: a snapshot frees its pages; live slots hold requests and never evict.
       const std::size_t snap_pages = s.h.cache->config().snapshot_pages();
-      RC_ASSERT(after.gpu_pages_free - before.gpu_pages_free ==
-                r->kv_pages + r->snapshots * snap_pages);
-      RC_ASSERT(after.gpu_slots_free == before.gpu_slots_free);
+      const std::size_t freed = r->kv_pages + r->snapshots * snap_pages;
+      const std::size_t gained = after.gpu_pages_free - before.gpu_pages_free;
+      const bool pages_ok = device ? gained >= freed : gained == freed;
+      const bool slots_ok = device ? after.gpu_slots_free >= before.gpu_slots_free
+                                   : after.gpu_slots_free == before.gpu_slots_free;
+      RC_ASSERT(pages_ok);
+      RC_ASSERT(slots_ok);
       RC_ASSERT(r->kv_pages >= std::min(pages, sizes.gpu.kv_pages_evictable));
     }
     check_invariants(s);

@@ -95,7 +95,7 @@ std::vector<PrefixCache::Candidate> PrefixCache::candidates_along(const Node* fr
     if (end != c->boundary) return;  // partial: no boundary inside a node
     if (!c->gpu.has_kv() || c->kv_to_gpu()) host_along += c->tokens.size();
     if (c->has_snapshot()) {
-      const bool snap_on_gpu = c->gpu.has_snapshot() && !c->snap_to_gpu();
+      const bool snap_on_gpu = c->snap_on_device();
       out.push_back({const_cast<Node*>(c), host_along, snap_on_gpu});
     }
   });
@@ -349,6 +349,8 @@ const char* to_string(Xfer copy) {
       return "load";
     case Xfer::kStage:
       return "stage";
+    case Xfer::kMaterialize:
+      return "materialize";
   }
   return "unknown";
 }

@@ -247,11 +247,14 @@ void PrefixCache::cap_path_snapshots(Node* n) {
     std::vector<Node*> path = most_snapshots_below(n);
     for (Node* p = n; p != nullptr && !p->is_root(); p = p->parent) path.push_back(p);
     Node* victim = nullptr;
+    Node* arriving = nullptr;  // n's own snapshot, still being materialized
     double victim_cost = 0;
     std::size_t on_path = 0;
     for (Node* p : path) {
       if (!p->has_snapshot()) continue;
       ++on_path;
+      if (p == n && p->snap_xfer == Xfer::kMaterialize && p->snapshot_lock == 0 && p->snap_pin == 0)
+        arriving = p;
       // Never the snapshot a running request resumes from, a pinned one, nor one with a copy
       // in flight.
       if (p->snapshot_lock > 0 || p->snap_pin > 0 || p->snap_xfer != Xfer::kNone) continue;
@@ -264,6 +267,13 @@ void PrefixCache::cap_path_snapshots(Node* n) {
         victim = p;
         victim_cost = cost;
       }
+    }
+    if (on_path > cap && victim == nullptr && arriving != nullptr) {
+      // Only the snapshot just attached could go, and its copy is still landing: let it land
+      // (a host wait, only when the cap is exceeded and nothing else can leave; insert's own
+      // write-through follows), then choose again.
+      wait_device_copy(arriving->snap_xfer_id, false);
+      continue;
     }
     if (on_path <= cap || victim == nullptr) return;
     // Counted as a drop (CacheStats::snapshots_dropped), once for all its copies.

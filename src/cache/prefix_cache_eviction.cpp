@@ -19,6 +19,9 @@ Status PrefixCache::check_gpu_page_room(std::size_t n) const {
   for (const auto& [id, rec] : requests_) {
     if (rec.holds_snapshot()) locked += rec.snap_node->gpu.snapshot.size();
   }
+  for (const auto& [id, c] : xfers_.device) {  // fills of released requests hold their source
+    if (c.kind == DeviceCopy::Kind::kFill && !c.lock.valid()) locked += c.node->gpu.snapshot.size();
+  }
   const std::size_t held = gpu_.pages.count(Holder::kNode) + gpu_.pages.count(Holder::kTransfer);
   const std::size_t reclaimable = held - std::min(held, locked);
   if (gpu_.pages.free_count() + reclaimable < n) {
@@ -66,6 +69,10 @@ Status PrefixCache::reclaim_gpu_pages(std::size_t n) {
   // round; the room comes from the next one. Ends: every pass frees pages, marks a victim
   // (finitely many) or reaps a transfer (no new ones start but the demotions waited here).
   const std::uint64_t round = ++room_round_;
+  // A snapshot being materialized is not evictable until its copy lands; eviction for room
+  // lets those land first, so it chooses among the same victims as when the copy was done
+  // at insert (the watermark step, which never waits, skips them instead).
+  if (gpu_.pages.free_count() < n) settle_device_copies(false);
   while (gpu_.pages.free_count() < n) {
     bool any = false;
     if (Node* head = tier<Tier::kGpu>().victim(any)) {
@@ -103,8 +110,15 @@ Status PrefixCache::reclaim_gpu_pages(std::size_t n) {
 }
 
 Status PrefixCache::make_gpu_slot_room() {
-  // Live slots hold running requests' state, never cached data: nothing to evict or wait for
-  // (the device copies in and out of them are done when they return).
+  // Live slots hold running requests' state, never cached data: nothing to evict. A slot a
+  // device copy still holds (a materialization's source, the fill of a released request)
+  // is free once it lands: those are waited for.
+  if (gpu_.slots.free_count() == 0 && gpu_.slots.count(Holder::kTransfer) > 0) {
+    const bool was = alloc_room_;
+    alloc_room_ = true;
+    settle_device_copies(true);
+    alloc_room_ = was;
+  }
   if (gpu_.slots.free_count() > 0) return Status::ok();
   ++stats_.snapshot_slot_misses;
   return out_of_memory(

@@ -35,6 +35,7 @@ Result<std::vector<GpuPageId>> PrefixCache::alloc_pages(LockId lock, std::size_t
                             std::to_string(gpu_.pages.capacity()));
   }
   reap_transfers();  // not poll(): a refused allocation must change nothing
+  StreamScope scope(this, requests_.at(lock).stream);  // demotions made for it
   if (Status s = make_gpu_page_room(n); !s) return s;
   requests_.note_alloc(n);  // the watermark step's unit (demote_ahead)
   std::vector<GpuPageId> pages;
@@ -181,6 +182,7 @@ Result<InsertResult> PrefixCache::insert(LockId lock, std::span<const Token> tok
   LockRecord& rec = requests_.at(lock);
   // Rule 8: reject bad input before anything changes (settling below may run copies).
   if (Status s = validate_insert(lock, rec, tokens, pages, snapshot); !s) return s;
+  StreamScope scope(this, rec.stream);
   poll();
   settle_insert(rec.root, 0, tokens);
   // Validate again after settling: a copy that finished may have changed which pages the
@@ -324,10 +326,20 @@ Result<InsertResult> PrefixCache::apply_insert(LockRecord& rec, Node* from, std:
     unlock_path(rec.node);
     rec.node = n;
   }
-  if (snapshot && !n->gpu.has_snapshot() && materialize(n, *snapshot)) {
-    // The request's state is in pages of the GPU pool now; its slot goes back to the pool.
-    give_back_slot(rec, *snapshot);
-    out.snapshot_taken = true;
+  if (snapshot && !n->gpu.has_snapshot()) {
+    // The slot's bytes go to fresh pool pages by a device copy reaped by poll(): the slot is
+    // the copy's from now on (the caller no longer owns it) and is freed when it lands.
+    const GpuSlotId slot = *snapshot;
+    gpu_.slots.reassign(slot, Holder::kTransfer);
+    if (materialize(n, slot, rec.stream)) {
+      requests_.slot_owner.remove(slot);
+      if (rec.live == slot) rec.live = GpuSlotId();
+      out.snapshot_taken = true;
+    } else {  // no room, or refused: the caller keeps its slot
+      gpu_.slots.reassign(slot, Holder::kRequest);
+    }
+  }
+  if (out.snapshot_taken) {
     ++stats_.snapshots_inserted;
   }  // else a duplicate (the tree keeps its own) or no room: the caller keeps its slot
   for (Node* a : adopted) touch(a);
@@ -348,32 +360,22 @@ Result<InsertResult> PrefixCache::apply_insert(LockRecord& rec, Node* from, std:
   return out;
 }
 
-bool PrefixCache::materialize(Node* n, GpuSlotId slot) {
-  const std::size_t need = config_.snapshot_pages();
-  if (need == 0 || !make_gpu_page_room(need)) return false;
-  std::vector<GpuPageId> pages = take_gpu_pages(need);
-  TransferBatch copy;
-  copy.direction = Direction::kDeviceToDevice;
-  for (std::size_t i = 0; i < need; ++i)
-    copy.slot_pieces.push_back({slot, i * config_.page_bytes, pages[i], false});
-  if (!copy_on_device(std::move(copy))) {
-    release(pages);
-    return false;
-  }
-  for (GpuPageId id : pages) gpu_.pages.reassign(id, Holder::kNode);
-  set_snapshot<Tier::kGpu>(n, std::move(pages));
-  return true;
-}
-
 Status PrefixCache::release(LockId lock) {
   auto found = find_lock(lock);
   if (!found) return found.status();
   const LockRecord rec = **found;
   requests_.erase(lock);
+  if (rec.fill_xfer != 0) {
+    // Its fill is in flight: the copy keeps the live slot (its destination) and the snapshot
+    // lock (its source) until it lands (rule 5; finish_device_copy frees both).
+    xfers_.device.at(rec.fill_xfer).lock = LockId();
+    requests_.slot_owner.remove(rec.live);
+    gpu_.slots.reassign(rec.live, Holder::kTransfer);
+  }
   // What the request still owns goes back to the free lists (rule 9).
   for (GpuPageId id : requests_.page_owner.take_all(lock)) gpu_.pages.give_back(id);
   for (GpuSlotId id : requests_.slot_owner.take_all(lock)) gpu_.slots.give_back(id);
-  if (rec.holds_snapshot()) {
+  if (rec.holds_snapshot() && rec.fill_xfer == 0) {
     --rec.snap_node->snapshot_lock;
     refresh(rec.snap_node);
   }

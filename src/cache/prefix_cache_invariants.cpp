@@ -1,5 +1,6 @@
 // PrefixCache::check_invariants(): rebuilds every count from the tree and compares, in the
 // spirit of an idle-time sanity check. Returns the first violation, or "" when all hold.
+#include <algorithm>
 #include <sstream>
 #include <unordered_map>
 #include <unordered_set>
@@ -92,6 +93,38 @@ std::string PrefixCache::check_invariants() const {
     for (const Node* p = rec.node; p != nullptr; p = p->parent) ++locks[p];
     if (rec.holds_snapshot()) ++snap_locks[rec.snap_node];
     if (rec.priority > kMaxPriority) return "a lock's priority is above the maximum";
+    // The fill (issue 33): a lock that still holds its snapshot has its copy into the live
+    // slot in flight, failed, deferred until the snapshot's promotion starts, or lost with it.
+    if (rec.holds_snapshot() && rec.fill_xfer == 0 && !rec.fill_failed &&
+        rec.snap_node->gpu.has_snapshot() &&
+        std::find(deferred_fills_.begin(), deferred_fills_.end(), LockId(id)) ==
+            deferred_fills_.end())
+      return "a lock holds a snapshot whose copy into its live slot was never started";
+    if (rec.fill_xfer != 0) {
+      auto it = xfers_.device.find(rec.fill_xfer);
+      if (it == xfers_.device.end() || it->second.kind != DeviceCopy::Kind::kFill ||
+          it->second.lock != LockId(id) || it->second.node != rec.snap_node ||
+          it->second.slot != rec.live || !rec.holds_snapshot())
+        return "a lock's fill disagrees with its transfer record";
+    }
+  }
+  // Device copies (rules 2 and 5): a fill's source is a snapshot its lock keeps (or, once the
+  // request released it, the copy's own snapshot lock) and its destination the request's live
+  // slot (or the copy's); a materialization holds its slot and its node's arriving pages.
+  // A fill whose snapshot's promotion failed has lost its source pages: it runs after that
+  // promotion, so the engine fails it too (TransferBatch::after) and nothing is read from them.
+  for (const auto& [id, c] : xfers_.device) {
+    if (c.kind == DeviceCopy::Kind::kMaterialize) {
+      if (!c.node->gpu.has_snapshot()) return "a materialization has no GPU pages";
+      if (c.node->snap_xfer != Xfer::kMaterialize || c.node->snap_xfer_id != id)
+        return "a materialization record disagrees with its node";
+      if (std::string e = gslots.add(c.slot, Holder::kTransfer); !e.empty()) return e;
+    } else if (!c.lock.valid()) {
+      ++snap_locks[c.node];
+      if (std::string e = gslots.add(c.slot, Holder::kTransfer); !e.empty()) return e;
+    } else if (requests_.find(c.lock) == nullptr || requests_.find(c.lock)->fill_xfer != id) {
+      return "a fill names a lock that does not name it";
+    }
   }
   for (const auto& [id, rec] : pins_) {
     if (top_of(rec.node) != rec.root) return "a pin lies outside its namespace's tree";
@@ -137,7 +170,9 @@ std::string PrefixCache::check_invariants() const {
       if (n->host.has_kv() && n->host.pages.size() != np) return fail("host page count != pages");
       if (n->children.empty() && n->lock_count == 0 && n->snapshot_lock == 0 && n->host_pin == 0 &&
           !n->has_kv() && n->kv_xfer == Xfer::kNone && n->snap_xfer == Xfer::kNone)
-        return fail("an empty leaf was left in the tree");
+        return fail(std::string("an empty leaf was left in the tree (snapshot on gpu ") +
+                    (n->gpu.has_snapshot() ? "yes" : "no") + ", host " +
+                    (n->host.has_snapshot() ? "yes" : "no") + ")");
     }
     // Rule 2 and 5: each id in one place; ids of an in-flight copy are held by it.
     const bool kv_to_host = n->kv_to_host();
@@ -179,6 +214,8 @@ std::string PrefixCache::check_invariants() const {
       if (!n->gpu.has_snapshot() || n->host.has_snapshot())
         return fail(
             "a staged snapshot load is in flight without its GPU pages, or with host pages");
+    } else if (n->snap_xfer == Xfer::kMaterialize) {
+      if (!n->gpu.has_snapshot()) return fail("a materialization is in flight without GPU pages");
     } else if ((snap_to_host || snap_to_gpu) &&
                !(n->gpu.has_snapshot() && n->host.has_snapshot())) {
       return fail("a snapshot copy is in flight without both ends");
@@ -195,6 +232,7 @@ std::string PrefixCache::check_invariants() const {
         return fail(e);
     auto recorded = [&](Xfer x, std::uint32_t id) {
       if (x == Xfer::kStage) return xfers_.staged.count(id) != 0;
+      if (x == Xfer::kMaterialize) return xfers_.device.count(id) != 0;
       return Node::store_copy(x) ? xfers_.store.count(id) != 0 : xfers_.copies.count(id) != 0;
     };
     if (n->kv_xfer != Xfer::kNone && !recorded(n->kv_xfer, n->kv_xfer_id))

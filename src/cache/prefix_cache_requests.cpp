@@ -48,6 +48,7 @@ Result<Admission> PrefixCache::admit_tokens(std::span<const T> prompt,
   } timer{timing_};
   if (prompt.empty()) return invalid_argument("admit: the prompt is empty");
   if (Status s = options.validate(); !s) return Status(s.code(), "admit: " + s.message());
+  StreamScope scope(this, options.stream);  // the batches this admission submits
   poll();
   // Rule 1: the last prompt token is always computed, so match on all but it.
   const auto query = prompt.first(prompt.size() - 1);
@@ -107,7 +108,7 @@ Result<Admission> PrefixCache::admit_tokens(std::span<const T> prompt,
   if (target == nullptr) {
     // Made (if new) only now: pruning above may have removed an empty namespace root.
     Node* root = tree_.ensure_root(options.ns);
-    requests_.add(id, LockRecord{root, nullptr, root, options.priority});
+    requests_.add(id, LockRecord{root, nullptr, root, options.priority}).stream = options.stream;
     lock_path(root);
     Admission a;
     a.lock = id;
@@ -117,6 +118,7 @@ Result<Admission> PrefixCache::admit_tokens(std::span<const T> prompt,
   Node* const root = root_of(options.ns);  // target's: its tree is alive while it is
   LockRecord& rec = requests_.add(id, LockRecord{target, target, root, options.priority});
   rec.live = live;
+  rec.stream = options.stream;
   requests_.slot_owner.add(id, live);
   // Retention: what the request uses is kept at least at its priority (as the recency
   // refresh of try_admit_at: the KV of the whole path, the snapshot resumed from).
@@ -126,9 +128,12 @@ Result<Admission> PrefixCache::admit_tokens(std::span<const T> prompt,
   a.lock = id;
   a.kv_tokens = kv_tokens;
   poll();
+  // The copy into the live slot is submitted now, ordered after the snapshot's promotion when
+  // that is still arriving: the admission never waits for it (a later poll() reaps it). After
+  // the poll: its watermark step runs while the snapshot is still the lock's.
+  submit_fill(id, rec);
   // A copy that already failed (a store record that failed its check, reaped by this poll)
   // needs wait() too: it resumes the request above the loss.
-  if (lock_state(rec) == TransferState::kDone) fill_live_slot(rec);
   a.promoting = lock_state(rec) != TransferState::kDone;
   stats_.hit_tokens_gpu += a.gpu_tokens;
   stats_.hit_tokens_host += a.host_tokens;
@@ -244,11 +249,14 @@ TransferState PrefixCache::lock_state(const LockRecord& r) const {
   // Only the reused prefix (root to the resume snapshot) is waited for. What the request
   // inserted below it is its own: a tombstone there (a promotion another admission started
   // that failed, under pages this request kept) must not move its lock (rule 9).
-  if (r.fill_failed) return TransferState::kFailed;
   if (r.snap_node == nullptr) return TransferState::kDone;
-  if (r.filled == r.snap_node) return TransferState::kDone;  // in the live slot, its KV locked
-  bool pending = r.snap_node->snap_to_gpu();
-  bool lost = !r.snap_node->gpu.has_snapshot();
+  // The snapshot: done once the live slot holds it (the fill landed); until then the fill is
+  // in flight (ordered after the snapshot's own arrival) or waits for its promotion to start.
+  bool pending = false, lost = r.fill_failed;
+  if (r.filled != r.snap_node) {
+    pending = true;
+    lost |= !r.snap_node->gpu.has_snapshot();
+  }
   for (const Node* n = r.snap_node; n != nullptr && !n->is_root(); n = n->parent) {
     pending |= n->kv_to_gpu();
     lost |= !n->gpu.has_kv();
@@ -257,68 +265,28 @@ TransferState PrefixCache::lock_state(const LockRecord& r) const {
   return pending ? TransferState::kPending : TransferState::kDone;
 }
 
+bool PrefixCache::prefix_lost(const LockRecord& r) const {
+  if (r.snap_node == nullptr) return false;
+  if (r.filled != r.snap_node && !r.snap_node->gpu.has_snapshot()) return true;
+  for (const Node* n = r.snap_node; !n->is_root(); n = n->parent) {
+    if (!n->gpu.has_kv()) return true;
+  }
+  return false;
+}
+
 Result<TransferState> PrefixCache::poll(LockId lock) {
   auto found = find_lock(lock);
   if (!found) return found.status();
   LockRecord& rec = requests_.at(lock);
+  StreamScope scope(this, rec.stream);
   poll();
-  if (lock_state(rec) == TransferState::kDone) fill_live_slot(rec);
   return lock_state(rec);
-}
-
-void PrefixCache::fill_live_slot(LockRecord& rec) {
-  // Rule 6: the request gets its own copy of the state it resumes from (device to device);
-  // the cached pages are never computed in.
-  Node* n = rec.snap_node;
-  if (n == nullptr || rec.filled == n) return;
-  assert(rec.live.valid() && n->gpu.has_snapshot() && !n->snap_to_gpu());
-  TransferBatch fill;
-  fill.direction = Direction::kDeviceToDevice;
-  for (std::size_t i = 0; i < n->gpu.snapshot.size(); ++i)
-    fill.slot_pieces.push_back({rec.live, i * config_.page_bytes, n->gpu.snapshot[i], true});
-  if (copy_on_device(std::move(fill))) {
-    // The request has its copy: the cached one need not stay on GPU for it any more.
-    rec.filled = n;
-    --n->snapshot_lock;
-    refresh(n);
-    return;
-  }
-  // The copy failed: nothing usable was handed out; the request resumes from the root (and
-  // learns it from wait()).
-  rec.fill_failed = true;
-  give_back_slot(rec, rec.live);  // nothing to resume: the request was never told this slot
-  Node* const old_node = rec.node;
-  lock_path(rec.root);
-  --n->snapshot_lock;
-  refresh(n);
-  unlock_path(old_node);
-  rec.node = rec.root;
-  rec.snap_node = nullptr;
-  remove_if_empty(old_node);
 }
 
 void PrefixCache::give_back_slot(LockRecord& rec, GpuSlotId slot) {
   if (rec.live == slot) rec.live = GpuSlotId();  // nothing refers to it any more
   requests_.slot_owner.remove(slot);
   gpu_.slots.give_back(slot);
-}
-
-Status PrefixCache::copy_on_device(TransferBatch batch) {
-  std::uint64_t bytes = 0;
-  for (const SlotPieceCopy& p : batch.slot_pieces)
-    bytes += piece_bytes(p, config_.page_bytes, config_.snapshot_bytes);
-  Result<Ticket> ticket = gpu_.link->submit(std::move(batch));
-  if (!ticket) {
-    ++stats_.transfers_failed;
-    return Status(ErrorCode::kTransferFailed,
-                  "the transfer engine refused a device copy: " + ticket.status().message());
-  }
-  stats_.bytes_d2d += bytes;
-  if (ticket->wait() != TransferState::kDone) {
-    ++stats_.transfers_failed;
-    return Status(ErrorCode::kTransferFailed, "a device copy failed");
-  }
-  return Status::ok();
 }
 
 void PrefixCache::wait_promotions(const LockRecord& r) {
@@ -342,24 +310,28 @@ Result<std::size_t> PrefixCache::wait(LockId lock) {
   auto found = find_lock(lock);
   if (!found) return found.status();
   LockRecord& rec = requests_.at(lock);
-  if (rec.fill_failed) {  // the lock is at the root already
-    rec.fill_failed = false;
-    return std::size_t{0};
-  }
+  StreamScope scope(this, rec.stream);
   // Each resume moves the lock to a strictly shallower boundary, so this ends.
   for (;;) {
     wait_promotions(rec);
-    poll();
-    if (lock_state(rec) != TransferState::kFailed) {
-      fill_live_slot(rec);      // may move the lock to the root (its copy failed)
-      rec.fill_failed = false;  // told here: it resumes from the root
+    poll();  // reaps them; a fill deferred for a store read is submitted now
+    if (rec.fill_xfer != 0) wait_device_copy(rec.fill_xfer);
+    const TransferState state = lock_state(rec);
+    if (state == TransferState::kDone) {
       return rec.snap_node ? rec.snap_node->boundary : std::size_t{0};
     }
-    if (Status s = resume_earlier(rec); !s) return s;
+    if (state == TransferState::kPending) continue;  // a store read started a promotion
+    if (!prefix_lost(rec)) {
+      // Only the fill failed (its source is intact): the request resumes from the root.
+      fill_failed_to_root(rec);
+      return std::size_t{0};
+    }
+    if (Status s = resume_earlier(lock, rec); !s) return s;
   }
 }
 
-Status PrefixCache::resume_earlier(LockRecord& rec) {
+Status PrefixCache::resume_earlier(LockId lock, LockRecord& rec) {
+  assert(rec.fill_xfer == 0);  // wait() reaped it: one fill into the live slot at a time
   Node* const old_node = rec.node;
   Node* const old_snap = rec.snap_node;
   // Rule 1 on the locked path: the boundaries above the failure whose KV all arrived (no
@@ -391,10 +363,12 @@ Status PrefixCache::resume_earlier(LockRecord& rec) {
   unlock_path(old_node);
   rec.node = target ? target : rec.root;
   rec.snap_node = target;
+  rec.fill_failed = false;
   if (target) raise_priority(target, rec.priority, false, true);
   // The failed nodes below the new position leave the tree (it stops at the new lock);
   // old_node and old_snap may be freed here.
   remove_if_empty(old_node);
+  if (target) submit_fill(lock, rec);  // the new snapshot into the live slot
   return Status::ok();
 }
 
@@ -402,10 +376,14 @@ Result<std::vector<GpuPageId>> PrefixCache::path_pages(LockId lock) const {
   auto rec = find_lock(lock);
   if (!rec) return rec.status();
   std::vector<GpuPageId> pages;
+  // Before the copies land, only to a caller whose stream waits for them (stream_wait()):
+  // the ids are fixed at admission, the bytes are not there yet.
+  const bool early = (*rec)->stream_waited && lock_state(**rec) != TransferState::kFailed;
   for (Node* n : RadixTree::path_of((*rec)->node)) {
-    if (!n->gpu.has_kv() || n->kv_to_gpu()) {
+    if (!n->gpu.has_kv() || (n->kv_to_gpu() && !early)) {
       return Status(ErrorCode::kFailedPrecondition,
-                    "path_pages: the prefix is not on GPU yet (wait() for the promotion)");
+                    "path_pages: the prefix is not on GPU yet (wait() for the promotion, or "
+                    "stream_wait() to read it on a stream)");
     }
     pages.insert(pages.end(), n->gpu.pages.begin(), n->gpu.pages.end());
   }
@@ -417,9 +395,12 @@ Result<GpuSlotId> PrefixCache::path_snapshot(LockId lock) const {
   if (!rec) return rec.status();
   const Node* n = (*rec)->snap_node;
   if (n == nullptr) return not_found("path_snapshot: the admission matched nothing");
-  if ((*rec)->filled != n) {
+  // Before the fill lands, only to a caller whose stream waits for it (stream_wait()).
+  const bool early = (*rec)->stream_waited && (*rec)->fill_xfer != 0;
+  if ((*rec)->filled != n && !early) {
     return Status(ErrorCode::kFailedPrecondition,
-                  "path_snapshot: the snapshot is not on GPU yet (wait() for the promotion)");
+                  "path_snapshot: the snapshot is not in the live slot yet (wait() for the copy, "
+                  "or stream_wait() to read it on a stream)");
   }
   if (!(*rec)->live.valid()) {
     return Status(ErrorCode::kFailedPrecondition,

@@ -268,7 +268,9 @@ void PrefixCache::cancel_store_ops(std::span<const StoreOp> ops) {
 }
 
 void PrefixCache::wait_store_transfer(std::uint32_t id) {
-  if (xfers_.store.count(id) != 0) finish_store_transfer(id);  // finish_* waits
+  if (xfers_.store.count(id) == 0) return;
+  ++stats_.host_waits;
+  finish_store_transfer(id);  // finish_* waits
 }
 
 void PrefixCache::reap_store_transfers() {
@@ -418,7 +420,9 @@ void PrefixCache::wait_kv_copy(Node* n) {
 
 void PrefixCache::wait_snapshot_copy(Node* n) {
   if (n->snap_xfer == Xfer::kNone) return;
-  if (n->snap_xfer == Xfer::kStage) {
+  if (n->snap_xfer == Xfer::kMaterialize) {
+    wait_device_copy(n->snap_xfer_id);
+  } else if (n->snap_xfer == Xfer::kStage) {
     wait_staged(n->snap_xfer_id);
   } else if (Node::store_copy(n->snap_xfer)) {
     wait_store_transfer(n->snap_xfer_id);

@@ -32,6 +32,7 @@ Status PrefixCache::submit_batch(PendingBatch&& pending, std::optional<std::uint
   const bool d2h = b.direction == Direction::kDeviceToHost;
   const std::size_t pages = b.pages.size(), snapshots = b.snapshots.size();
   const Direction direction = b.direction;
+  pending.batch.stream = call_stream_;  // the request's stream, or the default (none)
   Result<Ticket> ticket = gpu_.link->submit(std::move(pending.batch));
   if (!ticket) {
     // The engine refused the batch: nothing moved, so nothing is lost either.
@@ -94,11 +95,20 @@ void PrefixCache::wait_transfer(std::uint32_t id) {
     stats_.alloc_wait_bytes += it->second.bytes;
     stats_.alloc_wait_copies += it->second.copies;
   }
+  ++stats_.host_waits;
   const TransferState state = it->second.ticket.wait();
   finish_transfer(id, state == TransferState::kDone);
 }
 
 bool PrefixCache::wait_any_transfer() {
+  if (xfers_.copies.empty() && !xfers_.device.empty()) {
+    // A materialization frees nothing but holds pages eviction may take once it lands.
+    std::uint32_t oldest = xfers_.device.begin()->first;
+    for (const auto& [id, c] : xfers_.device) oldest = std::min(oldest, id);
+    if (alloc_room_) ++stats_.alloc_copy_waits;
+    wait_device_copy(oldest);
+    return true;
+  }
   if (xfers_.copies.empty()) {
     // A store write in flight keeps its node's GPU copy off the GPU order (one copy at a
     // time): when only those are left, waiting for one makes its node evictable again.
@@ -127,13 +137,24 @@ void PrefixCache::poll() {
   reap_store_transfers();  // first: a store read that arrived goes on to GPU
   reap_transfers();
   reap_staged();
-  demote_ahead();
-  store_ahead();
+  {
+    // Made by no request: the watermark steps order on the engine's default stream.
+    StreamScope scope(this, nullptr);
+    demote_ahead();
+    store_ahead();
+  }
   restart_lossy_sinks();
 }
 
 void PrefixCache::reap_transfers() {
-  if (xfers_.copies.empty()) return;
+  // Device copies first: a materialization lands before the fills ordered after it, so a fill
+  // reaped in the same pass finds its snapshot usable.
+  reap_device_copies();
+  if (!xfers_.copies.empty()) reap_gpu_host();
+  submit_deferred_fills();  // a promotion a store read started may now order a fill
+}
+
+void PrefixCache::reap_gpu_host() {
   std::vector<std::pair<std::uint32_t, bool>> done;
   for (auto& [id, t] : xfers_.copies) {
     const TransferState s = t.ticket.poll();

@@ -19,6 +19,9 @@ struct Scheduler::Running {
   std::size_t checkpoint_at = 0;  ///< boundary of the executor's checkpoint (0: none)
   std::uint64_t host_free_bytes = 0;  ///< at admission: the placement budget's (fixed per run)
   bool prefilled = false;
+  /// Started with stream_wait: the reused prefix's copies may still fail; poll(lock) is
+  /// checked after the first forward, before anything computed from it is committed.
+  bool unconfirmed = false;
 };
 
 Status SchedulerConfig::validate(std::uint32_t page_size) const {
@@ -153,12 +156,33 @@ Status Scheduler::admit(Request request, RequestResult res) {
       res.shared_s = f.seconds;
     }
     const CacheStats before = cache_.stats();
-    auto a = cache_.admit(request.prompt, RequestOptions{request.ns, request.priority});
+    auto a =
+        cache_.admit(request.prompt, RequestOptions{request.ns, request.priority, config_.stream});
     if (!a) return give_up(a.status());
     ++res.admissions;
     ++stats_.admissions;
+    // A resumed prefix still arriving: the forward starts now, its stream ordered after the
+    // copies on the device (layer L's KV before the forward reads layer L; the snapshot and
+    // its copy into the live slot with the first wait). A copy already known to have failed
+    // goes through wait() below, as without streams.
+    bool streamed = false;
+    if (config_.use_stream_wait && cache_.supports_stream_wait() && a->promoting &&
+        a->cached_tokens > 0) {
+      Status sw = Status::ok();
+      if (config_.forward_layers == 0) {
+        sw = cache_.stream_wait(a->lock, config_.stream, std::nullopt);
+      } else {
+        for (std::uint32_t layer = 0; layer < config_.forward_layers && sw; ++layer)
+          sw = cache_.stream_wait(a->lock, config_.stream, layer);
+      }
+      streamed = sw.is_ok();
+      if (!sw && sw.code() != ErrorCode::kTransferFailed) {
+        (void)cache_.release(a->lock);
+        return give_up(sw);
+      }
+    }
     // wait() also reports a promotion that already failed, so call it even when not promoting.
-    auto w = cache_.wait(a->lock);
+    auto w = streamed ? Result<std::size_t>(a->cached_tokens) : cache_.wait(a->lock);
     if (!w && w.status().code() == ErrorCode::kTransferFailed) {
       // A backend that cannot resume: the failed prefix degraded to recompute; a new
       // admission matches less.
@@ -227,6 +251,7 @@ Status Scheduler::admit(Request request, RequestResult res) {
     r.seq = request.prompt;
     r.done = r.inserted = a->cached_tokens;
     r.host_free_bytes = cache_.host_bytes_free();
+    r.unconfirmed = streamed;
     r.req = std::move(request);
     r.res = std::move(res);
     running_.push_back(std::move(running));
@@ -340,6 +365,10 @@ Scheduler::Outcome Scheduler::prefill_chunk(Running& r) {
   if (!secs) {
     fail(r, secs.status());
     return Outcome::kFailed;
+  }
+  if (r.unconfirmed) {
+    // Before anything computed from the reused prefix is committed (insert, sampling).
+    if (Outcome o = confirm_prefix(r); o != Outcome::kProgress) return o;
   }
   now_ += *secs;
   r.res.prefill_s += *secs;
@@ -501,6 +530,33 @@ void Scheduler::fail(Running& r, Status why) {
   ++stats_.failed;
   results_[r.req.id] = std::move(r.res);
   hold_admission_ = false;
+}
+
+Scheduler::Outcome Scheduler::confirm_prefix(Running& r) {
+  auto state = cache_.poll(r.lock);
+  if (state && *state == TransferState::kPending) {
+    // The forward ran on the stream after the copies; a host engine reports them late.
+    auto w = cache_.wait(r.lock);
+    if (w && *w == r.res.cached_tokens)
+      state = TransferState::kDone;
+    else
+      state = TransferState::kFailed;
+  }
+  if (!state) {
+    fail(r, state.status());
+    return Outcome::kFailed;
+  }
+  if (*state == TransferState::kDone) {
+    r.unconfirmed = false;
+    return Outcome::kProgress;
+  }
+  // A copy of the prefix failed after the forward started: what it computed is discarded and
+  // the request is admitted again (it matches less and recomputes the rest; rule 7).
+  ++r.res.transfer_failures;
+  ++stats_.transfer_failures;
+  stop(r);
+  queue_.emplace_front(std::move(r.req), std::move(r.res));
+  return Outcome::kFailed;  // leaves running_ (its result is not recorded: it runs again)
 }
 
 void Scheduler::preempt(Running& r) {

@@ -41,6 +41,10 @@ Result<Ticket> CountingTransferEngine::submit(TransferBatch batch) {
     piece_total += piece_bytes(p, page_bytes_, snapshot_bytes_);
   }
   std::lock_guard lock(mu_);
+  for (TicketId dep : batch.after) {
+    if (!dep.valid() || dep.value() >= next_id_)
+      err << "`after` names " << dep << ", a ticket this engine never issued; ";
+  }
   if (err.tellp() > 0) {
     ++stats_.rejected;
     return invalid_argument("transfer batch rejected: " + err.str());
@@ -64,29 +68,40 @@ Result<Ticket> CountingTransferEngine::submit(TransferBatch batch) {
         batch.pages.size() * page_bytes_ + batch.snapshots.size() * snapshot_bytes_ + piece_total;
   }
   const TicketId id(next_id_++);
-  tickets_.emplace(
-      id, completion_ == Completion::kImmediate ? TransferState::kDone : TransferState::kPending);
+  // kImmediate: the tickets it runs after are done already (each was at its submission).
+  tickets_.emplace(id, Entry{completion_ == Completion::kImmediate ? TransferState::kDone
+                                                                   : TransferState::kPending,
+                             std::move(batch.after)});
   return Ticket(this, id);
 }
 
 TransferState CountingTransferEngine::poll(TicketId id) {
   std::lock_guard lock(mu_);
   auto it = tickets_.find(id);
-  return it == tickets_.end() ? TransferState::kFailed : it->second;
+  return it == tickets_.end() ? TransferState::kFailed : it->second.state;
+}
+
+void CountingTransferEngine::complete_locked(TicketId id) {
+  auto it = tickets_.find(id);
+  if (it == tickets_.end() || it->second.state != TransferState::kPending) return;
+  // The tickets it runs after complete first (earlier ids only: the recursion ends).
+  const std::vector<TicketId> deps = it->second.after;
+  for (TicketId dep : deps) complete_locked(dep);
+  tickets_.at(id).state = TransferState::kDone;
 }
 
 TransferState CountingTransferEngine::wait(TicketId id) {
   std::lock_guard lock(mu_);
   auto it = tickets_.find(id);
   if (it == tickets_.end()) return TransferState::kFailed;
-  it->second = TransferState::kDone;
-  return it->second;
+  complete_locked(id);
+  return tickets_.at(id).state;
 }
 
 void CountingTransferEngine::release(TicketId id) {
   std::lock_guard lock(mu_);
   auto it = tickets_.find(id);
-  if (it != tickets_.end() && it->second != TransferState::kPending) tickets_.erase(it);
+  if (it != tickets_.end() && it->second.state != TransferState::kPending) tickets_.erase(it);
 }
 
 CountingStats CountingTransferEngine::stats() const {

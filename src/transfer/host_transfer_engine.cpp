@@ -109,11 +109,25 @@ Status HostTransferEngine::validate(const TransferBatch& b) const {
   return Status::ok();
 }
 
+// mu_ held: an `after` id this engine never issued is bad input (a released one is done).
+Status HostTransferEngine::validate_after_locked(const TransferBatch& b) const {
+  for (TicketId dep : b.after) {
+    if (!dep.valid() || dep.value() >= next_id_) {
+      std::ostringstream err;
+      err << "transfer batch rejected: `after` names " << dep
+          << ", a ticket this engine never issued";
+      return invalid_argument(err.str());
+    }
+  }
+  return Status::ok();
+}
+
 Result<Ticket> HostTransferEngine::submit(TransferBatch batch) {
   if (Status s = validate(batch); !s) return s;
   TicketId id;
   {
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_);
+    if (Status s = validate_after_locked(batch); !s) return s;
     id = TicketId(next_id_++);
     Job job{std::move(batch)};
     const std::uint64_t n = submissions_++;
@@ -122,9 +136,18 @@ Result<Ticket> HostTransferEngine::submit(TransferBatch batch) {
       job.fail = true;
       fail_submissions_.erase(it);
     }
+    auto held = std::find(delay_submissions_.begin(), delay_submissions_.end(), n);
+    if (held != delay_submissions_.end()) {
+      job.delayed = true;
+      delay_submissions_.erase(held);
+    }
+    const bool now = mode_ == Mode::kManual && device_at_submit_ &&
+                     job.batch.direction == Direction::kDeviceToDevice &&
+                     deps_state_locked(job) != TransferState::kPending;
     jobs_.emplace(id, std::move(job));
     queue_.push_back(id);
     ++stats_.batches;
+    if (now) run_job(lock, id);
   }
   cv_.notify_all();
   return Ticket(this, id);
@@ -144,7 +167,7 @@ TransferState HostTransferEngine::wait(TicketId id) {
   // in threaded mode) wait for whoever runs it.
   if (mode_ == Mode::kManual && it->second.state == TransferState::kPending &&
       !it->second.running) {
-    run_job(lock, id);
+    run_with_deps(lock, id);
   }
   cv_.wait(lock, [&] { return jobs_.at(id).state != TransferState::kPending; });
   return jobs_.at(id).state;
@@ -153,7 +176,17 @@ TransferState HostTransferEngine::wait(TicketId id) {
 void HostTransferEngine::release(TicketId id) {
   std::lock_guard lock(mu_);
   auto it = jobs_.find(id);
-  if (it != jobs_.end() && it->second.state != TransferState::kPending) jobs_.erase(it);
+  if (it == jobs_.end() || it->second.state == TransferState::kPending) return;
+  if (it->second.state == TransferState::kFailed) {
+    // Forgotten, but the batches that run after it still fail: a caller that reaped the
+    // failure before they ran must not see them copy the garbage it left.
+    for (TicketId q : queue_) {
+      Job& job = jobs_.at(q);
+      if (std::find(job.batch.after.begin(), job.batch.after.end(), id) != job.batch.after.end())
+        job.after_failed = true;
+    }
+  }
+  jobs_.erase(it);
 }
 
 void HostTransferEngine::fail_ticket(TicketId id) {
@@ -164,6 +197,11 @@ void HostTransferEngine::fail_ticket(TicketId id) {
 void HostTransferEngine::fail_nth_submission(std::uint64_t n) {
   std::lock_guard lock(mu_);
   fail_submissions_.push_back(submissions_ + n);
+}
+
+void HostTransferEngine::delay_nth_submission(std::uint64_t n) {
+  std::lock_guard lock(mu_);
+  delay_submissions_.push_back(submissions_ + n);
 }
 
 void HostTransferEngine::delay_ticket(TicketId id) {
@@ -192,8 +230,45 @@ bool HostTransferEngine::complete(TicketId id) {
   auto it = jobs_.find(id);
   if (it == jobs_.end() || it->second.state != TransferState::kPending || it->second.running)
     return false;
-  run_job(lock, id);
+  run_with_deps(lock, id);
   return true;
+}
+
+// mu_ held. kManual: the pending tickets `id` runs after run first (theirs first, recursively;
+// submission order makes the graph acyclic: a batch can only name earlier tickets), then it.
+void HostTransferEngine::run_with_deps(std::unique_lock<std::mutex>& lock, TicketId id) {
+  // Copy: running a dependency releases mu_, and jobs_ may rehash meanwhile.
+  const std::vector<TicketId> deps = jobs_.at(id).batch.after;
+  for (TicketId dep : deps) {
+    auto it = jobs_.find(dep);
+    if (it == jobs_.end() || it->second.state != TransferState::kPending) continue;
+    if (it->second.running) {
+      cv_.wait(lock, [&] { return jobs_.at(dep).state != TransferState::kPending; });
+    } else {
+      run_with_deps(lock, dep);
+    }
+  }
+  Job& job = jobs_.at(id);
+  if (job.state == TransferState::kPending && !job.running) run_job(lock, id);
+}
+
+// mu_ held: kFailed when a ticket `job` runs after failed, kPending while one is still
+// pending, kDone when all landed (a released one landed: the caller reaped it).
+TransferState HostTransferEngine::deps_state_locked(const Job& job) const {
+  if (job.after_failed) return TransferState::kFailed;
+  TransferState out = TransferState::kDone;
+  for (TicketId dep : job.batch.after) {
+    auto it = jobs_.find(dep);
+    if (it == jobs_.end()) continue;
+    if (it->second.state == TransferState::kFailed) return TransferState::kFailed;
+    if (it->second.state == TransferState::kPending) out = TransferState::kPending;
+  }
+  return out;
+}
+
+void HostTransferEngine::set_device_copies_at_submit(bool on) {
+  std::lock_guard lock(mu_);
+  device_at_submit_ = on;
 }
 
 HostEngineStats HostTransferEngine::stats() const {
@@ -206,10 +281,15 @@ void HostTransferEngine::run_job(std::unique_lock<std::mutex>& lock, TicketId id
   Job& job = jobs_.at(id);
   job.running = true;
   queue_.erase(std::find(queue_.begin(), queue_.end(), id));
-  const bool fail = job.fail;
+  // Every ticket it runs after has finished (the worker and run_with_deps see to it); one that
+  // failed fails this one: its destinations are poisoned, never filled from garbage.
+  const bool after_failed = deps_state_locked(job) == TransferState::kFailed;
+  const bool fail = job.fail || after_failed;
   const TransferBatch* batch = &job.batch;  // stable: unordered_map nodes do not move
   lock.unlock();
-  const bool ok = run_copy(*batch, fail);
+  // A batch after a failed one reads nothing: its sources may be that one's garbage, already
+  // freed and reused by the caller. It only poisons its destinations.
+  const bool ok = run_copy(*batch, fail, after_failed);
   lock.lock();
   Job& done = jobs_.at(id);
   done.running = false;
@@ -235,7 +315,8 @@ void HostTransferEngine::worker_loop() {
     cv_.wait(lock, [&] {
       if (stop_) return true;
       for (TicketId id : queue_) {
-        if (!jobs_.at(id).delayed) {
+        const Job& job = jobs_.at(id);
+        if (!job.delayed && deps_state_locked(job) != TransferState::kPending) {
           next = id;
           return true;
         }
@@ -259,7 +340,7 @@ void HostTransferEngine::copy_sliced(std::span<const std::byte> src, std::span<s
 // Device to device: slot pieces in slices of slice_pages_ pieces, each copied directly
 // between the GPU slot arena and the GPU page arena (no host staging, as on a GPU). A failing
 // copy stops after its first slice and poisons every destination of the batch.
-bool HostTransferEngine::run_device_copy(const TransferBatch& b, bool fail) {
+bool HostTransferEngine::run_device_copy(const TransferBatch& b, bool fail, bool read_nothing) {
   const std::size_t pb = memory_.page_bytes();
   auto slot_span = [&](const SlotPieceCopy& p) {
     return memory_.gpu_snapshot(p.slot).subspan(p.offset,
@@ -269,7 +350,8 @@ bool HostTransferEngine::run_device_copy(const TransferBatch& b, bool fail) {
     return memory_.gpu_page(p.page).first(piece_bytes(p, pb, memory_.snapshot_bytes()));
   };
   std::uint64_t slices = 0;
-  for (std::size_t first = 0; first < b.slot_pieces.size(); first += slice_pages_) {
+  for (std::size_t first = 0; first < b.slot_pieces.size() && !read_nothing;
+       first += slice_pages_) {
     const std::size_t last = std::min(b.slot_pieces.size(), first + slice_pages_);
     for (std::size_t i = first; i < last; ++i) {
       const SlotPieceCopy& p = b.slot_pieces[i];
@@ -291,9 +373,9 @@ bool HostTransferEngine::run_device_copy(const TransferBatch& b, bool fail) {
   return !fail;
 }
 
-bool HostTransferEngine::run_copy(const TransferBatch& b, bool fail) {
+bool HostTransferEngine::run_copy(const TransferBatch& b, bool fail, bool read_nothing) {
   std::lock_guard copy_lock(copy_mu_);
-  if (b.direction == Direction::kDeviceToDevice) return run_device_copy(b, fail);
+  if (b.direction == Direction::kDeviceToDevice) return run_device_copy(b, fail, read_nothing);
   const bool d2h = b.direction == Direction::kDeviceToHost;
   auto& staging = d2h ? staging_d2h_ : staging_h2d_;
   const std::size_t pb = memory_.page_bytes();
@@ -305,7 +387,7 @@ bool HostTransferEngine::run_copy(const TransferBatch& b, bool fail) {
     return d2h ? memory_.host_page(p.host) : memory_.gpu_page(p.gpu);
   };
   // Pages: slices of at most slice_pages_ pages, each staged whole.
-  for (std::size_t first = 0; first < b.pages.size(); first += slice_pages_) {
+  for (std::size_t first = 0; first < b.pages.size() && !read_nothing; first += slice_pages_) {
     const std::size_t last = std::min(b.pages.size(), first + slice_pages_);
     for (std::size_t i = first; i < last; ++i) {
       std::memcpy(staging.data() + (i - first) * pb, page_src(b.pages[i]).data(), pb);

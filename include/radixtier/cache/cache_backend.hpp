@@ -92,6 +92,11 @@ struct CacheStats {
   /// alloc_snapshot_slot, and the promotion destinations of an admission): one per transfer
   /// waited for. 0 while every allocation fits in the free room (the watermarks' goal).
   std::uint64_t alloc_copy_waits = 0;
+  /// Copies the cache waited for on the calling thread (a transfer engine ticket or a store
+  /// read, whatever the reason: wait(), making room, a split, drain()). admit() and insert()
+  /// add none unless room must be made by waiting: the promotion, the copy into the live slot
+  /// and the materialization of a snapshot are reaped by poll().
+  std::uint64_t host_waits = 0;
   std::uint64_t alloc_wait_bytes = 0;   ///< bytes of the transfers those waits waited for
   std::uint64_t alloc_wait_copies = 0;  ///< their slices (what a copy's latency is paid for)
   /// KV nodes and snapshots the watermark step evicted ahead of need (demotions started
@@ -154,6 +159,19 @@ class CacheBackend {
   /// Waits for the admission's copies; returns the tokens the request resumes from (a page
   /// multiple, <= Admission::cached_tokens). Read path_pages()/path_snapshot() after it.
   virtual Result<std::size_t> wait(LockId lock) = 0;
+  /// True when stream_wait() orders a caller's stream after the lock's copies (PrefixCache).
+  virtual bool supports_stream_wait() const { return false; }
+  /// Makes `stream` wait for the copies of the lock's resumed prefix (the KV of the layers up
+  /// to `layer`, the snapshot whole): PrefixCache::stream_wait. The caller then checks
+  /// poll(lock) == kDone before committing what it computed from the prefix. A backend without
+  /// it: kFailedPrecondition (call wait()).
+  virtual Status stream_wait(LockId lock, StreamHandle stream, std::optional<std::uint32_t> layer) {
+    (void)lock;
+    (void)stream;
+    (void)layer;
+    return Status(ErrorCode::kFailedPrecondition,
+                  "stream_wait: this cache backend has no device ordering; call wait()");
+  }
   virtual Result<std::vector<GpuPageId>> path_pages(LockId lock) const = 0;
   virtual Result<GpuSlotId> path_snapshot(LockId lock) const = 0;
   virtual Result<std::vector<GpuPageId>> alloc_pages(LockId lock, std::size_t n) = 0;

@@ -39,11 +39,19 @@
 //   any, copy in flight   the engine refuses the batch       -         as before the copy
 //   any, store read       read fails its check (kDataLoss)   -         the records erased
 //   gone / lower only     insert of the same tokens          -         fresh GPU pages adopted
+//   no GPU snapshot       insert with a snapshot slot        kMate-    GPU (the slot's bytes in
+//                                                            rialize   fresh pool pages; the
+//                                                                      slot is the copy's until
+//                                                                      it lands, then freed)
 //
 // In flight, the row being copied to holds the copy's destinations (not usable yet):
 //   kDemote / kWriteThrough   gpu -> host       kPromote   host -> gpu
 //   kStore                    host -> store     kLoad      store -> host and gpu (both held)
 //   kStage                    store -> gpu through staging pages (host row stays empty)
+//   kMaterialize              a live slot -> gpu (device to device; host row as it was)
+// A snapshot arriving on GPU (snap_to_gpu) is not evictable (one copy at a time) and not yet
+// usable without a wait: an admission resuming from it submits the copy into its live slot
+// ordered `after` the arriving copy's ticket (PrefixCache::submit_fill), so admit never waits.
 // A failed copy never hands out bytes (rule 7): a request whose promotion failed finds the
 // node host-only, resumes above it and recomputes (wait()); the next admission may promote it
 // again. A failed demotion does not make its room: the victim keeps its GPU copy, is marked
@@ -147,8 +155,18 @@ struct PageKeyEq {
 
 /// The copy in flight of a node's KV or snapshot: GPU -> host (kDemote, kWriteThrough),
 /// host -> GPU (kPromote), host -> store (kStore), store -> host on its way to GPU (kLoad),
-/// store -> GPU through a few host staging pages, slice by slice (kStage: no host copy).
-enum class Xfer : std::uint8_t { kNone, kDemote, kWriteThrough, kPromote, kStore, kLoad, kStage };
+/// store -> GPU through a few host staging pages, slice by slice (kStage: no host copy), or a
+/// request's live slot -> fresh GPU pool pages on the device (kMaterialize: insert's snapshot).
+enum class Xfer : std::uint8_t {
+  kNone,
+  kDemote,
+  kWriteThrough,
+  kPromote,
+  kStore,
+  kLoad,
+  kStage,
+  kMaterialize
+};
 
 using OrderHook =
     boost::intrusive::set_member_hook<boost::intrusive::link_mode<boost::intrusive::safe_link>>;
@@ -294,7 +312,13 @@ struct Node {
     return kv_xfer == Xfer::kPromote || kv_xfer == Xfer::kLoad || kv_xfer == Xfer::kStage;
   }
   bool snap_to_gpu() const {
-    return snap_xfer == Xfer::kPromote || snap_xfer == Xfer::kLoad || snap_xfer == Xfer::kStage;
+    return snap_xfer == Xfer::kPromote || snap_xfer == Xfer::kLoad || snap_xfer == Xfer::kStage ||
+           snap_xfer == Xfer::kMaterialize;
+  }
+  /// The snapshot's bytes are on the GPU, or a device copy (kMaterialize) is writing them
+  /// there: resuming from it needs no host copy (the fill is ordered after the device copy).
+  bool snap_on_device() const {
+    return gpu.has_snapshot() && (!snap_to_gpu() || snap_xfer == Xfer::kMaterialize);
   }
   /// host.pages / host.snapshot are a copy's destinations.
   bool kv_to_host() const {

@@ -8,7 +8,12 @@
 // and snapshots on every tier is decided by eviction at every moment. GPU snapshot slots are
 // live slots only, the running requests' state: a resume copies the cached pages into the
 // request's slot and insert copies a slot into pages (device to device; docs/architecture.md,
-// "The GPU pool").
+// "The GPU pool"). Both device copies are transfers like promotions (issue 33): submitted
+// without waiting (the fill at admission, ordered `after` the copy still bringing its snapshot
+// onto the GPU; the materialization at insert, whose node's GPU snapshot is arriving,
+// Xfer::kMaterialize), reaped by poll(); admit() and insert() wait for neither
+// (CacheStats::host_waits). stream_wait() orders a caller's stream after them instead of a
+// host wait; RequestOptions::stream is carried by every batch a request's call submits.
 //
 // The cache is composed of parts, each owning its state and stating its invariants:
 //   RadixTree      (radix_tree.hpp)    the nodes, the namespace roots, walks and splits
@@ -45,9 +50,14 @@
 //  4. order membership == the evictable predicates of node.hpp, refreshed at every change;
 //     every linked key equals the key the node's state gives (check_invariants()).
 //  5. sources and destinations of a copy stay held until it completes, so recycling an id
-//     can never mix bytes.
+//     can never mix bytes: a fill's source snapshot stays locked (by its lock, or by the copy
+//     once the lock is released, the live slot then held by the copy); a materialization holds
+//     its slot and its pages (Holder::kTransfer) until it lands. The one exception is a fill
+//     ordered after a promotion that failed: the promotion's pages are freed when it is
+//     reaped, and the engine fails the fill without reading them (TransferBatch::after).
 //  6. path_snapshot() hands out the request's own live slot, filled device to device from the
-//     cached pages; the cached copy is never computed in.
+//     cached pages once the fill landed (or earlier to a caller that stream_wait()ed); the
+//     cached copy is never computed in.
 //  7. a failed demotion or promotion frees its destination and keeps the intact source (the
 //     GPU copy / the host copy; eviction then takes the next victim); wait() resumes the
 //     request at the deepest boundary of its path that is still usable on GPU (KV that
@@ -131,6 +141,25 @@ class PrefixCache final : public CacheBackend {
   Result<Admission> admit(std::span<const std::int64_t> prompt, const RequestOptions& options);
   Result<TransferState> poll(LockId lock) override;
   Result<std::size_t> wait(LockId lock) override;
+  /// Makes `stream` wait, on the device, for what the lock's resumed prefix still has in
+  /// flight: the KV promotions of the layers up to `layer`'s group (every layer without
+  /// `layer`), and whole: the snapshot's promotion and the copy into the live slot (a GDN
+  /// layer reads the whole state). Forwarded to TransferEngine::stream_wait; no host wait on
+  /// an engine that waits_on_device(); an engine without streams (the host engine) waits on
+  /// the host (counted in CacheStats::host_waits). A copy that goes through host first (a
+  /// store read, a staged load) cannot be waited for on a stream: the cache waits on the host
+  /// for the store read only, then the stream waits for the promotion that follows it.
+  /// From the first call on, path_pages() and path_snapshot() hand out the prefix's ids
+  /// before the copies land (they are fixed at admission): read them on `stream` only, and a
+  /// layer's pages only after a stream_wait() covering that layer.
+  /// Contract: a device wait cannot see a failure yet to come. Before committing anything
+  /// computed from the prefix (insert, sampling), check poll(lock) == kDone; kFailed: discard
+  /// it, and wait() says where the request resumes (recompute from there). Errors: kNotFound
+  /// (unknown lock), kTransferFailed (a copy is known to have failed: wait()), changing
+  /// nothing.
+  Status stream_wait(LockId lock, StreamHandle stream,
+                     std::optional<std::uint32_t> layer = {}) override;
+  bool supports_stream_wait() const override { return true; }
   Result<std::vector<GpuPageId>> path_pages(LockId lock) const override;
   Result<GpuSlotId> path_snapshot(LockId lock) const override;
   Result<std::vector<GpuPageId>> alloc_pages(LockId lock, std::size_t n) override;
@@ -215,10 +244,12 @@ class PrefixCache final : public CacheBackend {
   std::size_t namespace_count() const { return 1 + tree_.namespace_roots().size(); }
   Occupancy occupancy() const;
   const CacheConfig& config() const { return config_; }
-  /// GPU-host transfers, store transfers and chunks of staged loads in flight.
+  /// GPU-host transfers, store transfers, chunks of staged loads and device copies in flight.
   std::size_t in_flight() const {
-    return xfers_.copies.size() + xfers_.store.size() + staged_chunks();
+    return xfers_.copies.size() + xfers_.store.size() + staged_chunks() + xfers_.device.size();
   }
+  /// Device copies in flight: fills of live slots and materializations (issue 33).
+  std::size_t device_copies_in_flight() const { return xfers_.device.size(); }
   /// The store tier (nullptr: none).
   StoreEngine* store() const { return host_.link; }
 
@@ -406,6 +437,8 @@ class PrefixCache final : public CacheBackend {
   std::size_t gpu_pages_demoting() const;
   /// Reaps finished transfers without the watermark step (poll() = reap + demote_ahead()).
   void reap_transfers();
+  /// The GPU-host part of reap_transfers().
+  void reap_gpu_host();
   /// Frees host pool pages until n can be taken for KV (for_snapshot: for a snapshot): the
   /// lowest key of either kind when the pool is shared, else of that kind within its share.
   bool make_host_page_room(std::size_t n, bool for_snapshot = false);
@@ -509,22 +542,44 @@ class PrefixCache final : public CacheBackend {
   /// and the counts of a pin added (+1) or removed (-1).
   std::size_t pin_cost(const Node* end) const;
   void add_pin_counts(Node* end, int delta);
-  /// Once the lock's snapshot is on GPU: copies it into the lock's live slot (device to
-  /// device); a copy that fails moves the lock to its root (the request recomputes).
-  void fill_live_slot(LockRecord& rec);
+  /// Submits the copy of the lock's snapshot into its live slot (device to device), ordered
+  /// `after` the snapshot's promotion or materialization when that is still in flight; a
+  /// snapshot still coming from the store is deferred to the poll() that starts its
+  /// promotion. Never waits. A refusal counts as a failed fill (wait() resumes from the root).
+  void submit_fill(LockId id, LockRecord& rec);
+  /// Submits the fills deferred by submit_fill (run by reap_transfers()).
+  void submit_deferred_fills();
+  /// A fill that failed on its own (the prefix is intact): the lock moves to its root, the
+  /// live slot is freed (the request recomputes).
+  void fill_failed_to_root(LockRecord& rec);
   /// A slot the request owns goes back to the free list (its live slot: rec.live is cleared).
   void give_back_slot(LockRecord& rec, GpuSlotId slot);
-  /// Copies `batch` (kDeviceToDevice) and waits for it; kTransferFailed when refused or failed.
-  Status copy_on_device(TransferBatch batch);
-  /// Copies the request's state in `slot` into fresh pages of the GPU pool (room made) as n's
-  /// GPU snapshot; false: no room or the copy failed (nothing changed).
-  bool materialize(Node* n, GpuSlotId slot);
+  /// Submits a device copy (kDeviceToDevice) as `copy` (its ticket set here) and reaps it at
+  /// once if it already landed; the id, or kTransferFailed when the engine refused it.
+  Result<std::uint32_t> submit_device(TransferBatch batch, DeviceCopy copy);
+  /// write_through_now: a materialization that landed starts its snapshot's write-through
+  /// (false inside insert, whose own write-through takes it).
+  void finish_device_copy(std::uint32_t id, bool ok, bool write_through_now = true);
+  void wait_device_copy(std::uint32_t id, bool write_through_now = true);
+  void reap_device_copies();
+  /// Waits for the materializations in flight (slot_holders: and the fills of released
+  /// requests, which hold a slot too): making room, which must see their pages and slots.
+  void settle_device_copies(bool slot_holders);
+  /// The engine ticket of the copy that brings n's snapshot onto the GPU (kPromote,
+  /// kMaterialize); nullopt when none is in flight or it is not a TransferEngine copy.
+  std::optional<TicketId> snapshot_arrival(const Node* n) const;
+  /// Submits the copy of the request's state in `slot` into fresh pages of the GPU pool (room
+  /// made) as n's arriving GPU snapshot; the slot is the copy's from now on. false: no room or
+  /// the engine refused it (nothing changed, the caller keeps its slot).
+  bool materialize(Node* n, GpuSlotId slot, StreamHandle stream);
   /// kPending / kDone / kFailed of a lock's path and snapshot, as poll(lock) without reaping.
   TransferState lock_state(const LockRecord& rec) const;
   void wait_promotions(const LockRecord& rec);
+  /// The lock's prefix (its KV path and its snapshot on GPU) was lost by a failed copy.
+  bool prefix_lost(const LockRecord& rec) const;
   /// After a failed promotion: moves the lock to the deepest usable boundary above the
   /// failure (promoting its snapshot if it is on host), or to the root.
-  Status resume_earlier(LockRecord& rec);
+  Status resume_earlier(LockId lock, LockRecord& rec);
   Status validate_insert(LockId lock, const LockRecord& rec, std::span<const Token> tokens,
                          std::span<const GpuPageId> pages, std::optional<GpuSlotId> snapshot) const;
   /// insert(): waits for the copy of the node the insert will split, walking from `from`
@@ -571,6 +626,23 @@ class PrefixCache final : public CacheBackend {
   /// True while make_gpu_*_room() makes room for an allocation: its waits are counted
   /// (CacheStats::alloc_copy_waits).
   bool alloc_room_ = false;
+  /// The stream of the request whose call is running (RequestOptions::stream): every
+  /// GPU-host batch and device copy submitted meanwhile carries it; nullptr (the engine's
+  /// default) outside a request's call and in the watermark step.
+  StreamHandle call_stream_ = nullptr;
+  /// Sets call_stream_ for one call (restores the previous one at scope exit).
+  struct StreamScope {
+    PrefixCache* cache;
+    StreamHandle saved;
+    StreamScope(PrefixCache* c, StreamHandle s) : cache(c), saved(c->call_stream_) {
+      c->call_stream_ = s;
+    }
+    ~StreamScope() { cache->call_stream_ = saved; }
+    StreamScope(const StreamScope&) = delete;
+    StreamScope& operator=(const StreamScope&) = delete;
+  };
+  /// Locks whose fill waits for their snapshot's promotion to start (submit_fill).
+  std::vector<LockId> deferred_fills_;
 
   /// The tiers as parts: each one's eviction orders, ages, pools and held counters
   /// (tier_part.hpp).

@@ -8,6 +8,14 @@
 //   TensorRT-LLM's KvCacheRetentionConfig (its default is 35). A node carries the highest
 //   priority of the requests that inserted or used it (it never decays while the node is in
 //   the tree); eviction compares it before value and recency (node.hpp, "Eviction orders").
+// * stream: the caller's stream the request's forward pass runs on (a cudaStream_t on the CUDA
+//   engine; nullptr: the engine's default compute stream). Kept in the lock: every batch a
+//   call made with that lock submits (its promotion, the copy into its live slot, the
+//   materialization of its snapshot, the demotions that make room for its allocations) is
+//   ordered after the work queued on it, and PrefixCache::stream_wait() orders it after the
+//   copies. Rule: pass the stream the request's forward really runs on; work on another
+//   stream is not ordered by the cache (a race the engine cannot see). Batches no request
+//   makes (the watermark step in poll()) use the engine's default stream.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +23,7 @@
 
 #include "radixtier/ids.hpp"
 #include "radixtier/status.hpp"
+#include "radixtier/transfer/transfer_engine.hpp"
 
 namespace radixtier {
 
@@ -28,6 +37,7 @@ inline constexpr RetentionPriority kDefaultPriority = 35;
 struct RequestOptions {
   NamespaceId ns = kDefaultNamespace;
   RetentionPriority priority = kDefaultPriority;
+  StreamHandle stream = nullptr;  ///< the caller's stream (nullptr: the engine's default)
 
   /// Rejects an invalid namespace id and a priority above kMaxPriority, naming the field.
   Status validate() const {

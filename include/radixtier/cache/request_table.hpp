@@ -39,9 +39,19 @@ struct LockRecord {
   /// request's own (slot_owner), filled from snap_node's cached pages (rule 6).
   GpuSlotId live{};
   const Node* filled = nullptr;  ///< whose snapshot the live slot holds (nullptr: none yet)
-  /// The copy into the live slot failed and the lock moved to the root: reported as kFailed
-  /// until wait() tells the request it resumes from nothing.
+  /// The device copy into the live slot in flight (TransfersInFlight::device; 0: none). It is
+  /// submitted at admission, `after` the snapshot's promotion when that is still arriving; a
+  /// snapshot still on its way from the store gets its fill once its promotion starts.
+  std::uint32_t fill_xfer = 0;
+  /// The copy into the live slot failed (or was refused): reported as kFailed until wait()
+  /// resumes the request (earlier when the prefix itself was lost, else from the root).
   bool fill_failed = false;
+  /// The caller's stream (RequestOptions::stream): every batch a call with this lock submits
+  /// is ordered after it.
+  StreamHandle stream = nullptr;
+  /// stream_wait() was called: path_pages()/path_snapshot() hand out the ids before the copies
+  /// land (the caller's stream is ordered after them).
+  bool stream_waited = false;
   /// snap_node's cached snapshot is locked (Node::snapshot_lock) until the live slot holds
   /// its copy; from then on the request computes in its slot and the cached pages may leave.
   bool holds_snapshot() const { return snap_node != nullptr && filled != snap_node; }

@@ -4,6 +4,8 @@
 // the staged loads (store -> a window of host staging pages -> GPU, chunk by chunk), with
 // their ids and the host pages the staging windows hold.
 //
+// The device copies between live snapshot slots and GPU pool pages (DeviceCopy) are here too.
+//
 // Invariants (PrefixCache::check_invariants() checks them with the nodes and pools): every
 // op names a node whose kv_xfer / snap_xfer is the op's kind and whose *_xfer_id is the
 // batch's id; the ids a copy moves between stay held by it until it completes (rule 5); the
@@ -117,7 +119,30 @@ struct StagedLoad {
   std::vector<RecordId> to_erase;
 };
 
+// --- live slot <-> GPU pool pages (TransferEngine, kDeviceToDevice) -------------------------
+/// A device copy between a request's snapshot slot and GPU pool pages (issue 33), tracked and
+/// reaped like the GPU-host batches so that admit() and insert() never wait for one:
+///   kFill         node's cached GPU snapshot pages -> a request's live slot (rule 6). The
+///                 request's lock keeps the node's snapshot_lock until it lands; the slot is
+///                 the request's (RequestOwnership), or the copy's (Holder::kTransfer) once the
+///                 request released its lock meanwhile (`lock` invalid: the landing frees the
+///                 slot and the snapshot lock).
+///   kMaterialize  a request's slot -> fresh GPU pool pages, the node's GPU snapshot
+///                 (Xfer::kMaterialize on the node; the pages and the slot are the copy's until
+///                 it lands: then the pages are the node's and the slot is freed; rule 5).
+struct DeviceCopy {
+  enum class Kind : std::uint8_t { kFill, kMaterialize };
+  Kind kind = Kind::kFill;
+  Ticket ticket;
+  Node* node = nullptr;
+  GpuSlotId slot;
+  LockId lock;  ///< kFill: the request filled (invalid: released while in flight)
+  std::uint64_t bytes = 0;
+};
+
 struct TransfersInFlight {
+  std::unordered_map<std::uint32_t, DeviceCopy> device;  ///< device copies by id
+  std::uint32_t next_device = 1;
   std::unordered_map<std::uint32_t, InFlight> copies;  ///< GPU-host batches by id
   std::uint32_t next_copy = 1;
   std::unordered_map<std::uint32_t, StoreInFlight> store;  ///< store batches by id

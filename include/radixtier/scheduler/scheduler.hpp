@@ -79,6 +79,18 @@ struct SchedulerConfig {
   std::uint32_t max_admissions = 8;    ///< admissions per request (failed promotions, preemption)
   bool check_invariants = false;       ///< run cache.check_invariants() after every step
   std::size_t kv_bytes_per_token = 0;  ///< for the budgeted policy's default budget (0: unknown)
+  /// The stream the forward passes run on (RequestOptions::stream of every admission;
+  /// nullptr: the engine's default). With a cache that supports_stream_wait(), a resumed
+  /// request's forward starts right after admit: its stream waits on the device for the
+  /// copies (stream_wait, layer by layer) instead of the host waiting (wait(lock)); the
+  /// scheduler checks poll(lock) after the first forward, before any insert or sampling, and
+  /// recomputes the request when a copy failed (docs/scheduler.md).
+  StreamHandle stream = nullptr;
+  /// Layers (or layer groups) the forward reads in order: stream_wait(lock, stream, L) for L
+  /// = 0 .. forward_layers - 1 before the forward reads layer L (0: one wait for them all).
+  std::uint32_t forward_layers = 0;
+  /// Use stream_wait when the cache supports it (false: wait(lock) on the host, as before).
+  bool use_stream_wait = true;
 
   /// Rejects nonsense with a message naming the field.
   Status validate(std::uint32_t page_size) const;
@@ -229,6 +241,9 @@ class Scheduler {
   void stop(Running& r);  ///< frees own pages, releases the lock, ends the executor state
   void fail(Running& r, Status why);
   void preempt(Running& r);
+  /// poll(lock) of a request started with stream_wait: kProgress when its prefix arrived,
+  /// else it is stopped and queued again (its work discarded).
+  Outcome confirm_prefix(Running& r);
   void note_stats(RequestResult& result, const CacheStats& before);
   Progress progress() const;
 

@@ -16,9 +16,16 @@
 //
 // Modes:
 //   kThreaded: a worker thread runs batches in submission order (a delayed one is skipped
-//              until resumed), as copy streams would.
+//              until resumed, and so is one whose `after` tickets are still pending), as copy
+//              streams would.
 //   kManual:   nothing runs until the test calls complete(id) (any order) or wait(id): this
-//              is how property tests complete transfers in an arbitrary order.
+//              is how property tests complete transfers in an arbitrary order. Either first
+//              runs the pending tickets the batch runs `after` (theirs first), so no byte of
+//              it moves before theirs.
+// TransferBatch::after: an id this engine never issued is refused (kInvalidArgument, nothing
+// copied); a ticket released after it landed counts as landed; a ticket that failed (released
+// or not) fails the batch that runs after it (its destinations poisoned, as any failed copy leaves
+// them). TransferBatch::stream is ignored (no streams: stream_wait() is the default host wait).
 // Faults: fail_ticket(id) / fail_nth_submission(n) make a chosen copy fail after its first
 // slice, with its destination poisoned; delay_ticket(id) holds a copy until resume(id).
 #pragma once
@@ -96,12 +103,20 @@ class HostTransferEngine final : public TransferEngine {
   /// The n-th submit() from now (0 = the next one) fails when it runs.
   void fail_nth_submission(std::uint64_t n);
   void delay_ticket(TicketId id);
+  /// The n-th submit() from now (0 = the next one) is held until resume(its id): a copy that
+  /// is certainly still in flight when its submitter returns, in either mode.
+  void delay_nth_submission(std::uint64_t n);
   void resume(TicketId id);
 
   // --- manual mode -----------------------------------------------------------------------
   std::vector<TicketId> pending() const;
   /// Runs a pending ticket now (kManual only). Returns false for an unknown or finished one.
   bool complete(TicketId id);
+  /// kManual: a device-to-device batch whose `after` tickets have all finished runs inside
+  /// submit() (one that must wait for them stays pending as any other). For tests that step
+  /// the GPU-host copies by hand and want the device copies to land as a GPU's quickly do;
+  /// off by default (the property tests complete every copy in an arbitrary order).
+  void set_device_copies_at_submit(bool on);
 
   HostEngineStats stats() const;
   HostArenas& memory() { return memory_; }
@@ -113,14 +128,20 @@ class HostTransferEngine final : public TransferEngine {
     bool fail = false;
     bool delayed = false;
     bool running = false;
+    bool after_failed = false;  ///< a ticket it runs after failed and was released
   };
 
   Status validate(const TransferBatch& batch) const;
+  Status validate_after_locked(const TransferBatch& batch) const;
+  TransferState deps_state_locked(const Job& job) const;
+  void run_with_deps(std::unique_lock<std::mutex>& lock, TicketId id);
   void worker_loop();
   // Runs the copy; mu_ must NOT be held (copies run unlocked). Returns success.
-  bool run_copy(const TransferBatch& batch, bool fail);
+  // read_nothing (a ticket it runs after failed): no byte is read, the destinations are only
+  // poisoned.
+  bool run_copy(const TransferBatch& batch, bool fail, bool read_nothing);
   // The device-to-device part of run_copy (copy_mu_ held).
-  bool run_device_copy(const TransferBatch& batch, bool fail);
+  bool run_device_copy(const TransferBatch& batch, bool fail, bool read_nothing);
   void copy_sliced(std::span<const std::byte> src, std::span<std::byte> dst,
                    std::vector<std::byte>& staging);
   void run_job(std::unique_lock<std::mutex>& lock, TicketId id);
@@ -136,8 +157,10 @@ class HostTransferEngine final : public TransferEngine {
   std::uint32_t next_id_ = 0;                         // guarded by mu_
   std::uint64_t submissions_ = 0;                     // guarded by mu_
   std::vector<std::uint64_t> fail_submissions_;       // guarded by mu_
+  std::vector<std::uint64_t> delay_submissions_;      // guarded by mu_
   HostEngineStats stats_;                             // guarded by mu_
   bool stop_ = false;                                 // guarded by mu_
+  bool device_at_submit_ = false;                     // guarded by mu_
   std::vector<std::byte> staging_d2h_, staging_h2d_;  // touched only by the running copy
   std::mutex copy_mu_;                                // one copy at a time (one engine "stream")
   std::thread worker_;

@@ -93,7 +93,9 @@ struct TransferBatch {
   StreamHandle stream = nullptr;
   /// Tickets this batch runs after on the device: no byte of it moves before every byte of
   /// theirs landed (a device copy out of snapshot pages a promotion is still filling). A
-  /// ticket that failed makes this one fail too; one already released is done.
+  /// ticket that failed makes this one fail too, even when its owner released it before this
+  /// one ran; one released after it landed is done. An id never issued is refused
+  /// (kInvalidArgument, nothing copied).
   std::vector<TicketId> after;
 
   bool empty() const {
