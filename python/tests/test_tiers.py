@@ -308,3 +308,41 @@ def test_shared_tier_arguments_are_checked(cluster):
     assert tier.lookup(np.arange(8, dtype=np.int32)) == 0  # below min_tokens: no probe
     assert tier.stats().lookups == 0
 
+
+# --- the per-call stream through the cache (RequestOptions::stream, PrefixCache::stream_wait) --
+
+def test_cache_stream_wait_waits_on_the_host_engine():
+    """The host engine has no streams: cache.stream_wait(lock) waits on the host for the lock's
+    promotion (counted in host_waits), then path_pages() hands out the pages."""
+    cfg = tier_config()
+    inst = Instance(cfg, mode=rt.HostTransferEngine.Mode.MANUAL)  # copies run when waited for
+    prompt = np.arange(500, 532, dtype=np.int32)
+    kv, _ = inst.serve(prompt, seed=4)
+    inst.cache.evict(tokens=1 << 20)  # the KV to host: the next admission promotes it
+    inst.cache.drain()
+    e, c = inst.engine, inst.cache
+    a = c.admit(np.append(prompt, 0).astype(np.int32), stream=0)
+    assert a.promoting and c.poll(a.lock) == rt.TransferState.PENDING
+    before = c.stats().host_waits
+    c.stream_wait(a.lock)
+    assert c.poll(a.lock) == rt.TransferState.DONE
+    assert c.stats().host_waits > before
+    assert np.array_equal(np.asarray(inst.arenas.gpu_kv)[c.path_pages(a.lock)], kv)
+    c.release(a.lock)
+
+
+def test_cache_stream_arguments_are_checked():
+    inst = Instance(tier_config())
+    c = inst.cache
+    before = c.stats().admissions
+    with pytest.raises(TypeError, match="stream must be"):
+        c.admit(np.arange(9, dtype=np.int32), stream="current")
+    assert c.stats().admissions == before  # refused before the cache saw it
+    a = c.admit(np.arange(9, dtype=np.int32))
+    with pytest.raises(rt.InvalidArgumentError, match="layer"):
+        c.stream_wait(a.lock, layer=-1)
+    with pytest.raises(TypeError, match="stream must be"):
+        c.stream_wait(a.lock, stream=1.5)
+    c.release(a.lock)
+    with pytest.raises(rt.NotFoundError):
+        c.stream_wait(a.lock)

@@ -110,10 +110,14 @@ NamespaceId namespace_from(std::int64_t v) {
   return id_from<NamespaceId>(v, "namespace");
 }
 
-RequestOptions options_from(std::int64_t ns, std::int64_t priority) {
+RequestOptions options_from(std::int64_t ns, std::int64_t priority, StreamHandle stream = nullptr) {
   if (priority < kMinPriority || priority > kMaxPriority)
     raise_invalid("priority = " + std::to_string(priority) + " is not in [0, 100]");
-  return RequestOptions{namespace_from(ns), static_cast<RetentionPriority>(priority)};
+  RequestOptions o;
+  o.ns = namespace_from(ns);
+  o.priority = static_cast<RetentionPriority>(priority);
+  o.stream = stream;
+  return o;
 }
 
 LockId lock_from(std::int64_t v) {
@@ -149,6 +153,7 @@ constexpr StatField kStatFields[] = {
     {"snapshot_slot_misses", &CacheStats::snapshot_slot_misses},
     {"dead_kv_pages_dropped", &CacheStats::dead_kv_pages_dropped},
     {"alloc_copy_waits", &CacheStats::alloc_copy_waits},
+    {"host_waits", &CacheStats::host_waits},
     {"alloc_wait_bytes", &CacheStats::alloc_wait_bytes},
     {"alloc_wait_copies", &CacheStats::alloc_wait_copies},
     {"background_evictions", &CacheStats::background_evictions},
@@ -357,20 +362,40 @@ void bind_cache(py::module_& m) {
       // --- the CacheBackend interface -------------------------------------------------------
       .def(
           "admit",
-          [](PyPrefixCache& s, const py::object& prompt, std::int64_t ns, std::int64_t priority) {
+          [](PyPrefixCache& s, const py::object& prompt, std::int64_t ns, std::int64_t priority,
+             const py::object& stream) {
             // int64 (torch's and numpy's default, what tokenizers return) is read in place.
             TokenArg t(prompt, "prompt", /*wide_ok=*/true);
-            const RequestOptions o = options_from(ns, priority);
+            const RequestOptions o = options_from(ns, priority, stream_for(s.engine(), stream));
             return unwrap(s.locked([&](PrefixCache& c) {
               return t.wide().empty() ? c.admit(t.span(), o) : c.admit(t.wide(), o);
             }));
           },
           py::arg("prompt"), py::kw_only(), py::arg("namespace") = 0,
-          py::arg("priority") = kDefaultPriority,
+          py::arg("priority") = kDefaultPriority, py::arg("stream") = py::none(),
           "Matches on all but the last prompt token in the key namespace `namespace` (an int: "
           "an adapter, a cache salt, a tenant; 0 is the default one), locks the usable match, "
           "starts promoting what of it is on host. What the request uses and inserts is kept "
-          "at least at `priority` (0-100: lower leaves first).")
+          "at least at `priority` (0-100: lower leaves first). `stream`: the stream the "
+          "request's forward runs on (the CUDA engine; None: torch.cuda.current_stream(); an "
+          "engine without streams ignores it): every copy made for the request is ordered "
+          "after the work queued on it.")
+      .def(
+          "stream_wait",
+          [](PyPrefixCache& s, std::int64_t lock, const py::object& stream,
+             std::optional<std::int64_t> layer) {
+            const LockId l = lock_from(lock);
+            const StreamHandle h = stream_for(s.engine(), stream);
+            std::optional<std::uint32_t> ly;
+            if (layer) ly = count_from<std::uint32_t>(*layer, "layer");
+            check(s.locked([&](PrefixCache& c) { return c.stream_wait(l, h, ly); }));
+          },
+          py::arg("lock"), py::arg("stream") = py::none(), py::arg("layer") = py::none(),
+          "Makes `stream` (None: torch.cuda.current_stream() on the CUDA engine) wait on the "
+          "device for the lock's resumed prefix (with `layer`: the KV of the layers up to it, "
+          "and the whole snapshot); the host engine waits on the host. path_pages() and "
+          "path_snapshot() then hand out the ids at once: read them on that stream only, and "
+          "check poll(lock) == DONE before committing what was computed from them.")
       .def(
           "poll",
           [](PyPrefixCache& s, std::optional<std::int64_t> lock) -> py::object {
