@@ -125,8 +125,7 @@ struct Harness {
         store(store_tier) {
     // The unit tests step the GPU-host copies by hand; the device copies (the fill of a live
     // slot, a snapshot's materialization) land as soon as what they run after has, as on a
-    // GPU (the property tests complete them in any order instead).
-    engine.set_device_copies_at_submit(true);
+    // GPU (the engine's default; the property tests complete them in any order instead).
     auto r = PrefixCache::create(c, engine, store);
     if (!r) throw std::runtime_error(r.status().to_string());
     cache = std::move(r).value();

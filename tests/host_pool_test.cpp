@@ -331,6 +331,7 @@ TEST(HostPool, FailedDeviceToDeviceCopyReportsFailedAndPoisonsItsDestinations) {
   {  // fail_ticket on a materialization (manual mode: it runs when completed)
     HostArenas mem(c);
     HostTransferEngine engine(mem, c.slice_pages, HostTransferEngine::Mode::kManual);
+    engine.set_device_copies_at_submit(false);  // pending until completed, like the others
     fill_pattern(mem.gpu_snapshot(GpuSlotId(1)), 9);
     TransferBatch b;
     b.direction = Direction::kDeviceToDevice;

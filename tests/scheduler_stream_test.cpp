@@ -295,5 +295,81 @@ TEST(SchedulerStreamWait, ForwardStartsAfterAdmitWithoutAHostWaitForPromotionsOr
   }
 }
 
+TEST(PrefixCacheStreams, EveryBatchOfARequestsCallCarriesItsStreamAndTheWatermarkTheDefault) {
+  CacheConfig c;
+  c.page_size = 4;
+  c.gpu_pages = 16;
+  c.host_pages = 64;
+  c.gpu_snapshot_slots = 4;
+  c.host_snapshot_slots = 8;
+  c.page_bytes = 48;
+  c.snapshot_bytes = 96;
+  c.slice_pages = 4;
+  c.gpu_free_low_watermark = c.gpu_free_high_watermark = 0;
+  HostArenas memory(c);
+  HostTransferEngine inner(memory, c.slice_pages, HostTransferEngine::Mode::kThreaded);
+  std::vector<Event> log;
+  RecordingEngine engine(inner, log);
+  auto cache = PrefixCache::create(c, engine);
+  ASSERT_TRUE(cache);
+  int a_stream = 0, b_stream = 0;
+  // A inserts 12 pages and a snapshot (its materialization carries A's stream).
+  std::vector<Token> p(49);
+  for (std::size_t i = 0; i < p.size(); ++i) p[i] = Token(i);
+  auto a = (*cache)->admit(p, RequestOptions{kDefaultNamespace, kDefaultPriority, &a_stream});
+  ASSERT_TRUE(a);
+  auto pages = (*cache)->alloc_pages(a->lock, 12);
+  ASSERT_TRUE(pages);
+  auto slot = (*cache)->alloc_snapshot_slot(a->lock);
+  ASSERT_TRUE(slot);
+  ASSERT_TRUE((*cache)->insert(a->lock, std::span(p).first(48), *pages, *slot));
+  ASSERT_TRUE((*cache)->release(a->lock));
+  (*cache)->drain();
+  std::size_t seen = engine.submitted().size();
+  ASSERT_GE(seen, 1u);
+  EXPECT_EQ(engine.submitted()[0].second, &a_stream);  // the materialization
+  // B's allocation needs room: the demotions made for it carry B's stream.
+  std::vector<Token> q(9, Token(500));
+  auto b = (*cache)->admit(q, RequestOptions{kDefaultNamespace, kDefaultPriority, &b_stream});
+  ASSERT_TRUE(b);
+  ASSERT_TRUE((*cache)->alloc_pages(b->lock, 8));
+  auto after_b = engine.submitted();
+  ASSERT_GT(after_b.size(), seen);
+  for (std::size_t i = seen; i < after_b.size(); ++i) {
+    EXPECT_EQ(after_b[i].first, Direction::kDeviceToHost);
+    EXPECT_EQ(after_b[i].second, &b_stream) << "batch " << i;
+  }
+  ASSERT_TRUE((*cache)->release(b->lock));
+  EXPECT_EQ((*cache)->check_invariants(), "");
+
+  // The watermark step is no request's, even inside one's call: the engine's default stream.
+  c.gpu_free_low_watermark = 0.5;
+  c.gpu_free_high_watermark = 0.75;
+  HostArenas memory2(c);
+  HostTransferEngine inner2(memory2, c.slice_pages, HostTransferEngine::Mode::kThreaded);
+  RecordingEngine engine2(inner2, log);
+  auto cache2 = PrefixCache::create(c, engine2);
+  ASSERT_TRUE(cache2);
+  auto a2 = (*cache2)->admit(p, RequestOptions{kDefaultNamespace, kDefaultPriority, &a_stream});
+  ASSERT_TRUE(a2);
+  auto pages2 = (*cache2)->alloc_pages(a2->lock, 12);
+  ASSERT_TRUE(pages2);
+  auto slot2 = (*cache2)->alloc_snapshot_slot(a2->lock);
+  ASSERT_TRUE(slot2);  // live KV (a snapshot below it): demoted ahead, not dropped
+  ASSERT_TRUE((*cache2)->insert(a2->lock, std::span(p).first(48), *pages2, *slot2));
+  ASSERT_TRUE((*cache2)->release(a2->lock));
+  (*cache2)->poll();
+  std::size_t ahead = 0;
+  for (const auto& [dir, stream] : engine2.submitted()) {
+    if (dir != Direction::kDeviceToHost) continue;
+    EXPECT_EQ(stream, nullptr);
+    ++ahead;
+  }
+  EXPECT_GT(ahead, 0u);
+  EXPECT_GT((*cache2)->stats().background_evictions, 0u);
+  (*cache2)->drain();
+  EXPECT_EQ((*cache2)->check_invariants(), "");
+}
+
 }  // namespace
 }  // namespace radixtier

@@ -141,6 +141,8 @@ std::size_t PrefixCache::gpu_pages_demoting() const {
 }
 
 void PrefixCache::demote_ahead() {
+  // No request's: the engine's default stream, whichever call runs it (docs/architecture.md).
+  StreamScope scope(this, nullptr);
   // As kswapd: below the low watermark, evict what the order takes next (nothing else, so
   // nothing that would have stayed) until the high watermark is free or on its way; the
   // copies land while the scheduler computes and are reaped by the next entry point.

@@ -137,12 +137,8 @@ void PrefixCache::poll() {
   reap_store_transfers();  // first: a store read that arrived goes on to GPU
   reap_transfers();
   reap_staged();
-  {
-    // Made by no request: the watermark steps order on the engine's default stream.
-    StreamScope scope(this, nullptr);
-    demote_ahead();
-    store_ahead();
-  }
+  demote_ahead();  // made by no request: the engine's default stream
+  store_ahead();
   restart_lossy_sinks();
 }
 

@@ -81,6 +81,10 @@ CacheMetrics::CacheMetrics(prometheus::Registry& r, const PrefixCache& cache, co
          labels, &CacheStats::store_copy_waits);
   mirror(counter("radixtier_alloc_copy_waits_total", "waits on a copy for GPU room"), labels,
          &CacheStats::alloc_copy_waits);
+  mirror(counter("radixtier_host_waits_total",
+                 "copies the cache waited for on the calling thread (0 per admit/insert when "
+                 "nothing forces a wait)"),
+         labels, &CacheStats::host_waits);
   if (events_ != nullptr) {
     events_dropped_ =
         &counter("radixtier_events_dropped_total", "KV events dropped by a full queue").Add(labels);

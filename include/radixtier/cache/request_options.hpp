@@ -15,7 +15,7 @@
 //   ordered after the work queued on it, and PrefixCache::stream_wait() orders it after the
 //   copies. Rule: pass the stream the request's forward really runs on; work on another
 //   stream is not ordered by the cache (a race the engine cannot see). Batches no request
-//   makes (the watermark step in poll()) use the engine's default stream.
+//   makes (the watermark step, wherever it runs) use the engine's default stream.
 #pragma once
 
 #include <cstdint>

@@ -19,7 +19,9 @@
 //              until resumed, and so is one whose `after` tickets are still pending), as copy
 //              streams would.
 //   kManual:   nothing runs until the test calls complete(id) (any order) or wait(id): this
-//              is how property tests complete transfers in an arbitrary order. Either first
+//              is how property tests complete transfers in an arbitrary order (device-to-device
+//              batches ready to run run at submit unless set_device_copies_at_submit(false)).
+//              Either first
 //              runs the pending tickets the batch runs `after` (theirs first), so no byte of
 //              it moves before theirs.
 // TransferBatch::after: an id this engine never issued is refused (kInvalidArgument, nothing
@@ -113,9 +115,10 @@ class HostTransferEngine final : public TransferEngine {
   /// Runs a pending ticket now (kManual only). Returns false for an unknown or finished one.
   bool complete(TicketId id);
   /// kManual: a device-to-device batch whose `after` tickets have all finished runs inside
-  /// submit() (one that must wait for them stays pending as any other). For tests that step
-  /// the GPU-host copies by hand and want the device copies to land as a GPU's quickly do;
-  /// off by default (the property tests complete every copy in an arbitrary order).
+  /// submit() (one that must wait for them stays pending as any other). On by default: tests
+  /// that step the GPU-host copies by hand see the device copies land as a GPU's quickly do;
+  /// off, every device copy waits for complete() too (the property tests complete every copy
+  /// in an arbitrary order).
   void set_device_copies_at_submit(bool on);
 
   HostEngineStats stats() const;
@@ -160,7 +163,7 @@ class HostTransferEngine final : public TransferEngine {
   std::vector<std::uint64_t> delay_submissions_;      // guarded by mu_
   HostEngineStats stats_;                             // guarded by mu_
   bool stop_ = false;                                 // guarded by mu_
-  bool device_at_submit_ = false;                     // guarded by mu_
+  bool device_at_submit_ = true;                      // guarded by mu_
   std::vector<std::byte> staging_d2h_, staging_h2d_;  // touched only by the running copy
   std::mutex copy_mu_;                                // one copy at a time (one engine "stream")
   std::thread worker_;
