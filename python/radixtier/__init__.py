@@ -11,6 +11,8 @@ The C++ library through pybind11 (the extension radixtier._core):
                            a model writes K/V straight into the cache's pages
     HostTransferEngine     sliced copies between them, threaded or manual, fault injection
     SnapshotPolicy         the snapshot placement policies of the C++ scheduler
+    disk                   the disk tier below host: DiskStore, DiskStoreEngine
+    shared                 the shared tier: RedisCluster, SharedTier (HAVE_SHARED)
     cuda                   the CUDA engine over an engine's own device tensors (HAVE_CUDA)
     Error                  base of the exceptions a Status that is not ok becomes
     block_hash(es)         the KV events' chained block hashes, from tokens
@@ -25,6 +27,7 @@ from radixtier._core import (  # noqa: F401
     HAVE_CUDA,
     HAVE_EVENTS,
     HAVE_METRICS,
+    HAVE_SHARED,
     Admission,
     ArenaView,
     CacheConfig,
@@ -33,6 +36,7 @@ from radixtier._core import (  # noqa: F401
     Copy,
     DeviceLostError,
     Direction,
+    EngineHealth,
     Error,
     ErrorCode,
     EvictResult,
@@ -63,10 +67,13 @@ from radixtier._core import (  # noqa: F401
     __version__,
     block_hash,
     block_hashes,
+    disk,
 )
 
 if HAVE_CUDA:
     from radixtier._core import cuda  # noqa: F401
+if HAVE_SHARED:
+    from radixtier._core import shared  # noqa: F401
 if HAVE_EVENTS:
     from radixtier._core import EventPublisher  # noqa: F401
 if HAVE_METRICS:

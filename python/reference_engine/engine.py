@@ -29,6 +29,7 @@ adopted/duplicate bookkeeping are array operations, never a Python loop per page
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -62,6 +63,19 @@ class EngineConfig:
     # More rt.EventPublisher keywords: wire_format, data_parallel_rank, namespace_names,
     # snapshot_endpoint... (docs/events-and-metrics.md).
     events_options: dict = field(default_factory=dict)
+    # "cpu": the host engine, the model in its arenas. "cuda" / "cuda:N": the model's KV pool
+    # and snapshot slots are CUDA tensors, the host tier a pinned pool of that GPU, copies by
+    # the CUDA engine on torch's current stream.
+    device: str = "cpu"
+    # The disk tier below host (rt.disk): a directory and a byte budget; close() persists.
+    disk_dir: str | None = None
+    disk_budget_bytes: int = 64 << 20
+    # The shared tier (rt.shared): Redis Cluster seeds ("host:port"); needs WRITE_THROUGH.
+    shared_seeds: list[str] | None = None
+    # More rt.shared.SharedTier keywords (min_tokens, deadlines, namespace_salts...).
+    shared_options: dict = field(default_factory=dict)
+    # What the disk and shared tiers name the model's bytes by (another model's are refused).
+    model_id: str = "radixtier/reference-hybrid"
 
 
 @dataclass
@@ -90,6 +104,7 @@ class Result:
     admissions: int = 0
     transfer_failures: int = 0
     preemptions: int = 0
+    shared_tokens: int = 0  # the boundary the shared tier brought before admission (0: none)
 
 
 @dataclass
@@ -132,21 +147,51 @@ class Engine:
             host_snapshot_slots=config.host_snapshot_slots, page_bytes=model.page_bytes,
             snapshot_bytes=model.state_bytes, slice_pages=config.slice_pages,
             write_policy=config.write_policy, snapshot_eviction=config.snapshot_eviction)
-        self.arenas = rt.HostArenas(cache_config)
-        self.transfers = rt.HostTransferEngine(self.arenas, config.slice_pages, config.engine_mode)
-        for n in failing_submissions:
-            self.transfers.fail_nth_submission(n)
-        self.cache = rt.PrefixCache(cache_config, self.transfers)
+        self.device = torch.device(config.device)
+        if model.device.type != self.device.type or (
+                self.device.index is not None and model.device.index != self.device.index):
+            raise ValueError(f"the model is on {model.device}, EngineConfig.device is "
+                             f"{self.device}: pass model.to(config.device)")
+        if self.device.type == "cpu":
+            self.arenas = rt.HostArenas(cache_config)
+            self.transfers = rt.HostTransferEngine(self.arenas, config.slice_pages,
+                                                   config.engine_mode)
+            for n in failing_submissions:
+                self.transfers.fail_nth_submission(n)
+            # The model computes straight in the cache's memory.
+            self.kv = model.kv_pool(self.arenas.gpu_kv, config.gpu_pages)
+            self.slots = rt.as_tensor(self.arenas.gpu_snapshots, torch.float32,
+                                      (config.gpu_snapshot_slots, model.state_floats))
+        else:
+            self._make_cuda_engine(model, config, cache_config,
+                                   failing_submissions or fail_at_admission)
+        self.disk_store = self.disk = None
+        if config.disk_dir is not None:
+            weights = hashlib.sha256(repr(model.cfg).encode()).hexdigest()[:16]
+            self.disk_store = rt.disk.DiskStore(config.disk_dir, config.disk_budget_bytes,
+                                                cache_config, config.model_id, weights)
+            self.disk = rt.disk.DiskStoreEngine(self.disk_store, self.transfers)
+        self.cache = rt.PrefixCache(cache_config, self.transfers, store=self.disk)
+        self.shared = None
+        if config.shared_seeds is not None:
+            if config.write_policy != rt.WritePolicy.WRITE_THROUGH:
+                raise ValueError("EngineConfig.shared_seeds needs write_policy=WRITE_THROUGH "
+                                 "(what a request inserts must have host copies to publish)")
+            if not rt.HAVE_SHARED:
+                raise ValueError("EngineConfig.shared_seeds: radixtier was built without its "
+                                 "shared tier (hiredis, libsodium)")
+            options = dict(weights_version=hashlib.sha256(repr(model.cfg).encode()).hexdigest()
+                           [:16], kv_dtype="fp32")
+            options.update(config.shared_options)
+            self.shared = rt.shared.SharedTier(
+                self.cache, rt.shared.RedisCluster(list(config.shared_seeds)), config.model_id,
+                **options)
         self.metrics = rt.MetricsServer(self.cache, config.metrics_bind) \
             if config.metrics_bind is not None else None
         self.events = rt.EventPublisher(self.cache, config.events_endpoint,
                                         config.events_replay_endpoint, **config.events_options) \
             if config.events_endpoint is not None else None
         self.fail_at_admission = dict(fail_at_admission or {})
-        # The model computes straight in the cache's memory.
-        self.kv = model.kv_pool(self.arenas.gpu_kv, config.gpu_pages)
-        self.slots = rt.as_tensor(self.arenas.gpu_snapshots, torch.float32,
-                                  (config.gpu_snapshot_slots, model.state_floats))
         self.now = 0.0
         self.queue: list[tuple[Request, Result | None]] = []  # by arrival, then submission
         self.running: list[_Running] = []
@@ -154,6 +199,54 @@ class Engine:
         self.hold_admission = False
         self.steps = 0
         self.preemptions = 0
+
+    def _make_cuda_engine(self, model, config, cache_config, faults) -> None:
+        """The model's KV pool and snapshot slots as CUDA tensors of this device, the host tier
+        a pinned pool of the same GPU (its NUMA node), copies by the CUDA engine ordered after
+        torch's current stream."""
+        if not rt.HAVE_CUDA:
+            raise ValueError(f"EngineConfig.device={config.device!r}: radixtier was built "
+                             "without its CUDA engine (nvcc)")
+        if faults:
+            raise ValueError("fault injection (failing_submissions, fail_at_admission) is the "
+                             "host engine's")
+        dev = self.device if self.device.index is not None else \
+            torch.device("cuda", torch.cuda.current_device())
+        self.device = dev
+        self.arenas = None
+        self.kv = torch.zeros((config.gpu_pages, *model.kv_shape), dtype=torch.float32,
+                              device=dev)
+        self.slots = torch.zeros((config.gpu_snapshot_slots, model.state_floats),
+                                 dtype=torch.float32, device=dev)
+        self.host_pool = rt.cuda.PinnedHostPool(cache_config.host_pool_pages * model.page_bytes,
+                                                model.page_bytes, device=dev)
+        self.transfers = rt.cuda.CudaTransferEngine(
+            rt.cuda.DeviceLayout.from_tensors(self.kv, item_dim=0),
+            rt.cuda.DeviceLayout.from_tensors(self.slots, item_dim=0), self.host_pool,
+            slice_pages=config.slice_pages, device=dev,
+            compute_stream=torch.cuda.current_stream(dev))
+
+    def health(self):
+        """The engine's health (rt.EngineHealth): the host engine is always ok; the CUDA
+        engine reports DEVICE_LOST with the CUDA error once its context is gone."""
+        return self.cache.health()
+
+    def check_health(self) -> None:
+        """Raises rt.DeviceLostError when the device is lost: the process must restart. Called
+        after every failed copy (a sticky CUDA error fails every ticket)."""
+        h = self.cache.health()
+        if not h.ok:
+            raise rt.DeviceLostError(f"the engine's device is lost: {h.message} (restart the "
+                                     "process)")
+
+    def close(self) -> None:
+        """A graceful shutdown: publishes what is queued (shared tier), persists everything
+        the cache holds to the disk tier. The engine serves nothing afterwards."""
+        if self.shared is not None:
+            self.shared.flush_publishes()
+            self.shared.close()
+        if self.disk is not None:
+            self.cache.persist()
 
     # --- public -------------------------------------------------------------------------------
     def submit(self, request: Request) -> None:
@@ -209,6 +302,9 @@ class Engine:
         res = res or Result(id=req.id, label=req.label, prompt_tokens=len(req.prompt))
         for n in self.fail_at_admission.pop(req.id, ()):
             self.transfers.fail_nth_submission(n)
+        if self.shared is not None and res.admissions == 0:
+            # What another instance computed enters the cache as host nodes; admit promotes it.
+            res.shared_tokens = self.shared.before_admit(req.prompt).tokens
         while True:
             if res.admissions >= self.cfg.max_admissions:
                 res.error = f"gave up after {res.admissions} admissions"
@@ -219,13 +315,16 @@ class Engine:
             try:
                 cached = self.cache.wait(a.lock)
             except rt.TransferFailedError:
-                # The engine refused the copy: release and admit again (matches less).
+                # The engine refused the copy: release and admit again (matches less), unless
+                # the device is gone (recomputing on a lost context is pointless).
                 self.cache.release(a.lock)
                 res.transfer_failures += 1
+                self.check_health()
                 continue
             if cached < a.cached_tokens:
                 # Rule 7: a copy failed; the lock moved to the deepest boundary still usable.
                 res.transfer_failures += 1
+                self.check_health()
             break
         table = np.zeros(0, dtype=np.int64)
         if cached > 0:
@@ -306,6 +405,8 @@ class Engine:
             if len(r.res.output) < r.req.max_new_tokens:
                 return self._decode(r)
             return self._finish(r)
+        except rt.DeviceLostError:
+            raise  # not this request's failure: the process must restart
         except rt.Error as e:
             self._fail(r, str(e))
             return "failed"
@@ -360,6 +461,8 @@ class Engine:
             if self.policy.keep(self._query(r, boundary, at_finish=True)):
                 self._insert(r, boundary, r.checkpoint)
         self._stop(r)
+        if self.shared is not None and r.inserted > 0:
+            self.shared.after_finish(np.asarray(r.seq[:r.inserted], dtype=np.int32))
         self.results[r.req.id] = r.res
         self.hold_admission = False
         return "finished"
@@ -391,7 +494,7 @@ def reference_run(model: HybridModel, request: Request) -> Result:
     res = Result(id=request.id, label=request.label, prompt_tokens=len(request.prompt))
     total = len(request.prompt) + request.max_new_tokens
     pages = model.pages_for(total)
-    kv = torch.zeros(pages, *model.kv_shape)
+    kv = torch.zeros(pages, *model.kv_shape, device=model.device)
     table = torch.arange(pages)
     state = model.new_state()
     logits = model.forward(request.prompt, 0, table, kv, state)

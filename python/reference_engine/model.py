@@ -79,7 +79,8 @@ def _l2norm(x: torch.Tensor) -> torch.Tensor:
 
 
 class HybridModel:
-    """Weights and a per-token forward(); keeps no per-call state (one model, many requests)."""
+    """Weights and a per-token forward(); keeps no per-call state (one model, many requests).
+    On the CPU by default; `to("cuda")` runs the same ops on a GPU."""
 
     def __init__(self, config: ModelConfig = ModelConfig()):
         config.validate()
@@ -127,6 +128,26 @@ class HybridModel:
             10000.0, -2.0 * torch.arange(c.head_dim // 2, dtype=torch.float64) / c.head_dim)
         self.state_floats = state
         self.kv_shape = (self.attn_layers, 2, c.page_size, c.kv_heads, c.head_dim)
+        self.device = torch.device("cpu")
+
+    def to(self, device) -> "HybridModel":
+        """This model with its weights on `device` (e.g. "cuda"): the same weights, bit for
+        bit (made on the CPU from the seed, then copied)."""
+        device = torch.device(device)
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        out = HybridModel.__new__(HybridModel)
+        out.__dict__.update(self.__dict__)
+
+        def move(v):
+            return v.to(device) if isinstance(v, torch.Tensor) else v
+
+        out.embed, out.final_norm, out.lm_head = move(self.embed), move(self.final_norm), \
+            move(self.lm_head)
+        out.inv_freq = move(self.inv_freq)
+        out.layers = [{k: move(v) for k, v in layer.items()} for layer in self.layers]
+        out.device = device
+        return out
 
     # --- geometry the cache is configured with ------------------------------------------------
     @property
@@ -151,7 +172,7 @@ class HybridModel:
         return radixtier.as_tensor(view, torch.float32, (pages, *self.kv_shape))
 
     def new_state(self) -> torch.Tensor:
-        return torch.zeros(self.state_floats, dtype=torch.float32)
+        return torch.zeros(self.state_floats, dtype=torch.float32, device=self.device)
 
     # --- compute --------------------------------------------------------------------------------
     def forward(self, tokens, pos: int, page_table: torch.Tensor, kv: torch.Tensor,

@@ -61,3 +61,16 @@ def stack():
     s = Stack()
     yield s
     assert s.cache.check_invariants() == ""
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    """A Redis Cluster of three redis-server masters on loopback ports (redis_cluster.py),
+    stopped after the session; the test is skipped, saying why, without redis-server."""
+    from redis_cluster import LocalCluster, redis_server
+
+    if redis_server() is None:
+        pytest.skip("redis-server is not installed (Debian: apt-get install redis-server)")
+    c = LocalCluster(masters=3)
+    yield c
+    c.stop()

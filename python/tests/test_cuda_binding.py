@@ -109,3 +109,38 @@ def test_engine_needs_a_device(monkeypatch):
     with pytest.raises((rt.FailedPreconditionError, rt.InvalidArgumentError)) as e:
         rt.cuda.CudaTransferEngine(kv, slice_pages=4)
     assert "cuda" in str(e.value).lower()
+
+
+def test_pinned_pool_device_and_numa_arguments():
+    """PinnedHostPool(device=..., numa_node=...): the device reaches the pool (it retains that
+    GPU's context, not GPU 0's), None is torch's current device (an error without
+    torch.cuda), and every bad argument is refused before anything is mapped."""
+    import torch
+
+    P = rt.cuda.PinnedHostPool
+    with pytest.raises(rt.InvalidArgumentError, match="does not exist"):
+        P(4096, 64, device=0, numa_node=1 << 15)
+    with pytest.raises(rt.InvalidArgumentError, match="numa_node = -3"):
+        P(4096, 64, device=0, numa_node=-3)
+    with pytest.raises(rt.InvalidArgumentError, match="numa_strict"):
+        P(4096, 64, device=0, numa_node=-1, numa_strict=True)
+    with pytest.raises(rt.InvalidArgumentError, match="not >= 0"):
+        P(4096, 64, device=-1)
+    with pytest.raises(rt.InvalidArgumentError, match="not a CUDA device"):
+        P(4096, 64, device="cpu")
+    with pytest.raises(rt.InvalidArgumentError, match="cuda:N"):
+        P(4096, 64, device="cuda:x")
+    with pytest.raises(TypeError, match="device must be"):
+        P(4096, 64, device=1.5)
+    with pytest.raises(rt.InvalidArgumentError, match="bytes must be > 0"):
+        P(0, 64, device=0)
+    if torch.cuda.is_available():
+        pytest.skip("the rest needs a machine without a CUDA device")
+    with pytest.raises(rt.FailedPreconditionError, match="torch.cuda is not available"):
+        P(4096, 64)
+    with pytest.raises(rt.FailedPreconditionError, match="torch.cuda is not available"):
+        P(4096, 64, device="cuda")  # no index: the current device, which needs torch.cuda
+    # The device given is the one whose context the pool asks for.
+    for device in (3, "cuda:3", torch.device("cuda", 3)):
+        with pytest.raises(rt.FailedPreconditionError, match=r"PrimaryCtxRetain\(device 3\)"):
+            P(4096, 64, device=device)

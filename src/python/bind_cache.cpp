@@ -47,15 +47,29 @@ struct PyInsertResult {
 
 class PyPrefixCache {
  public:
-  PyPrefixCache(const CacheConfig& config, py::object engine) : engine_obj_(std::move(engine)) {
-    // create() validates the config and checks it against the engine's pools.
-    cache_ = unwrap(PrefixCache::create(config, engine_of(engine_obj_)));
+  PyPrefixCache(const CacheConfig& config, py::object engine, py::object store)
+      : engine_obj_(std::move(engine)), store_obj_(std::move(store)) {
+    TransferEngine& e = engine_of(engine_obj_);
+    // The store engine must be built over this engine's host pages and serve no other
+    // cache; it then takes this cache's mutex for its own queries.
+    StoreEngine* st = store_obj_.is_none() ? nullptr : attach_store(store_obj_, engine_obj_, mu_);
+    // create() validates the config and checks it against the engine's pools (and the
+    // store's geometry); with a store it rebuilds the tree from the store's records.
+    Result<std::unique_ptr<PrefixCache>> made = [&] {
+      py::gil_scoped_release nogil;
+      return PrefixCache::create(config, e, st);
+    }();
+    if (!made.is_ok() && st != nullptr) detach_store(store_obj_);
+    cache_ = unwrap(std::move(made));
   }
   ~PyPrefixCache() {
     // The cache's destructor waits for its copies: let the engine's threads run meanwhile.
-    py::gil_scoped_release nogil;
-    std::lock_guard lock(mu_);
-    cache_.reset();
+    {
+      py::gil_scoped_release nogil;
+      std::lock_guard lock(*mu_);
+      cache_.reset();
+    }
+    if (!store_obj_.is_none()) detach_store(store_obj_);
   }
   PyPrefixCache(const PyPrefixCache&) = delete;
   PyPrefixCache& operator=(const PyPrefixCache&) = delete;
@@ -64,14 +78,14 @@ class PyPrefixCache {
   template <class F>
   auto locked(F&& f) {
     py::gil_scoped_release nogil;
-    std::lock_guard lock(mu_);
+    std::lock_guard lock(*mu_);
     return f(*cache_);
   }
   /// Same, for cheap const queries that never wait: the GIL stays held (no other Python
   /// thread can run), the mutex still excludes a thread inside a GIL-free call.
   template <class F>
   auto query(F&& f) const {
-    std::unique_lock lock(mu_, std::try_to_lock);
+    std::unique_lock lock(*mu_, std::try_to_lock);
     if (!lock.owns_lock()) {
       py::gil_scoped_release nogil;
       lock.lock();
@@ -80,21 +94,30 @@ class PyPrefixCache {
   }
 
   const py::object& engine() const { return engine_obj_; }
+  const py::object& store() const { return store_obj_; }
+  PrefixCache& cache() { return *cache_; }
+  const std::shared_ptr<std::mutex>& mutex() const { return mu_; }
 
  private:
   py::object engine_obj_;  // keeps the engine (and through it the arenas) alive
+  py::object store_obj_;   // keeps the store engine (and its store) alive; None: no store
   std::unique_ptr<PrefixCache> cache_;
-  mutable std::mutex mu_;
+  // Shared with the store engine (its queries take it) and the tiers built on this cache.
+  std::shared_ptr<std::mutex> mu_ = std::make_shared<std::mutex>();
 };
 
 NamespaceId namespace_from(std::int64_t v) {
   return id_from<NamespaceId>(v, "namespace");
 }
 
-RequestOptions options_from(std::int64_t ns, std::int64_t priority) {
+RequestOptions options_from(std::int64_t ns, std::int64_t priority, StreamHandle stream = nullptr) {
   if (priority < kMinPriority || priority > kMaxPriority)
     raise_invalid("priority = " + std::to_string(priority) + " is not in [0, 100]");
-  return RequestOptions{namespace_from(ns), static_cast<RetentionPriority>(priority)};
+  RequestOptions o;
+  o.ns = namespace_from(ns);
+  o.priority = static_cast<RetentionPriority>(priority);
+  o.stream = stream;
+  return o;
 }
 
 LockId lock_from(std::int64_t v) {
@@ -178,6 +201,18 @@ double admit_release_loop(PyPrefixCache& self, const py::object& tokens, std::in
 }
 
 }  // namespace
+
+PrefixCache& cache_of(py::handle cache) {
+  return py::cast<PyPrefixCache&>(cache).cache();
+}
+
+std::shared_ptr<std::mutex> cache_mutex(py::handle cache) {
+  return py::cast<PyPrefixCache&>(cache).mutex();
+}
+
+py::object cache_engine(py::handle cache) {
+  return py::cast<PyPrefixCache&>(cache).engine();
+}
 
 void with_cache(py::handle cache, const std::function<void(PrefixCache&)>& f) {
   py::cast<PyPrefixCache&>(cache).locked([&](PrefixCache& c) {
@@ -293,7 +328,12 @@ void bind_cache(py::module_& m) {
       "The node-residency prefix cache. Ids cross as ints and int64 numpy arrays; token and "
       "page arguments take numpy arrays, CPU torch tensors or sequences of ints. Errors raise "
       "radixtier.Error subclasses carrying the library's message.")
-      .def(py::init<const CacheConfig&, py::object>(), py::arg("config"), py::arg("engine"))
+      .def(py::init([](const CacheConfig& config, py::object engine, py::object store) {
+             return std::make_unique<PyPrefixCache>(config, std::move(engine), std::move(store));
+           }),
+           py::arg("config"), py::arg("engine"), py::kw_only(), py::arg("store") = py::none(),
+           "store: a disk.DiskStoreEngine built over this engine (the tier below host); the "
+           "cache rebuilds its tree from the store's records.")
       .def_property_readonly("page_size",
                              [](PyPrefixCache& s) {
                                return s.query([](const PrefixCache& c) { return c.page_size(); });
@@ -302,6 +342,17 @@ void bind_cache(py::module_& m) {
           "config",
           [](PyPrefixCache& s) { return s.query([](const PrefixCache& c) { return c.config(); }); })
       .def_property_readonly("engine", &PyPrefixCache::engine)
+      .def_property_readonly("store", &PyPrefixCache::store, "the store engine, or None")
+      .def(
+          "health", [](PyPrefixCache& s) { return s.engine().attr("health")(); },
+          "The engine's health(): EngineHealth, ok or DEVICE_LOST with the CUDA error.")
+      .def(
+          "persist",
+          [](PyPrefixCache& s) { check(s.locked([](PrefixCache& c) { return c.persist(); })); },
+          "Graceful shutdown with a store: every node of the default namespace the store has "
+          "room for gets a store copy, then the store syncs, so the next cache on the same "
+          "directory serves it all. FailedPreconditionError without a store; "
+          "OutOfMemoryError when some of it found no room (the rest is durable).")
       .def_property_readonly(
           "in_flight",
           [](PyPrefixCache& s) {
@@ -311,20 +362,40 @@ void bind_cache(py::module_& m) {
       // --- the CacheBackend interface -------------------------------------------------------
       .def(
           "admit",
-          [](PyPrefixCache& s, const py::object& prompt, std::int64_t ns, std::int64_t priority) {
+          [](PyPrefixCache& s, const py::object& prompt, std::int64_t ns, std::int64_t priority,
+             const py::object& stream) {
             // int64 (torch's and numpy's default, what tokenizers return) is read in place.
             TokenArg t(prompt, "prompt", /*wide_ok=*/true);
-            const RequestOptions o = options_from(ns, priority);
+            const RequestOptions o = options_from(ns, priority, stream_for(s.engine(), stream));
             return unwrap(s.locked([&](PrefixCache& c) {
               return t.wide().empty() ? c.admit(t.span(), o) : c.admit(t.wide(), o);
             }));
           },
           py::arg("prompt"), py::kw_only(), py::arg("namespace") = 0,
-          py::arg("priority") = kDefaultPriority,
+          py::arg("priority") = kDefaultPriority, py::arg("stream") = py::none(),
           "Matches on all but the last prompt token in the key namespace `namespace` (an int: "
           "an adapter, a cache salt, a tenant; 0 is the default one), locks the usable match, "
           "starts promoting what of it is on host. What the request uses and inserts is kept "
-          "at least at `priority` (0-100: lower leaves first).")
+          "at least at `priority` (0-100: lower leaves first). `stream`: the stream the "
+          "request's forward runs on (the CUDA engine; None: torch.cuda.current_stream(); an "
+          "engine without streams ignores it): every copy made for the request is ordered "
+          "after the work queued on it.")
+      .def(
+          "stream_wait",
+          [](PyPrefixCache& s, std::int64_t lock, const py::object& stream,
+             std::optional<std::int64_t> layer) {
+            const LockId l = lock_from(lock);
+            const StreamHandle h = stream_for(s.engine(), stream);
+            std::optional<std::uint32_t> ly;
+            if (layer) ly = count_from<std::uint32_t>(*layer, "layer");
+            check(s.locked([&](PrefixCache& c) { return c.stream_wait(l, h, ly); }));
+          },
+          py::arg("lock"), py::arg("stream") = py::none(), py::arg("layer") = py::none(),
+          "Makes `stream` (None: torch.cuda.current_stream() on the CUDA engine) wait on the "
+          "device for the lock's resumed prefix (with `layer`: the KV of the layers up to it, "
+          "and the whole snapshot); the host engine waits on the host. path_pages() and "
+          "path_snapshot() then hand out the ids at once: read them on that stream only, and "
+          "check poll(lock) == DONE before committing what was computed from them.")
       .def(
           "poll",
           [](PyPrefixCache& s, std::optional<std::int64_t> lock) -> py::object {

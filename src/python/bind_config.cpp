@@ -123,6 +123,12 @@ void bind_config(py::module_& m) {
       .def_readonly("host_pin_share", &CacheConfig::host_pin_share,
                     "share of the host pool pins may hold, in [0, 1]")
       .def_property_readonly("slice_bytes", &CacheConfig::slice_bytes)
+      .def_property_readonly("snapshot_pages", &CacheConfig::snapshot_pages,
+                             "host (and GPU) pages one snapshot spans")
+      .def_property_readonly(
+          "host_pool_pages", &CacheConfig::host_pool_pages,
+          "pages of the one host pool: host_pages + host_snapshot_slots * snapshot_pages (the "
+          "size, in pages, of the CUDA engine's pinned host_kv pool)")
       .def("to_dict", &to_dict)
       .def(
           "replace",

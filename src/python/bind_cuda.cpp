@@ -21,7 +21,9 @@
 #include <cuda_runtime_api.h>
 #include <pybind11/stl.h>
 
+#include <filesystem>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -32,6 +34,7 @@
 #include "errors.hpp"
 #include "radixtier/cuda/cuda_transfer_engine.hpp"
 #include "radixtier/cuda/pinned_host_pool.hpp"
+#include "records.hpp"
 
 namespace radixtier::python {
 
@@ -221,12 +224,117 @@ PyDeviceLayout from_segments(
 struct PyPinnedPool {
   cuda::PinnedHostPool pool;
   std::size_t item_bytes = 0;
+  int device = 0;  ///< the GPU whose primary context registered the pool
 };
+
+/// torch, when it is imported and has a usable CUDA device, else None.
+py::object torch_with_cuda() {
+  py::module_ sys = py::module_::import("sys");
+  py::object torch;
+  if (sys.attr("modules").contains("torch")) {
+    torch = sys.attr("modules")["torch"];
+  } else {
+    try {
+      torch = py::module_::import("torch");
+    } catch (const py::error_already_set&) {
+      return py::none();
+    }
+  }
+  if (!torch.attr("cuda").attr("is_available")().cast<bool>()) return py::none();
+  return torch;
+}
+
+/// A device argument: an int >= 0, "cuda" / "cuda:N", an object with `type` and `index`
+/// (torch.device), or None: torch's current CUDA device (an error naming `what` when torch
+/// has no CUDA device). A device without an index is the current one too.
+int device_from(const py::object& d, const std::string& what) {
+  auto current = [&]() -> int {
+    py::object torch = torch_with_cuda();
+    if (torch.is_none()) {
+      raise(Status(ErrorCode::kFailedPrecondition,
+                   what + ": no device given and torch.cuda is not available (torch missing, no "
+                          "CUDA device visible, or a CPU-only build): pass device=N, the GPU that "
+                          "copies to and from this memory"));
+    }
+    return torch.attr("cuda").attr("current_device")().cast<int>();
+  };
+  if (d.is_none()) return current();
+  if (py::isinstance<py::bool_>(d)) throw py::type_error(what + ": device must be an int");
+  if (py::isinstance<py::int_>(d)) {
+    const auto v = d.cast<std::int64_t>();
+    if (v < 0 || v > 1 << 20)
+      raise_invalid(what + ": device = " + std::to_string(v) + " is not >= 0");
+    return static_cast<int>(v);
+  }
+  std::string type;
+  py::object index = py::none();
+  if (py::isinstance<py::str>(d)) {
+    const std::string text = d.cast<std::string>();
+    const auto colon = text.find(':');
+    type = text.substr(0, colon);
+    if (colon != std::string::npos) {
+      const std::string n = text.substr(colon + 1);
+      if (n.empty() || n.find_first_not_of("0123456789") != std::string::npos || n.size() > 6)
+        raise_invalid(what + ": device '" + text + "' is not 'cuda' or 'cuda:N'");
+      index = py::int_(std::stoi(n));
+    }
+  } else if (py::hasattr(d, "type") && py::hasattr(d, "index")) {
+    type = py::str(d.attr("type"));
+    index = d.attr("index");
+  } else {
+    throw py::type_error(what + ": device must be an int, 'cuda:N' or a torch.device, got " +
+                         std::string(py::str(py::type::of(d))));
+  }
+  if (type != "cuda") raise_invalid(what + ": device of type '" + type + "', not a CUDA device");
+  return index.is_none() ? current() : device_from(index, what);
+}
+
+/// numa_node: None -> the device's node; -1 -> no binding; N -> node N, which must exist.
+int numa_from(const py::object& n) {
+  if (n.is_none()) return cuda::PinnedHostPool::kNumaOfDevice;
+  if (py::isinstance<py::bool_>(n) || !py::isinstance<py::int_>(n))
+    throw py::type_error("PinnedHostPool: numa_node must be an int or None");
+  const auto v = n.cast<std::int64_t>();
+  if (v == -1) return cuda::PinnedHostPool::kNoNuma;
+  if (v < 0 || v > 1 << 16)
+    raise_invalid("PinnedHostPool: numa_node = " + std::to_string(v) +
+                  " (None: the device's node, -1: no binding, or a node id >= 0)");
+  const std::filesystem::path sys = "/sys/devices/system/node";
+  std::error_code ec;
+  if (std::filesystem::is_directory(sys, ec) &&
+      !std::filesystem::is_directory(sys / ("node" + std::to_string(v)), ec)) {
+    std::string nodes;
+    for (const auto& e : std::filesystem::directory_iterator(sys, ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind("node", 0) == 0 && name.size() > 4 &&
+          name.find_first_not_of("0123456789", 4) == std::string::npos)
+        nodes += (nodes.empty() ? "" : ", ") + name.substr(4);
+    }
+    raise_invalid("PinnedHostPool: NUMA node " + std::to_string(v) +
+                  " does not exist on this machine (nodes: " + nodes + ")");
+  }
+  return static_cast<int>(v);
+}
 
 cudaStream_t stream_from(const py::object& s) {
   if (s.is_none()) return nullptr;
   py::object v = py::hasattr(s, "cuda_stream") ? py::object(s.attr("cuda_stream")) : s;
   return reinterpret_cast<cudaStream_t>(v.cast<std::uintptr_t>());
+}
+
+/// A per-call stream: the given one, or (None) torch's current stream on `device` when torch
+/// has CUDA, else the engine's default compute stream (nullptr). A handle of 0 (what torch
+/// reports for its default stream) is the legacy default stream, cudaStreamLegacy: in a
+/// TransferBatch nullptr would mean the engine's compute stream instead.
+cudaStream_t call_stream(const py::object& s, int device) {
+  py::object v = s;
+  if (v.is_none()) {
+    py::object torch = torch_with_cuda();
+    if (torch.is_none()) return nullptr;
+    v = torch.attr("cuda").attr("current_stream")(device);
+  }
+  const cudaStream_t h = stream_from(v);
+  return h != nullptr ? h : cudaStreamLegacy;
 }
 
 /// Warns when the PyTorch of this process was built for another CUDA major version than this
@@ -260,6 +368,15 @@ class PyCudaEngine final : public TransferEngine {
   std::size_t slice_pages() const override { return engine_->slice_pages(); }
   EngineCapacity capacity() const override { return engine_->capacity(); }
   HostPages* host_memory() override { return engine_->host_memory(); }
+  // Through the base class: whatever the CUDA engine implements of the interface's stream
+  // calls (a device wait) is what the cache gets, never the host-waiting default.
+  Status stream_wait(TicketId id, StreamHandle stream,
+                     std::optional<std::uint32_t> layer) override {
+    return static_cast<TransferEngine&>(*engine_).stream_wait(id, stream, layer);
+  }
+  bool waits_on_device() const override {
+    return static_cast<const TransferEngine&>(*engine_).waits_on_device();
+  }
 
   cuda::CudaTransferEngine& engine() { return *engine_; }
 
@@ -272,7 +389,8 @@ std::unique_ptr<PyCudaEngine> make_engine(
     PyPinnedPool* host_snapshots, std::int64_t slice_pages, int device, cuda::CopyMethod d2h,
     cuda::CopyMethod h2d, const py::object& compute_stream, bool demote_after_compute,
     bool promote_after_compute, int kernel_blocks, std::int64_t promote_layer_groups,
-    std::int64_t slices_in_flight, std::int64_t kernel_below_piece_bytes) {
+    std::int64_t slices_in_flight, std::int64_t kernel_below_piece_bytes, cuda::CopyMethod d2d,
+    int d2d_kernel_blocks) {
   cuda::CudaPools pools;
   pools.gpu_kv = gpu_kv.layout;
   if (gpu_snapshots != nullptr) pools.gpu_snapshots = gpu_snapshots->layout;
@@ -285,10 +403,16 @@ std::unique_ptr<PyCudaEngine> make_engine(
   const std::size_t page_bytes = pools.gpu_kv.item_bytes();
   const std::size_t snapshot_bytes =
       gpu_snapshots != nullptr ? pools.gpu_snapshots.item_bytes() : 0;
-  auto host = [](PyPinnedPool* p, std::size_t item, const char* what, std::byte*& base,
-                 std::uint32_t& count, std::size_t& chunk) {
+  auto host = [device](PyPinnedPool* p, std::size_t item, const char* what, std::byte*& base,
+                       std::uint32_t& count, std::size_t& chunk) {
     if (p == nullptr) return;
     if (item == 0) raise_invalid(std::string(what) + ": given but the device pool is empty");
+    if (p->device != device) {
+      raise_invalid(std::string(what) + ": pinned for device " + std::to_string(p->device) +
+                    " (its context and NUMA node), the engine is on device " +
+                    std::to_string(device) +
+                    ": make it with PinnedHostPool(..., device=" + std::to_string(device) + ")");
+    }
     if (p->item_bytes != item) {
       raise_invalid(std::string(what) + ": items of " + std::to_string(p->item_bytes) +
                     " bytes, the device pool's are " + std::to_string(item));
@@ -306,10 +430,12 @@ std::unique_ptr<PyCudaEngine> make_engine(
   o.slice_pages = count_from<std::uint32_t>(slice_pages, "slice_pages");
   o.d2h = d2h;
   o.h2d = h2d;
-  o.compute_stream = stream_from(compute_stream);
+  o.compute_stream = call_stream(compute_stream, device);
   o.demote_after_compute = demote_after_compute;
   o.promote_after_compute = promote_after_compute;
   o.kernel_blocks = kernel_blocks;
+  o.d2d = d2d;
+  o.d2d_kernel_blocks = d2d_kernel_blocks;
   o.promote_layer_groups = count_from<std::uint32_t>(promote_layer_groups, "promote_layer_groups");
   o.slices_in_flight = count_from<std::size_t>(slices_in_flight, "slices_in_flight");
   o.kernel_below_piece_bytes =
@@ -324,6 +450,11 @@ std::unique_ptr<PyCudaEngine> make_engine(
 }
 
 }  // namespace
+
+StreamHandle cuda_call_stream(py::handle engine, const py::object& stream) {
+  auto& e = engine.cast<PyCudaEngine&>();
+  return call_stream(stream, e.engine().options().device);
+}
 
 TransferEngine* cuda_engine_of(py::handle obj) {
   if (!py::isinstance<PyCudaEngine>(obj)) return nullptr;
@@ -365,22 +496,47 @@ void bind_cuda(py::module_& m) {
 
   py::class_<PyPinnedPool>(m, "PinnedHostPool",
                            "Pinned (page-locked, mapped) host memory for the host tier.")
-      .def(py::init([](std::int64_t bytes, std::int64_t item_bytes, bool mapped, bool huge_pages) {
-             cuda::PinnedHostPool::Options o;
-             o.mapped = mapped;
-             o.huge_pages = huge_pages;
-             const auto b = count_from<std::size_t>(bytes, "bytes");
-             const auto item = count_from<std::size_t>(item_bytes, "item_bytes");
-             Result<cuda::PinnedHostPool> made = [&] {
-               py::gil_scoped_release nogil;
-               return cuda::PinnedHostPool::create(b, item, o);
-             }();
-             return std::make_unique<PyPinnedPool>(PyPinnedPool{unwrap(std::move(made)), item});
-           }),
-           py::arg("bytes"), py::arg("item_bytes"), py::kw_only(), py::arg("mapped") = true,
-           py::arg("huge_pages") = true)
+      .def(
+          py::init([](std::int64_t bytes, std::int64_t item_bytes, const py::object& device,
+                      const py::object& numa_node, bool numa_strict, bool mapped, bool huge_pages) {
+            cuda::PinnedHostPool::Options o;
+            o.mapped = mapped;
+            o.huge_pages = huge_pages;
+            const auto b = count_from<std::size_t>(bytes, "bytes");
+            const auto item = count_from<std::size_t>(item_bytes, "item_bytes");
+            if (b == 0) raise_invalid("PinnedHostPool: bytes must be > 0");
+            if (item == 0) raise_invalid("PinnedHostPool: item_bytes must be > 0");
+            o.numa_node = numa_from(numa_node);
+            o.numa_strict = numa_strict;
+            if (numa_strict && o.numa_node == cuda::PinnedHostPool::kNoNuma)
+              raise_invalid("PinnedHostPool: numa_strict=True with numa_node=-1 (no binding)");
+            o.device = device_from(device, "PinnedHostPool");
+            Result<cuda::PinnedHostPool> made = [&] {
+              py::gil_scoped_release nogil;
+              return cuda::PinnedHostPool::create(b, item, o);
+            }();
+            return std::make_unique<PyPinnedPool>(
+                PyPinnedPool{unwrap(std::move(made)), item, o.device});
+          }),
+          py::arg("bytes"), py::arg("item_bytes"), py::kw_only(), py::arg("device") = py::none(),
+          py::arg("numa_node") = py::none(), py::arg("numa_strict") = false,
+          py::arg("mapped") = true, py::arg("huge_pages") = true,
+          "Maps, touches and pins `bytes` bytes in chunks aligned to `item_bytes`. device: the "
+          "GPU that copies to and from the pool (an int, 'cuda:N' or a torch.device; None: "
+          "torch's current device, an error without torch.cuda): only its primary context is "
+          "retained. numa_node: None binds the memory to that GPU's NUMA node, -1 binds none, "
+          "N binds node N (MPOL_PREFERRED; numa_strict=True: MPOL_BIND, an error when the "
+          "node is full or the binding fails).")
       .def_property_readonly("bytes", [](const PyPinnedPool& p) { return p.pool.bytes(); })
       .def_readonly("item_bytes", &PyPinnedPool::item_bytes)
+      .def_readonly("device", &PyPinnedPool::device, "the GPU whose context registered it")
+      .def_property_readonly(
+          "numa_node",
+          [](const PyPinnedPool& p) -> py::object {
+            const int n = p.pool.numa_node();
+            return n >= 0 ? py::object(py::int_(n)) : py::object(py::none());
+          },
+          "the NUMA node the memory is bound to, or None (none asked, none known, refused)")
       .def_property_readonly("register_chunk_bytes",
                              [](const PyPinnedPool& p) { return p.pool.register_chunk_bytes(); })
       .def_property_readonly("view", [](py::object self) {
@@ -395,25 +551,34 @@ void bind_cuda(py::module_& m) {
       "on its own streams, ordered after the compute stream.")
       .def(py::init([](const PyDeviceLayout& gpu_kv, const PyDeviceLayout* gpu_snapshots,
                        PyPinnedPool* host_kv, PyPinnedPool* host_snapshots,
-                       std::int64_t slice_pages, int device, cuda::CopyMethod d2h,
+                       std::int64_t slice_pages, const py::object& device, cuda::CopyMethod d2h,
                        cuda::CopyMethod h2d, const py::object& compute_stream,
                        bool demote_after_compute, bool promote_after_compute, int kernel_blocks,
                        std::int64_t promote_layer_groups, std::int64_t slices_in_flight,
-                       std::int64_t kernel_below_piece_bytes) {
-             return make_engine(gpu_kv, gpu_snapshots, host_kv, host_snapshots, slice_pages, device,
+                       std::int64_t kernel_below_piece_bytes, cuda::CopyMethod d2d,
+                       int d2d_kernel_blocks) {
+             // device None: the pools' device, else torch's current one, else 0.
+             int dev = gpu_kv.device;
+             if (!device.is_none()) {
+               dev = device_from(device, "CudaTransferEngine");
+             } else if (dev < 0) {
+               dev = torch_with_cuda().is_none() ? 0 : device_from(device, "CudaTransferEngine");
+             }
+             return make_engine(gpu_kv, gpu_snapshots, host_kv, host_snapshots, slice_pages, dev,
                                 d2h, h2d, compute_stream, demote_after_compute,
                                 promote_after_compute, kernel_blocks, promote_layer_groups,
-                                slices_in_flight, kernel_below_piece_bytes);
+                                slices_in_flight, kernel_below_piece_bytes, d2d, d2d_kernel_blocks);
            }),
            py::arg("gpu_kv"), py::arg("gpu_snapshots") = py::none(),
            py::arg("host_kv") = py::none(), py::arg("host_snapshots") = py::none(), py::kw_only(),
-           py::arg("slice_pages") = 128, py::arg("device") = 0,
+           py::arg("slice_pages") = 128, py::arg("device") = py::none(),
            py::arg("d2h") = cuda::CopyMethod::kAuto, py::arg("h2d") = cuda::CopyMethod::kAuto,
            py::arg("compute_stream") = py::none(), py::arg("demote_after_compute") = true,
            py::arg("promote_after_compute") = true, py::arg("kernel_blocks") = 0,
            py::arg("promote_layer_groups") = 0, py::arg("slices_in_flight") = 2,
-           py::arg("kernel_below_piece_bytes") = 32 << 10, py::keep_alive<1, 2>(),
-           py::keep_alive<1, 3>(), py::keep_alive<1, 4>(), py::keep_alive<1, 5>())
+           py::arg("kernel_below_piece_bytes") = 32 << 10, py::arg("d2d") = cuda::CopyMethod::kAuto,
+           py::arg("d2d_kernel_blocks") = 0, py::keep_alive<1, 2>(), py::keep_alive<1, 3>(),
+           py::keep_alive<1, 4>(), py::keep_alive<1, 5>())
       .def_property_readonly("page_bytes", [](PyCudaEngine& e) { return e.engine().page_bytes(); })
       .def_property_readonly("snapshot_bytes",
                              [](PyCudaEngine& e) { return e.engine().snapshot_bytes(); })
@@ -427,25 +592,41 @@ void bind_cuda(py::module_& m) {
           "(device-to-host, host-to-device) copy streams as ints")
       .def(
           "stream_wait",
-          [](PyCudaEngine& e, std::int64_t ticket, const py::object& stream) {
+          [](PyCudaEngine& e, std::int64_t ticket, const py::object& stream,
+             std::optional<std::int64_t> layer) {
             const TicketId id = id_from<TicketId>(ticket, "ticket");
-            const cudaStream_t s = stream_from(stream);
-            py::gil_scoped_release nogil;
-            check(e.engine().stream_wait(id, s));
+            const cudaStream_t s = call_stream(stream, e.engine().options().device);
+            std::optional<std::uint32_t> l;
+            if (layer) l = count_from<std::uint32_t>(*layer, "layer");
+            // The error is raised with the GIL back (raising without it crashes).
+            const Status st = [&] {
+              py::gil_scoped_release nogil;
+              return l ? e.engine().stream_wait_layer(id, *l, s) : e.engine().stream_wait(id, s);
+            }();
+            check(st);
           },
-          py::arg("ticket"), py::arg("stream"),
-          "Makes `stream` (0 / None: the legacy default stream) wait on the GPU for a ticket's "
-          "copies (no host wait).")
+          py::arg("ticket"), py::arg("stream") = py::none(), py::arg("layer") = py::none(),
+          "Makes `stream` (None: torch.cuda.current_stream() of the engine's device; 0: the "
+          "legacy default stream) wait on the GPU for a ticket's copies, or with `layer` for "
+          "the pages of the layers up to it (no host wait).")
+      .def(
+          "health", [](PyCudaEngine& e) { return health_of(e.engine().health()); },
+          "EngineHealth: ok, or DEVICE_LOST with the CUDA error once a sticky error was seen "
+          "(the context is gone: restart the process).")
+      .def_property_readonly("device", [](PyCudaEngine& e) { return e.engine().options().device; })
       .def(
           "stream_wait_layer",
           [](PyCudaEngine& e, std::int64_t ticket, std::int64_t layer, const py::object& stream) {
             const TicketId id = id_from<TicketId>(ticket, "ticket");
             const auto l = count_from<std::uint32_t>(layer, "layer");
-            const cudaStream_t s = stream_from(stream);
-            py::gil_scoped_release nogil;
-            check(e.engine().stream_wait_layer(id, l, s));
+            const cudaStream_t s = call_stream(stream, e.engine().options().device);
+            const Status st = [&] {
+              py::gil_scoped_release nogil;
+              return e.engine().stream_wait_layer(id, l, s);
+            }();
+            check(st);
           },
-          py::arg("ticket"), py::arg("layer"), py::arg("stream"),
+          py::arg("ticket"), py::arg("layer"), py::arg("stream") = py::none(),
           "Makes `stream` wait on the GPU for the pages of the layers up to `layer` (and the "
           "snapshots) of a promotion: call it in each attention layer before it reads the KV.")
       .def_property_readonly("layers", [](PyCudaEngine& e) { return e.engine().layers(); })
@@ -463,6 +644,10 @@ void bind_cuda(py::module_& m) {
         d["layer_events"] = s.layer_events;
         d["urgent_feeds"] = s.urgent_feeds;
         d["refused_captures"] = s.refused_captures;
+        d["refused_stream_waits"] = s.refused_stream_waits;
+        d["d2d_launches"] = s.d2d_launches;
+        d["d2d_dma_runs"] = s.d2d_dma_runs;
+        d["after_waits"] = s.after_waits;
         d["layer_groups"] = s.layer_groups;
         d["dma_batch_fallback"] = s.dma_batch_fallback;
         d["kernel_fallback"] = s.kernel_fallback;

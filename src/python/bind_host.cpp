@@ -3,6 +3,7 @@
 #include <pybind11/stl.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -106,6 +107,24 @@ void bind_arena_view(py::module_& m) {
       });
 }
 
+StreamHandle stream_for(py::handle engine, const py::object& stream) {
+#ifdef RADIXTIER_PYTHON_CUDA
+  if (cuda_engine_of(engine) != nullptr) return cuda_call_stream(engine, stream);
+#endif
+  (void)engine;
+  if (stream.is_none()) return nullptr;
+  // An engine without streams ignores the stream, but not a malformed argument.
+  py::object v =
+      py::hasattr(stream, "cuda_stream") ? py::object(stream.attr("cuda_stream")) : stream;
+  if (py::isinstance<py::bool_>(v) || !py::isinstance<py::int_>(v)) {
+    throw py::type_error(
+        "stream must be an int, an object with cuda_stream (torch.cuda.Stream) "
+        "or None, got " +
+        std::string(py::str(py::type::of(stream))));
+  }
+  return reinterpret_cast<StreamHandle>(v.cast<std::uintptr_t>());
+}
+
 TransferEngine* host_engine_of(py::handle obj) {
   if (!py::isinstance<HostTransferEngine>(obj)) return nullptr;
   return &obj.cast<HostTransferEngine&>();
@@ -172,6 +191,16 @@ void bind_host(py::module_& m) {
       .field("staging_bytes", &HostEngineStats::staging_bytes)
       .done(/*counters=*/true);
 
+  Record<EngineHealth>(m, "EngineHealth",
+                       "An engine's health(): ok, or the error that stopped it for good (the "
+                       "CUDA engine: DEVICE_LOST with the CUDA error; restart the process). "
+                       "True when ok.")
+      .field("ok", &EngineHealth::ok)
+      .field("code", &EngineHealth::code, "ErrorCode.OK, or DEVICE_LOST")
+      .field("message", &EngineHealth::message, "the error, \"\" when ok")
+      .done()
+      .def("__bool__", [](const EngineHealth& h) { return h.ok; });
+
   py::class_<Ticket>(m, "Ticket",
                      "Handle of one submitted batch. Dropping a pending ticket waits for it.")
       .def_property_readonly("id", [](const Ticket& t) { return t.id().value(); })
@@ -184,9 +213,14 @@ void bind_host(py::module_& m) {
       .def_property_readonly("slice_pages", &TransferEngine::slice_pages)
       .def(
           "submit",
-          [](TransferEngine& e, Direction dir, const py::object& pages, const py::object& snapshots,
-             const py::object& slot_pieces) {
+          [](py::object self, Direction dir, const py::object& pages, const py::object& snapshots,
+             const py::object& slot_pieces, const py::object& stream, const py::object& after) {
+            TransferEngine& e = self.cast<TransferEngine&>();
             TransferBatch b = batch_from(dir, pages, snapshots, slot_pieces);
+            b.stream = stream_for(self, stream);
+            if (!after.is_none()) {
+              for (TicketId t : ids_from<TicketId>(after, "after")) b.after.push_back(t);
+            }
             Result<Ticket> t = [&] {
               py::gil_scoped_release nogil;
               return e.submit(std::move(b));
@@ -194,12 +228,37 @@ void bind_host(py::module_& m) {
             return std::make_unique<Ticket>(unwrap(std::move(t)));
           },
           py::arg("direction"), py::arg("pages") = py::none(), py::arg("snapshots") = py::none(),
-          py::arg("slot_pieces") = py::none(), py::keep_alive<0, 1>(),
+          py::arg("slot_pieces") = py::none(), py::kw_only(), py::arg("stream") = py::none(),
+          py::arg("after") = py::none(), py::keep_alive<0, 1>(),
           "Copies (gpu, host) page pairs and snapshot-slot pairs in one direction, sliced; "
           "or, DEVICE_TO_DEVICE, slot_pieces rows (slot, offset, page, to_slot): bytes [offset, "
           "offset + n) of a GPU snapshot slot to GPU page `page` (to_slot 0) or back (1), n = "
-          "min(page_bytes, snapshot_bytes - offset). Returns a Ticket. Not for ids a "
-          "PrefixCache manages (it submits its own).")
+          "min(page_bytes, snapshot_bytes - offset). stream: the caller's stream the copy is "
+          "ordered after (the CUDA engine; None: torch.cuda.current_stream(); an engine "
+          "without streams ignores it); after: ticket ids whose copies land first. Returns a "
+          "Ticket. Not for ids a PrefixCache manages (it submits its own).")
+      .def(
+          "stream_wait",
+          [](py::object self, std::int64_t ticket, const py::object& stream,
+             std::optional<std::int64_t> layer) {
+            TransferEngine& e = self.cast<TransferEngine&>();
+            const TicketId id = id_from<TicketId>(ticket, "ticket");
+            const StreamHandle s = stream_for(self, stream);
+            std::optional<std::uint32_t> l;
+            if (layer) l = count_from<std::uint32_t>(*layer, "layer");
+            // The error is raised with the GIL back (raising without it crashes).
+            const Status st = [&] {
+              py::gil_scoped_release nogil;
+              return e.stream_wait(id, s, l);
+            }();
+            check(st);
+          },
+          py::arg("ticket"), py::arg("stream") = py::none(), py::arg("layer") = py::none(),
+          "Makes `stream` wait for a ticket's copies (with `layer`: the KV of the layers up to "
+          "it). An engine with streams waits on the device; the host engine waits on the host "
+          "(it has no streams). TransferFailedError when the copy failed.")
+      .def_property_readonly("waits_on_device", &TransferEngine::waits_on_device,
+                             "True when stream_wait orders on the device (no host wait)")
       .def(
           "poll",
           [](TransferEngine& e, std::int64_t id) {
@@ -268,6 +327,10 @@ void bind_host(py::module_& m) {
             return e.complete(t);
           },
           py::arg("ticket"), "MANUAL mode: runs a pending ticket now.")
+      .def(
+          "health", [](const HostTransferEngine&) { return EngineHealth{}; },
+          "Always ok: host memory has no device to lose (the CUDA engine's health() can "
+          "report DEVICE_LOST).")
       .def("stats", &HostTransferEngine::stats);
 }
 

@@ -3,6 +3,8 @@
 //   CacheConfig, PrefixCache                    the cache (every CacheBackend call + queries)
 //   HostArenas, HostTransferEngine, ArenaView   the host engine; arenas as zero-copy buffers
 //   SnapshotPolicy, SnapshotQuery               the placement policies (radixtier::scheduler)
+//   disk.*                                      the disk tier (DiskStore, DiskStoreEngine)
+//   shared.*                                    the shared tier (RedisCluster, SharedTier)
 //   cuda.*                                      the CUDA engine, when built with nvcc
 //   Error and its subclasses                    a Status that is not ok
 //
@@ -28,6 +30,16 @@ PYBIND11_MODULE(_core, m) {
   rp::bind_cache(m);
   rp::bind_observers(m);
   rp::bind_policy(m);
+  auto disk = m.def_submodule("disk", "The disk tier below host (radixtier::disk).");
+  rp::bind_disk(disk);
+#ifdef RADIXTIER_PYTHON_SHARED
+  auto shared =
+      m.def_submodule("shared", "The shared tier over a Redis Cluster (radixtier::shared).");
+  rp::bind_shared(shared);
+  m.attr("HAVE_SHARED") = true;
+#else
+  m.attr("HAVE_SHARED") = false;
+#endif
 #ifdef RADIXTIER_PYTHON_CUDA
   auto cuda = m.def_submodule("cuda", "The CUDA transfer engine (built with nvcc).");
   rp::bind_cuda(cuda);

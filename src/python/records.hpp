@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "radixtier/status.hpp"
+
 namespace radixtier::python {
 
 namespace py = pybind11;
@@ -71,5 +73,17 @@ class Record {
   py::class_<T> cls_;
   std::vector<std::string> fields_;
 };
+
+/// An engine's health() in Python: ok, or the error that stopped it (the CUDA engine:
+/// DEVICE_LOST with the CUDA error). True when ok.
+struct EngineHealth {
+  bool ok = true;
+  ErrorCode code = ErrorCode::kOk;
+  std::string message;
+};
+
+inline EngineHealth health_of(const Status& s) {
+  return EngineHealth{s.is_ok(), s.code(), s.is_ok() ? std::string() : s.message()};
+}
 
 }  // namespace radixtier::python
