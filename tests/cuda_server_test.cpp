@@ -21,6 +21,7 @@
 
 #include "cuda_engine_internal.hpp"
 #include "cuda_fake_runtime.hpp"
+#include "radixtier/cache/prefix_cache.hpp"
 #include "radixtier/cuda/cuda_transfer_engine.hpp"
 
 namespace radixtier::cuda {
@@ -432,6 +433,64 @@ TEST(CudaServer, QwenSnapshotCopyIsOneKernelLaunchAndNoHostWaitOnTheCaller) {
     q.f.rt.query_result = cudaSuccess;
     tickets.clear();  // a ticket's destructor waits on the host: after the count
   }
+}
+
+// Issue 33 item 2 through the cache: an insert that materializes a Qwen3-Next snapshot and the
+// next admission that resumes from it (its live slot filled after the materialization, which
+// has not landed) submit their device copies, one kernel launch each, and the model's stream
+// waits for them; the scheduler's thread never synchronizes with the GPU.
+TEST(CudaServer, ACacheInsertAndAResumeMakeNoHostWaitOnTheSchedulersThread) {
+  QwenRig q;
+  CudaEngineOptions o = q.f.options(128);
+  o.d2d = CopyMethod::kAuto;
+  auto e = q.f.create(q.pools, o);
+  ASSERT_TRUE(e.is_ok()) << e.status().to_string();
+  CacheConfig c;
+  c.page_size = 16;
+  c.page_bytes = q.kv.page_bytes();
+  c.snapshot_bytes = q.gdn.snapshot_bytes();
+  c.gpu_pages = QwenRig::kPages;
+  c.gpu_snapshot_slots = QwenRig::kSlots;
+  c.host_pages = 0;
+  c.host_snapshot_slots = 0;
+  auto cache = PrefixCache::create(c, **e);
+  ASSERT_TRUE(cache.is_ok()) << cache.status().to_string();
+  PrefixCache& pc = **cache;
+  const cudaStream_t model = q.f.rt.make_stream(cudaStreamNonBlocking, 0);
+  RequestOptions ro;
+  ro.stream = model;
+  std::vector<Token> prompt(2 * 16 + 1);
+  for (std::size_t i = 0; i < prompt.size(); ++i) prompt[i] = Token(i + 1);
+  const int syncs = q.f.rt.host_syncs_here();
+
+  auto first = pc.admit(prompt, ro);
+  ASSERT_TRUE(first.is_ok()) << first.status().to_string();
+  auto pages = pc.alloc_pages(first->lock, 2);
+  auto slot = pc.alloc_snapshot_slot(first->lock);
+  ASSERT_TRUE(pages.is_ok() && slot.is_ok());
+  auto ins = pc.insert(first->lock, std::span(prompt).first(32), *pages, *slot);
+  ASSERT_TRUE(ins.is_ok()) << ins.status().to_string();
+  EXPECT_TRUE(ins->snapshot_taken);
+  ASSERT_TRUE(pc.release(first->lock).is_ok());
+
+  auto second = pc.admit(prompt, ro);  // resumes at 32 from the snapshot still arriving
+  ASSERT_TRUE(second.is_ok()) << second.status().to_string();
+  EXPECT_EQ(second->cached_tokens, 32u);
+  EXPECT_TRUE(pc.stream_wait(second->lock, model).is_ok());
+  EXPECT_TRUE(pc.path_snapshot(second->lock).is_ok());  // usable on `model` from here
+
+  EXPECT_EQ(q.f.rt.host_syncs_here(), syncs) << "a host wait on the scheduler's thread";
+  EXPECT_EQ(pc.stats().host_waits, 0u);
+  {
+    auto lock = q.f.rt.lock();
+    EXPECT_EQ(q.f.rt.slot_launches, 2);  // the materialization and the fill, one launch each
+  }
+  EXPECT_EQ(pc.check_invariants(), "");
+  q.f.rt.query_result = cudaSuccess;  // the copies land
+  EXPECT_EQ(*pc.poll(second->lock), TransferState::kDone);
+  ASSERT_TRUE(pc.release(second->lock).is_ok());
+  pc.drain();
+  EXPECT_EQ(pc.check_invariants(), "");
 }
 
 TEST(CudaServer, QwenSnapshotByDmaIsOverAThousandRuns) {
