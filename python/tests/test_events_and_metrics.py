@@ -145,7 +145,9 @@ def test_router_rebuilds_the_contents_from_zmq_events():
     seqs = replay_all(ctx, pub.snapshot_replay_endpoint, router)
     assert seqs == list(range(pub.snapshot_batches)) and pub.dropped == 0
     want_blocks, want_snaps = expected(st.cache, known, 4)
-    assert router.blocks == want_blocks and len(want_blocks) > 10
+    # What is left at the end depends on how the threaded copies interleaved with the serves
+    # (14 blocks alone, 8 on a loaded machine): the check needs some, not a number.
+    assert router.blocks == want_blocks and len(want_blocks) >= 4
     assert router.snapshots == want_snaps
     # The live stream: topic, 8-byte big-endian sequence number, payload.
     st.cache.flush()
