@@ -166,12 +166,14 @@ std::optional<TicketId> PrefixCache::snapshot_arrival(const Node* n) const {
 void PrefixCache::submit_fill(LockId id, LockRecord& rec) {
   Node* n = rec.snap_node;
   if (!rec.holds_snapshot() || rec.fill_xfer != 0 || rec.fill_failed) return;
-  // Lost already (a promotion that failed): nothing to fill; wait() resumes earlier.
-  if (!n->gpu.has_snapshot()) return;
   assert(rec.live.valid());
   const std::optional<TicketId> after = snapshot_arrival(n);
-  if (n->snap_to_gpu() && !after) {
-    // Still on its way from the store (kLoad, kStage): its promotion has no ticket yet.
+  // Deferred, and tried again at every reap: a snapshot still on its way from the store
+  // (kLoad, kStage: its promotion has no ticket yet), or lost for now (a promotion that
+  // failed: wait() resumes earlier), which another admission may promote again before this
+  // request calls wait() (its fill then orders after that promotion; before, nothing ever
+  // filled the slot and wait() never ended).
+  if ((n->snap_to_gpu() && !after) || !n->gpu.has_snapshot()) {
     if (std::find(deferred_fills_.begin(), deferred_fills_.end(), id) == deferred_fills_.end())
       deferred_fills_.push_back(id);
     return;
