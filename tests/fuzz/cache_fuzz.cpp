@@ -616,10 +616,15 @@ void Driver::bad_argument(Reader& in) {
     }
     return std::nullopt;
   };
+  // The live slot is the request's from admission; once its fill lands path_snapshot names it,
+  // even while the prefix's pages still arrive (before the driver has verified the request).
+  const auto live_slot = r ? c.path_snapshot(lock) : Result<GpuSlotId>(GpuSlotId());
   auto not_own_slot = [&]() -> GpuSlotId {  // out of range, or any slot this lock lacks
     if (b & 1) return GpuSlotId(slots + a);
-    for (std::uint32_t k = 0; k < slots; ++k)
-      if (GpuSlotId id((a + k) % slots); slot_owner(id) != lock) return id;
+    for (std::uint32_t k = 0; k < slots; ++k) {
+      const GpuSlotId id((a + k) % slots);
+      if (slot_owner(id) != lock && !(live_slot && *live_slot == id)) return id;
+    }
     return GpuSlotId(slots + a);
   };
   // An insert that is valid so far (tokens and table), for the kinds that spoil one thing.
