@@ -3,12 +3,18 @@ in the cache's own arenas (zero-copy), and a scheduler that drives the cache.
 
 A request's life (the C++ reference scheduler's, src/scheduler/scheduler.hpp):
 
-  admit       cache.admit(prompt) -> lock + usable match; cache.wait(lock) -> the tokens it
-              resumes from (less than the match when a copy failed: the lock moved to the
-              deepest usable boundary; a refused copy raises TransferFailedError: release and
-              admit again); the page
+  admit       cache.admit(prompt) -> lock + usable match. A match still arriving: with
+              EngineConfig.stream_wait, cache.stream_wait(lock) orders the compute stream after
+              its copies (the CUDA engine waits on the device, the host engine on the host) and
+              the forward starts at once; otherwise, or when a copy already failed,
+              cache.wait(lock) -> the tokens it resumes from (less than the match when a copy
+              failed: the lock moved to the deepest usable boundary; a refused copy raises
+              TransferFailedError: release and admit again); the page
               table starts with cache.path_pages(lock); the live state is a COPY of snapshot
               slot cache.path_snapshot(lock) (rule 6) or zeros.
+  confirm     after stream_wait, before the first commit (insert, sampling):
+              cache.poll(lock) == DONE, else what was computed is discarded and the request is
+              admitted again (it matches less, rule 7).
   prefill     chunks cut at multiples of chunk_tokens (absolute positions, so boundaries line
               up across requests), where the policy asks (next_cut) and at the prompt floored
               to a page; after a chunk that ends on a page boundary, insert the pages, with a
@@ -67,6 +73,10 @@ class EngineConfig:
     # and snapshot slots are CUDA tensors, the host tier a pinned pool of that GPU, copies by
     # the CUDA engine on torch's current stream.
     device: str = "cpu"
+    # A resumed prefix still arriving does not hold the scheduler's thread: its forward starts
+    # on a stream ordered after the copies (cache.stream_wait), and the request checks
+    # cache.poll(lock) before its first commit. False: cache.wait(lock) at admission.
+    stream_wait: bool = True
     # The disk tier below host (rt.disk): a directory and a byte budget; close() persists.
     disk_dir: str | None = None
     disk_budget_bytes: int = 64 << 20
@@ -122,6 +132,7 @@ class _Running:
     checkpoint_at: int = 0
     logits: torch.Tensor | None = None
     prefilled: bool = False
+    unconfirmed: bool = False  # started after stream_wait: poll(lock) before the first commit
 
 
 class Engine:
@@ -312,7 +323,12 @@ class Engine:
                 return
             a = self.cache.admit(req.prompt)
             res.admissions += 1
+            if self._stream_wait(a):
+                cached, streamed = a.cached_tokens, True
+                break
+            streamed = False
             try:
+                # wait() also reports a promotion that already failed.
                 cached = self.cache.wait(a.lock)
             except rt.TransferFailedError:
                 # The engine refused the copy: release and admit again (matches less), unless
@@ -341,7 +357,36 @@ class Engine:
         self.running.append(_Running(
             req=req, res=res, lock=a.lock, table=table,
             owned=np.zeros(len(table), dtype=bool), seq=[int(t) for t in req.prompt],
-            state=state, done=cached, inserted=cached))
+            state=state, done=cached, inserted=cached, unconfirmed=streamed))
+
+    def _stream_wait(self, a) -> bool:
+        """A resumed prefix still arriving: orders the compute stream after its copies. False:
+        nothing to wait for, stream_wait is off, or a copy already failed (wait() sorts it)."""
+        if not (self.cfg.stream_wait and a.promoting and a.cached_tokens > 0):
+            return False
+        try:
+            self.cache.stream_wait(a.lock)
+        except rt.TransferFailedError:
+            return False
+        return True
+
+    def _confirm(self, r: _Running) -> bool:
+        """Before the first commit of a request started after stream_wait: True when its
+        prefix arrived. False: a copy failed after the forward started; what it computed is
+        discarded and the request is admitted again (it matches less and recomputes)."""
+        state = self.cache.poll(r.lock)
+        if state == rt.TransferState.PENDING:
+            # The forward ran on the stream after the copies; the host engine reports late.
+            state = rt.TransferState.DONE if self.cache.wait(r.lock) == r.res.cached_tokens \
+                else rt.TransferState.FAILED
+        if state == rt.TransferState.DONE:
+            r.unconfirmed = False
+            return True
+        r.res.transfer_failures += 1
+        self.check_health()
+        self._stop(r)
+        self.queue.insert(0, (r.req, r.res))
+        return False
 
     # --- running ------------------------------------------------------------------------------
     def _alloc(self, r: _Running, n: int) -> bool:
@@ -425,6 +470,8 @@ class Engine:
         if need > len(r.table) and not self._alloc(r, need - len(r.table)):
             return "stalled"
         self._forward(r, r.req.prompt[start:end], start)
+        if r.unconfirmed and not self._confirm(r):
+            return "failed"  # admitted again: its result is not recorded yet
         r.done = end
         if end % P == 0 and end > r.inserted:
             keep = self.policy.keep(self._query(r, end, last_chunk=end == last_boundary))

@@ -116,3 +116,81 @@ def test_a_failed_copy_on_a_lost_device_stops_the_engine(model, lost):
     r2 = run(engine, Request(2, longer, 2))[2]
     assert r2.transfer_failures == 1 and not r2.error
     assert same_answer(r2, reference_run(model, Request(2, longer, 2)))
+
+
+# --- stream_wait at admission: the scheduler's thread does not wait for promotions ------------
+
+class Recorder:
+    """The real cache, with the calls the engine makes to it recorded in order. `late_failure`:
+    the first poll(lock) after a stream_wait answers FAILED, as a device copy that failed after
+    the forward started on its stream would (the host engine itself waits on the host)."""
+
+    def __init__(self, cache, late_failure=False):
+        self._cache = cache
+        self.calls = []
+        self.late_failure = late_failure
+
+    def __getattr__(self, name):
+        attr = getattr(self._cache, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args, **kwargs):
+            self.calls.append(name)
+            return attr(*args, **kwargs)
+        return call
+
+    def poll(self, lock=None):
+        self.calls.append("poll")
+        if lock is not None and self.late_failure and "stream_wait" in self.calls:
+            self.late_failure = False
+            return rt.TransferState.FAILED
+        return self._cache.poll(lock)
+
+
+def promoting_engine(model, **changes):
+    """An engine whose next request (`longer`) must promote `prompt`'s KV from host."""
+    prompt = synth(21, 96, model.cfg.vocab)
+    longer = np.concatenate([prompt, synth(22, 40, model.cfg.vocab)])
+    engine = Engine(model, base_config(**changes))
+    assert not run(engine, Request(1, prompt, 2))[1].error
+    engine.cache.evict(tokens=1 << 20)  # the KV to host
+    engine.cache.drain()
+    assert engine.cache.peek(longer).load_back
+    return engine, Request(2, longer, 2)
+
+
+def test_a_promoting_admission_uses_stream_wait_and_confirms_before_it_commits(model):
+    engine, req = promoting_engine(model)
+    engine.cache = rec = Recorder(engine.cache)
+    r2 = run(engine, req)[2]
+    assert not r2.error and r2.transfer_failures == 0 and r2.admissions == 1
+    assert r2.host_cached_tokens > 0
+    assert same_answer(r2, reference_run(model, req))
+    calls = rec.calls
+    assert "stream_wait" in calls and "wait" not in calls[:calls.index("stream_wait")]
+    # The prefix is confirmed (poll) before the request's first insert.
+    assert calls.index("poll", calls.index("stream_wait")) < calls.index("insert")
+
+
+def test_stream_wait_off_waits_at_admission(model):
+    engine, req = promoting_engine(model, stream_wait=False)
+    engine.cache = rec = Recorder(engine.cache)
+    r2 = run(engine, req)[2]
+    assert same_answer(r2, reference_run(model, req)) and r2.host_cached_tokens > 0
+    assert "stream_wait" not in rec.calls and "wait" in rec.calls
+
+
+def test_a_copy_that_fails_after_the_forward_started_is_discarded_and_recomputed(model):
+    """poll(lock) says FAILED at the first commit: what the forward computed from the prefix is
+    dropped, nothing is inserted from it, and the request is admitted again, bit-identical."""
+    engine, req = promoting_engine(model)
+    engine.cache = rec = Recorder(engine.cache, late_failure=True)
+    r2 = run(engine, req)[2]
+    assert not r2.error and r2.transfer_failures == 1 and r2.admissions == 2
+    assert same_answer(r2, reference_run(model, req))
+    calls = rec.calls
+    first_poll = calls.index("poll", calls.index("stream_wait"))
+    assert "insert" not in calls[:first_poll]
+    assert calls[first_poll + 1:].index("release") < calls[first_poll + 1:].index("admit")
+    assert engine.cache.check_invariants() == ""
