@@ -356,6 +356,10 @@ TEST(Simulator, AdaptivePlacementLearnsTheBlockAlignmentOfATrace) {
   EXPECT_TRUE(adaptive->status.empty()) << adaptive->status;
   EXPECT_EQ(adaptive->placement_alignment, 512u);
   EXPECT_FALSE(adaptive->keep_finish);  // no turn ever shares an output
+  // The pool's content, sampled: tree KV and the cached snapshots turn 2 resumes from.
+  EXPECT_GT(adaptive->gpu_kv_share, 0.0);
+  EXPECT_GT(adaptive->gpu_snapshot_share, 0.0);
+  EXPECT_LE(adaptive->gpu_kv_share + adaptive->gpu_snapshot_share, 1.0);
   o.policy = "end-only";
   auto end_only = simulate(s, o);
   ASSERT_TRUE(end_only.is_ok());
@@ -365,6 +369,11 @@ TEST(Simulator, AdaptivePlacementLearnsTheBlockAlignmentOfATrace) {
     EXPECT_EQ(end_only->rows[turn2].cached_tokens, 0u) << turn2;
   }
   EXPECT_GT(adaptive->hit_ratio, end_only->hit_ratio);
+  o.cache = CacheKind::kVllmLike;  // not built on PrefixCache: nothing sampled
+  auto vllm = simulate(s, o);
+  ASSERT_TRUE(vllm.is_ok());
+  EXPECT_EQ(vllm->gpu_kv_share, 0.0);
+  EXPECT_EQ(vllm->gpu_snapshot_share, 0.0);
 }
 
 TEST(Svg, ChartsNameTheirSeries) {

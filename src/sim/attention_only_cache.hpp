@@ -65,6 +65,7 @@ class AttentionOnlyCache final : public CacheBackend {
   CacheStats stats() const override { return inner_->stats(); }
   /// The inner cache's sizes per tier (what the twin's budgets are checked against).
   CacheSizes sizes() const { return inner_->sizes(); }
+  const CacheConfig& config() const { return inner_->config(); }
   std::string check_invariants() const override { return inner_->check_invariants(); }
 
  private:

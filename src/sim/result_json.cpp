@@ -103,6 +103,8 @@ std::string to_json(const SimResult& r, bool rows) {
   o["ttft_s_p50"] = num(r.ttft_s_p50);
   o["ttft_s_p90"] = num(r.ttft_s_p90);
   o["ttft_s_p99"] = num(r.ttft_s_p99);
+  o["gpu_kv_share"] = num(r.gpu_kv_share);
+  o["gpu_snapshot_share"] = num(r.gpu_snapshot_share);
   o["placement_alignment"] = r.placement_alignment;
   o["keep_finish"] = r.keep_finish;
   {

@@ -41,6 +41,7 @@ struct Instance {
   std::unique_ptr<CountingTransferEngine> engine;
   std::unique_ptr<CacheBackend> cache;
   PrefixCache* prefix = nullptr;  ///< `cache` when it is a PrefixCache (node, sglang-like)
+  const AttentionOnlyCache* twin = nullptr;  ///< `cache` when it is the attention-only twin
   std::unique_ptr<CostExecutor> executor;
   std::unique_ptr<sched::Scheduler> sched;
   // What the processes before a restart did (a restart ends them):
@@ -49,6 +50,21 @@ struct Instance {
   sched::SchedulerStats kept_sched;
   double kept_clock_s = 0;
   std::vector<sched::RequestId> submitted;
+  // Samples of the GPU pool's content (SimResult::gpu_kv_share, gpu_snapshot_share).
+  std::uint64_t steps = 0, pool_samples = 0;
+  double kv_share_sum = 0, snapshot_share_sum = 0;
+
+  void sample_pool() {
+    if ((prefix == nullptr && twin == nullptr) || ++steps % 64 != 0) return;
+    const CacheConfig& c = prefix != nullptr ? prefix->config() : twin->config();
+    if (c.gpu_pages == 0) return;
+    const TierSizes gpu = prefix != nullptr ? prefix->sizes().gpu : twin->sizes().gpu;
+    const std::uint64_t snapshot_pages = (c.snapshot_bytes + c.page_bytes - 1) / c.page_bytes;
+    kv_share_sum += double(gpu.kv_pages_evictable + gpu.kv_pages_locked) / c.gpu_pages;
+    snapshot_share_sum +=
+        double((gpu.snapshots_evictable + gpu.snapshots_locked) * snapshot_pages) / c.gpu_pages;
+    ++pool_samples;
+  }
 };
 
 }  // namespace
@@ -294,6 +310,7 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
   auto start_process = [&](Instance& in, std::size_t k) -> Status {
     in.engine = std::make_unique<CountingTransferEngine>(config);
     in.prefix = nullptr;
+    in.twin = nullptr;
     if (sglang_pools) {
       SglangLikeCache::Options sg;
       sg.page_size = config.page_size;
@@ -319,6 +336,7 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
     } else if (o.cache == CacheKind::kAttentionOnly) {
       auto c = AttentionOnlyCache::create(config, *in.engine);
       if (!c) return c.status();
+      in.twin = c->get();
       in.cache = std::move(*c);
     } else if (vllm) {
       auto c = VllmLikeCache::create(vllm_blocks, vg.block_size, vg.kv_ids, vg.state_ids,
@@ -368,6 +386,7 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
       in.sched.reset();  // it refers to the cache
       in.cache.reset();
       in.prefix = nullptr;
+      in.twin = nullptr;
       in.engine.reset();
       if (Status st = start_process(in, k); !st) return st;
     }
@@ -409,6 +428,7 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
       sched::Scheduler& sched = *in->sched;
       while (!sched.idle() && sched.next_step_s() < t) {
         if (Status st = sched.step(); !st) return st;
+        in->sample_pool();
         if (o.on_step) o.on_step();
         if (o.progress && ++steps % 4096 == 0) {
           sched::Progress p;
@@ -448,6 +468,7 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
     in.sched.reset();
     in.cache.reset();
     in.prefix = nullptr;
+    in.twin = nullptr;
     in.engine.reset();
     if (Status st = start_process(in, 0); !st) return st;
     router.forget(0);
@@ -535,12 +556,17 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
     out.misses = miss_breakdown(miss_in, s.page_size, alignment);
   }
   double executor_s = 0;
+  std::uint64_t pool_samples = 0;
+  double kv_share_sum = 0, snapshot_share_sum = 0;
   for (const auto& in : inst) {
     detail::add_stats(out.stats, in->kept_stats);  // the processes before a restart (zero without)
     detail::add_stats(out.stats, in->cache->stats());
     detail::add_sched_stats(out.sched, in->kept_sched);
     detail::add_sched_stats(out.sched, in->sched->stats());
     out.placement_alignment = std::max(out.placement_alignment, in->sched->learner().alignment());
+    pool_samples += in->pool_samples;
+    kv_share_sum += in->kv_share_sum;
+    snapshot_share_sum += in->snapshot_share_sum;
     out.keep_finish = in->sched->learner().keep_finish();
     const sched::PlacementLearner& learner = in->sched->learner();
     for (std::size_t k = 0; k < sched::kBoundaryKinds; ++k) {
@@ -551,6 +577,10 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
                       learner.keep(sched::BoundaryKind::kChunk)};
     out.sim_clock_s = std::max(out.sim_clock_s, in->kept_clock_s + in->sched->now());
     executor_s += in->executor->prefill_seconds_total() + in->executor->decode_seconds_total();
+  }
+  if (pool_samples > 0) {
+    out.gpu_kv_share = kv_share_sum / double(pool_samples);
+    out.gpu_snapshot_share = snapshot_share_sum / double(pool_samples);
   }
   for (const auto& st : stores) {
     if (!st) continue;

@@ -291,6 +291,11 @@ struct SimResult {
   /// ... and whether the last instance still kept prompt ends, tails, chunk ends at the end
   std::array<bool, 3> keep_kinds{true, true, true};
   MissBreakdown misses;  ///< where reuse was lost (miss_breakdown.hpp)
+  /// What the cache's GPU page pool held, averaged over every 64th scheduler step of every
+  /// instance (caches built on PrefixCache, the twin too; zero for the others): the share of its
+  /// pages that are tree KV and the share that are cached snapshots (live slots, free pages and
+  /// requests' own pages are the rest).
+  double gpu_kv_share = 0, gpu_snapshot_share = 0;
   std::vector<RequestRow> rows;
   std::string status;  ///< empty: the run completed; else why the scheduler stopped
   // --- the cluster and TTFT percentiles (nearest rank, over the requests that finished) ---
