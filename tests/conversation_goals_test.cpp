@@ -89,16 +89,16 @@ void expect_ahead(const SimResult& node, const std::vector<Row>& peers, double r
 }
 
 // Goal: node >= 1.15x each peer with no host tier, TTFT p50 and p99 no worse. Measured:
-// node 0.4553 against sglang-unified extra_buffer 0.3832 (1.19x), sglang-like extra_buffer
-// 0.3126, vllm-like 0.3224; TTFT p50 1.65 s / p99 16.5 s against 2.17 / 26.2 s at best.
+// node 0.4788 against sglang-unified extra_buffer 0.3832 (1.25x), sglang-like extra_buffer
+// 0.3126, vllm-like 0.3224; TTFT p50 1.50 s / p99 13.4 s against 2.17 / 26.2 s at best.
 TEST(ConversationGoals, NoHostTierNodeLeadsEveryPeerByFifteenPercent) {
   const Scenario s = trace("conversation_trace.jsonl", 0);
   ASSERT_TRUE(s.is_trace());
   expect_ahead(run(s, CacheKind::kNode), peers(s, false), 1.15, "conversations, 0 GiB");
 }
 
-// Goal: node >= 1.10x each peer at 16 GiB. Measured: node 0.5360 against sglang-like
-// extra_buffer with HiCache 0.3880 (1.38x), sglang-unified 0.3832, vllm-like with CPU
+// Goal: node >= 1.10x each peer at 16 GiB. Measured: node 0.5822 against sglang-like
+// extra_buffer with HiCache 0.3880 (1.50x), sglang-unified 0.3832, vllm-like with CPU
 // offloading 0.3182.
 TEST(ConversationGoals, SixteenGibNodeLeadsEveryPeerByTenPercent) {
   const Scenario s = trace("conversation_trace.jsonl", 16);
@@ -107,7 +107,7 @@ TEST(ConversationGoals, SixteenGibNodeLeadsEveryPeerByTenPercent) {
 }
 
 // Goal: node >= 1.15x each peer with no host tier on the shipped trace. NOT MET: measured
-// node 0.5870 against vllm-like 0.5442 (1.079x), sglang-unified extra_buffer 0.5280,
+// node 0.5826 against vllm-like 0.5442 (1.071x), sglang-unified extra_buffer 0.5280,
 // sglang-like extra_buffer 0.5088. The shipped trace is mostly single requests sharing
 // documents (339 of 3,993 continue an earlier one), where vLLM's state at every block is
 // what a continuation needs. 1.15 x 0.5442 = 0.6258 is above the attention-only twin itself
@@ -129,19 +129,28 @@ double tax(const Scenario& s, const char* what) {
 }
 
 // Goals: node >= 0.92 of its attention-only twin with no host tier, >= 0.95 at 16 GiB. Met on
-// the shipped trace: 0.5870 / 0.6219 = 0.944 and 0.6101 / 0.6413 = 0.951.
+// the shipped trace: 0.5826 / 0.6219 = 0.937 and 0.6108 / 0.6413 = 0.952.
 TEST(ConversationGoals, ShippedTraceNodeKeepsItsTwinsShare) {
   EXPECT_GE(tax(trace("mooncake_synthetic_trace.jsonl", 0), "shipped, 0 GiB"), 0.92);
   EXPECT_GE(tax(trace("mooncake_synthetic_trace.jsonl", 16), "shipped, 16 GiB"), 0.95);
 }
 
-// The same goals on the conversation trace: NOT MET. Measured node / twin 0.4553 / 0.5576 =
-// 0.817 at 0 GiB and 0.5360 / 0.6450 = 0.831 at 16 GiB: each resumable turn end costs node a
-// 77 MB state (49 pages of KV's bytes; a prompt averages 25.9k tokens, 404 pages) that the
-// twin gets for free. Regression floors, not the goals: 0.80 and 0.81.
+// The same goals on the conversation trace: NOT MET at 0 and 16 GiB. Measured node / twin
+// 0.4788 / 0.5576 = 0.859 at 0 GiB and 0.5822 / 0.6450 = 0.903 at 16 GiB (0.817 and 0.831
+// before spent snapshots were discounted, docs/architecture.md): each conversation kept
+// costs node a 77 MB state (49 pages of KV's bytes; a prompt averages 25.9k tokens, 404
+// pages) that the twin gets for free. Regression floors, not the goals: 0.84 and 0.88.
 TEST(ConversationGoals, ConversationTraceTwinShareRegressionFloor) {
-  EXPECT_GE(tax(trace("conversation_trace.jsonl", 0), "conversations, 0 GiB"), 0.80);
-  EXPECT_GE(tax(trace("conversation_trace.jsonl", 16), "conversations, 16 GiB"), 0.81);
+  EXPECT_GE(tax(trace("conversation_trace.jsonl", 0), "conversations, 0 GiB"), 0.84);
+  EXPECT_GE(tax(trace("conversation_trace.jsonl", 16), "conversations, 16 GiB"), 0.88);
+}
+
+// Goal: >= 0.95 of the twin at 64 and 256 GiB: met on the conversation trace. Measured
+// 0.7619 / 0.7936 = 0.960 and 0.8244 / 0.8248 = 0.9995 (0.893 at 64 GiB before spent
+// snapshots were discounted).
+TEST(ConversationGoals, ConversationTraceNodeKeepsItsTwinsShareFrom64Gib) {
+  EXPECT_GE(tax(trace("conversation_trace.jsonl", 64), "conversations, 64 GiB"), 0.95);
+  EXPECT_GE(tax(trace("conversation_trace.jsonl", 256), "conversations, 256 GiB"), 0.95);
 }
 
 }  // namespace

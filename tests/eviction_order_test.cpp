@@ -149,5 +149,81 @@ TEST(EvictionOrder, HostSnapshotsAndKvShareOnePool) {
   ASSERT_TRUE(lru.cache->free_pages(lru.side_lock(), more));
 }
 
+// Issue 36: a conversation resumes its last finish and keeps a deeper one; the finish it
+// resumed is then spent (node.hpp, "Eviction orders"). Once kSpentWindow resumes in a row
+// landed on no spent snapshot, its insert and its frontier resume no longer count, so it
+// leaves before a snapshot used once; a resume that lands on it turns that off again.
+TEST(EvictionOrder, SpentFinishLeavesFirstWhileTheTrafficResumesNoSpentSnapshot) {
+  const auto r = seq({{200, 8}, {70, 1}});
+  const auto turn1 = seq({{1, 16}, {50, 1}});
+  const auto turn2 = seq({{1, 24}, {51, 1}});  // turn 1's 16 tokens and 8 more
+  for (bool resume_spent : {false, true}) {
+    SCOPED_TRACE(resume_spent ? "a resume lands on the spent finish" : "no resume lands on it");
+    Harness h(small_config());
+    const std::size_t r_snaps[] = {8}, snaps1[] = {16}, snaps2[] = {24};
+    ASSERT_EQ(h.serve(r, r_snaps).error, "");  // 1 use, 8 tokens back to the root
+    ASSERT_EQ(h.serve(turn1, snaps1).error, "");
+    ASSERT_EQ(h.serve(turn2, snaps2).error, "");  // resumes at 16, keeps 24: 16 is spent
+    // Without the discount the finish at 16 (2 uses x 16 tokens) outweighs R (1 x 8).
+    for (std::size_t i = 0; i <= PrefixCache::kSpentWindow; ++i) {
+      auto a = h.cache->admit(turn2);  // resumes at 24, the path's end: not spent
+      ASSERT_TRUE(a);
+      ASSERT_EQ(a->cached_tokens, 24u);
+      ASSERT_TRUE(h.cache->release(a->lock));
+    }
+    if (resume_spent) {
+      auto a = h.cache->admit(turn1);  // stops at 16 again, as a new branch would
+      ASSERT_TRUE(a);
+      ASSERT_EQ(a->cached_tokens, 16u);
+      ASSERT_TRUE(h.cache->release(a->lock));
+    }
+    ASSERT_INVARIANTS(h);
+    auto freed = h.cache->evict({0, 1, Tier::kGpu});
+    ASSERT_TRUE(freed);
+    ASSERT_EQ(freed->snapshots, 1u);
+    ASSERT_INVARIANTS(h);
+    const Residency spent = h.cache->inspect(turn1).back().snapshot;
+    const Residency once = h.cache->inspect(r).back().snapshot;
+    if (resume_spent) {
+      EXPECT_EQ(spent, Residency::kGpu);
+      EXPECT_NE(once, Residency::kGpu);
+    } else {
+      EXPECT_NE(spent, Residency::kGpu);
+      EXPECT_EQ(once, Residency::kGpu);
+    }
+    EXPECT_EQ(h.cache->inspect(turn2).back().snapshot, Residency::kGpu);
+  }
+}
+
+// Issue 36: while spent snapshots are discounted (a conversation keeps one snapshot, its last
+// finish), evicting a GPU KV leaf takes the snapshot at its end with it, so its value counts
+// that snapshot's gap per byte of both: a short leaf under a snapshot that resumes little
+// leaves before a longer one whose snapshot resumes a long prefix. Without the discount they
+// tie on tokens per page and the older goes first, as before.
+TEST(EvictionOrder, GpuKvLeafCountsTheSnapshotAtItsEndWhileSpentSnapshotsAreDiscounted) {
+  const auto p = seq({{1, 24}, {50, 1}});
+  const auto q = seq({{100, 8}, {60, 1}});
+  const auto w = seq({{300, 8}, {80, 1}});
+  for (bool discounted : {false, true}) {
+    SCOPED_TRACE(discounted ? "discounted" : "not yet");
+    Harness h(small_config());
+    const std::size_t p_snaps[] = {8, 24}, q_snaps[] = {8}, w_snaps[] = {8};
+    ASSERT_EQ(h.serve(p, p_snaps).error, "");  // older: leaf [8, 24), its snapshot 16 back
+    ASSERT_EQ(h.serve(q, q_snaps).error, "");  // newer: leaf [0, 8), its snapshot 8 back
+    ASSERT_EQ(h.serve(w, w_snaps).error, "");  // the newest
+    // Resumes of W's snapshot, the end of its path: not spent, so the window fills.
+    for (std::size_t i = 0; discounted && i <= PrefixCache::kSpentWindow; ++i) {
+      auto a = h.cache->admit(w);
+      ASSERT_TRUE(a);
+      ASSERT_TRUE(h.cache->release(a->lock));
+    }
+    auto freed = h.cache->evict({1, 0, Tier::kGpu});
+    ASSERT_TRUE(freed);
+    ASSERT_INVARIANTS(h);
+    EXPECT_EQ(h.cache->inspect(q).at(0).kv, discounted ? Residency::kHost : Residency::kGpu);
+    EXPECT_EQ(h.cache->inspect(p).back().kv, discounted ? Residency::kGpu : Residency::kHost);
+  }
+}
+
 }  // namespace
 }  // namespace radixtier

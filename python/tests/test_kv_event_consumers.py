@@ -53,9 +53,13 @@ class Cache:
         finally:
             self.cache.release(a.lock)
 
-    def workload(self, n=240, seed=5):
+    def workload(self, n=240, seed=5, every_40=None):
+        """`every_40`: called after every 40th step (a publisher's flush: the stream then has at
+        least one batch per 40 steps, however the publisher's thread was scheduled)."""
         rng = random.Random(seed)
         for i in range(n):
+            if every_40 is not None and i % 40 == 39:
+                every_40()
             base = 1000 * rng.randrange(1, 5)
             tokens = [base + j for j in range(PS * rng.randrange(1, 10))]
             # The same prompts in the default namespace and in namespace 7.
@@ -160,7 +164,7 @@ def replay_dealer(ctx, endpoint, layout):
 def publish(cache, **options):
     pub = rt.EventPublisher(cache.cache, "tcp://127.0.0.1:*", "tcp://127.0.0.1:*", TOPIC,
                             data_parallel_rank=2, namespace_names=NAMES, **options)
-    cache.workload()
+    cache.workload(every_40=lambda: pub.flush(10.0))
     assert pub.flush(10.0) and pub.dropped == 0
     return pub
 

@@ -149,9 +149,12 @@ class Recorder:
 
 
 def promoting_engine(model, **changes):
-    """An engine whose next request (`longer`) must promote `prompt`'s KV from host."""
+    """An engine whose next request (`longer`) must promote `prompt`'s KV from host. Its copies
+    run when waited for (MANUAL): with the worker thread a promotion could land before admit()
+    returned, and the admission would have nothing to stream-wait for."""
     prompt = synth(21, 96, model.cfg.vocab)
     longer = np.concatenate([prompt, synth(22, 40, model.cfg.vocab)])
+    changes.setdefault("engine_mode", rt.HostTransferEngine.Mode.MANUAL)
     engine = Engine(model, base_config(**changes))
     assert not run(engine, Request(1, prompt, 2))[1].error
     engine.cache.evict(tokens=1 << 20)  # the KV to host

@@ -66,10 +66,6 @@ Result<Admission> PrefixCache::admit_tokens(std::span<const T> prompt,
                                 std::to_string(prompt[i]) + " does not fit a 32-bit token id");
     }
   }
-  std::size_t gpu_usable = 0;
-  for (const Candidate& c : candidates) {
-    if (!c.needs_copy()) gpu_usable = c.node->boundary;
-  }
   ++stats_.admissions;
   stats_.requested_tokens += query.size();
   // Deepest first; a candidate whose promotion cannot get GPU room falls back to a
@@ -82,8 +78,20 @@ Result<Admission> PrefixCache::admit_tokens(std::span<const T> prompt,
   // A resume needs a live slot to copy the cached snapshot into; without one free, the
   // request recomputes (no candidate is tried).
   GpuSlotId live;
-  if (!candidates.empty() && make_gpu_slot_room()) live = *gpu_.slots.take(Holder::kRequest);
+  if (!candidates.empty()) {
+    // With no slot free, making room lets the device copies that hold one land, and what
+    // landing runs (a write-through making host room) may drop nodes of this very path: the
+    // candidates are walked again then, never used stale.
+    const bool settles = gpu_.slots.free_count() == 0;
+    if (make_gpu_slot_room()) live = *gpu_.slots.take(Holder::kRequest);
+    if (settles && live.valid())
+      candidates = candidates_along(root_of(options.ns), query, &kv_tokens);
+  }
   if (!live.valid()) candidates.clear();
+  std::size_t gpu_usable = 0;
+  for (const Candidate& c : candidates) {
+    if (!c.needs_copy()) gpu_usable = c.node->boundary;
+  }
   for (auto it = candidates.rbegin(); it != candidates.rend(); ++it) {
     if (!worth_loading(*it, gpu_usable)) continue;
     Result<Admission> a = try_admit_at(it->node);
@@ -240,6 +248,7 @@ Result<Admission> PrefixCache::try_admit_at(Node* target) {
   // Recency and frequency: the KV of the whole path, but only the snapshot resumed from (the
   // intermediate ones on the path then leave first).
   for (Node* n : path) touch(n);
+  note_resume(target);
   touch_snapshot(target);
   a.cached_tokens = target->boundary;
   return a;

@@ -61,6 +61,10 @@ CacheMetrics::CacheMetrics(prometheus::Registry& r, const PrefixCache& cache, co
          &CacheStats::snapshots_dropped);
   mirror(counter("radixtier_snapshots_inserted_total", "snapshots inserted"), labels,
          &CacheStats::snapshots_inserted);
+  auto& resumes = counter("radixtier_snapshot_resumes_total",
+                          "resumes from a path's last snapshot (frontier) or a spent one");
+  mirror(resumes, with(labels, "kind", "frontier"), &CacheStats::frontier_resumes);
+  mirror(resumes, with(labels, "kind", "spent"), &CacheStats::spent_resumes);
   mirror(counter("radixtier_snapshot_slot_misses_total", "GPU snapshot slots refused"), labels,
          &CacheStats::snapshot_slot_misses);
   mirror(counter("radixtier_transfers_failed_total", "transfer batches failed or refused"), labels,

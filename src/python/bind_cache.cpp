@@ -152,6 +152,8 @@ constexpr StatField kStatFields[] = {
     {"host_bytes_peak", &CacheStats::host_bytes_peak},
     {"snapshot_slot_misses", &CacheStats::snapshot_slot_misses},
     {"dead_kv_pages_dropped", &CacheStats::dead_kv_pages_dropped},
+    {"frontier_resumes", &CacheStats::frontier_resumes},
+    {"spent_resumes", &CacheStats::spent_resumes},
     {"alloc_copy_waits", &CacheStats::alloc_copy_waits},
     {"host_waits", &CacheStats::host_waits},
     {"alloc_wait_bytes", &CacheStats::alloc_wait_bytes},

@@ -76,6 +76,8 @@ std::string to_json(const SimResult& r, bool rows) {
   o["alloc_wait_bytes"] = r.stats.alloc_wait_bytes;
   o["copy_wait_s"] = num(r.sched.copy_wait_s);
   o["background_evictions"] = r.stats.background_evictions;
+  o["frontier_resumes"] = r.stats.frontier_resumes;
+  o["spent_resumes"] = r.stats.spent_resumes;
   o["disk_bytes"] = r.disk_bytes;
   o["bytes_to_store"] = r.stats.bytes_to_store;
   o["bytes_from_store"] = r.stats.bytes_from_store;

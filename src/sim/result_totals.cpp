@@ -52,6 +52,8 @@ void add_stats(CacheStats& a, const CacheStats& b) {
   a.snapshots_promoted += b.snapshots_promoted;
   a.snapshots_dropped += b.snapshots_dropped;
   a.snapshots_inserted += b.snapshots_inserted;
+  a.frontier_resumes += b.frontier_resumes;
+  a.spent_resumes += b.spent_resumes;
   a.transfers_failed += b.transfers_failed;
   a.alloc_copy_waits += b.alloc_copy_waits;
   a.alloc_wait_bytes += b.alloc_wait_bytes;

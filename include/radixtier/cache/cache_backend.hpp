@@ -88,6 +88,11 @@ struct CacheStats {
   /// held by a request), or a host snapshot not promoted for want of one.
   std::uint64_t snapshot_slot_misses = 0;
   std::uint64_t dead_kv_pages_dropped = 0;  ///< KV pages dropped as dead (no snapshot below)
+  /// Resumes from a snapshot at the end of all its path held (a conversation's next turn), and
+  /// resumes from a spent one: a snapshot resumed that way before, with one below it now
+  /// (node.hpp, "Eviction orders"; PrefixCache only).
+  std::uint64_t frontier_resumes = 0;
+  std::uint64_t spent_resumes = 0;
   /// Waits on a copy while making GPU room for an allocation (alloc_pages,
   /// alloc_snapshot_slot, and the promotion destinations of an admission): one per transfer
   /// waited for. 0 while every allocation fits in the free room (the watermarks' goal).

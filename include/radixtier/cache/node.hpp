@@ -75,6 +75,17 @@
 // recompute back to the snapshot above it (snap_gap tokens). A key is a function of what the
 // node stores about its last use, so a node that re-enters a set (a parent exposed by
 // evicting its child, a copy that finished) takes its old place, never the most recent one.
+// A GPU KV node that ends at its GPU snapshot is valued as host KV with its snapshot is: its
+// eviction makes the snapshot unresumable there, so it counts the snapshot's gap too, per byte
+// of both (PrefixCache::kv_value).
+// A *spent* snapshot had frontier resumes (snap_frontier_resumes: resumed where its path
+// ended, as a conversation's next turn resumes the last finish) and now has a snapshot below
+// it: the traffic that resumed there went on deeper. While none of the cache's last
+// kSpentWindow resumes landed on a spent snapshot, its uses count without its insert and its
+// frontier resumes (PrefixCache::snapshot_uses): an old finish of a conversation leaves by
+// age instead of holding a state's pages for a turn's worth of tokens. A resume that does land
+// on one (block-hashed traffic, where requests extend the same prompt and later ones stop at
+// its end again) turns the discount off for the next kSpentWindow resumes.
 // Class 0 goes before class 1 whatever the priority: dead KV (no snapshot at or below the
 // node: it cannot be resumed from) and snapshots whose own KV left that tier. Within a class
 // the retention level goes first: kv_priority / snap_priority, the highest priority of the
@@ -275,9 +286,12 @@ struct Node {
   std::uint32_t snapshot_lock = 0;  ///< running requests resuming from this snapshot
   std::uint64_t last_access = 0;    ///< clock of the last use of the KV
   // What the eviction keys are made of (see "Eviction orders" above; the ages are per row).
-  std::uint64_t snap_access = 0;      ///< clock of the last use of the snapshot
-  std::uint32_t kv_uses = 0;          ///< admissions through this node + its insert
-  std::uint32_t snap_uses = 0;        ///< resumes from this snapshot + its insert
+  std::uint64_t snap_access = 0;  ///< clock of the last use of the snapshot
+  std::uint32_t kv_uses = 0;      ///< admissions through this node + its insert
+  std::uint32_t snap_uses = 0;    ///< resumes from this snapshot + its insert
+  /// Resumes from this snapshot while it was the end of all its path holds: no snapshot
+  /// below it and no child with KV (a conversation's next turn resuming its last finish).
+  std::uint32_t snap_frontier_resumes = 0;
   std::size_t snap_gap = 0;           ///< tokens back to the snapshot above, at the last use
   std::uint32_t snapshots_below = 0;  ///< nodes at or below this one that have a snapshot
   /// The room-making round in which a demotion of the KV / the snapshot failed (0: none):

@@ -110,6 +110,10 @@ namespace radixtier {
 
 class PrefixCache final : public CacheBackend {
  public:
+  /// Spent snapshots (node.hpp, "Eviction orders") are discounted while this many resumes in
+  /// a row landed on none: the placement learner's window (PlacementLearnerOptions::
+  /// finish_window), beyond which evidence no longer describes the traffic.
+  static constexpr std::uint64_t kSpentWindow = 64;
   /// Validates the config and checks that it fits in the engine's pools (EngineCapacity: every
   /// pool at most the engine's, page and snapshot bytes equal); the error names both sizes.
   /// The engine must outlive the cache.
@@ -404,8 +408,15 @@ class PrefixCache final : public CacheBackend {
   OrderKey kv_key(const Node& n) const;
   template <Tier T>
   OrderKey snap_key(const Node& n) const;
-  /// uses x value per byte of n's host KV; with the snapshot its drop would lose (see .cpp).
-  double host_kv_value(const Node& n) const;
+  /// uses x value per byte of n's KV on tier T; with the snapshot its drop would lose (.cpp).
+  template <Tier T>
+  double kv_value(const Node& n) const;
+  /// The uses n's snapshot key counts: without a spent snapshot's spent ones (node.hpp).
+  std::uint32_t snapshot_uses(const Node& n) const;
+  /// A resume from `target`: counts a frontier resume and moves the spent-snapshot window.
+  void note_resume(Node* target);
+  /// Turns the discount of spent snapshots on or off; re-keys every linked snapshot.
+  void set_spent_discount(bool on);
   /// Tokens back to the nearest snapshot above n (or the root).
   std::size_t gap_above(const Node& n) const;
   /// n gained or lost its snapshot: the gaps of the nearest snapshots below it (re-keyed).
@@ -673,6 +684,10 @@ class PrefixCache final : public CacheBackend {
   bool shared_host_ = true;
   /// Tokens of recompute a byte of KV saves (a snapshot's: TierOrders::snap_value).
   double kv_value_ = 0;
+  /// Spent snapshots (node.hpp, "Eviction orders"): resumes so far, the one that last landed
+  /// on a spent snapshot, and whether their spent uses are discounted now (kSpentWindow).
+  std::uint64_t resumes_ = 0, last_spent_resume_ = 0;
+  bool discount_spent_ = false;
 
   /// The running requests: locks, request-held ids, the allocation unit (request_table.hpp).
   RequestTable requests_;
