@@ -194,9 +194,15 @@ double PrefixCache::kv_value(const Node& n) const {
   }
 }
 
+namespace {
+// Resumed where its path ended, and superseded by a snapshot below since (node.hpp).
+bool spent(const Node& n) {
+  return n.snap_frontier_resumes > 0 && n.snapshots_below > 1;
+}
+}  // namespace
+
 std::uint32_t PrefixCache::snapshot_uses(const Node& n) const {
-  const bool spent = n.snap_frontier_resumes > 0 && n.snapshots_below > 1;
-  if (!discount_spent_ || !spent) return n.snap_uses;
+  if (!discount_spent_ || !spent(n)) return n.snap_uses;
   // Spent: its insert and its frontier resumes went on deeper; the resumes that found it
   // already superseded (a junction requests leave) still count.
   const std::uint32_t gone = n.snap_frontier_resumes + 1;
@@ -205,12 +211,15 @@ std::uint32_t PrefixCache::snapshot_uses(const Node& n) const {
 
 void PrefixCache::note_resume(Node* target) {
   ++resumes_;
-  if (target->snap_frontier_resumes > 0 && target->snapshots_below > 1) {
+  if (spent(*target)) {
     last_spent_resume_ = resumes_;  // a spent snapshot was resumed again: it was worth keeping
     ++stats_.spent_resumes;
   }
-  bool frontier = target->snapshots_below == 1;
-  for (const auto& [key, child] : target->children) frontier &= !child->has_kv();
+  // The end of all its path holds: no snapshot below, no child with KV (a junction's children
+  // are only walked while none of them holds a snapshot, and stop at the first with KV).
+  const bool frontier = target->snapshots_below == 1 &&
+                        std::none_of(target->children.begin(), target->children.end(),
+                                     [](const auto& child) { return child.second->has_kv(); });
   if (frontier) {
     ++target->snap_frontier_resumes;  // re-keyed by touch_snapshot
     ++stats_.frontier_resumes;
