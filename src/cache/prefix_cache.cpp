@@ -145,9 +145,11 @@ void PrefixCache::note_snapshot_change(Node* n, bool had) {
     if (had) {
       assert(p->snapshots_below > 0);
       // 0: its KV just died; 1: its own snapshot is no longer spent (node.hpp)
-      if (--p->snapshots_below <= 1) refresh(p);
-    } else if (p->snapshots_below++ <= 1) {
-      refresh(p);  // its KV is resumable again, or its snapshot may be spent now
+      const std::uint32_t left = --p->snapshots_below;
+      if (left == 0 || (left == 1 && p->has_snapshot())) refresh(p);
+    } else if (const std::uint32_t was = p->snapshots_below++;
+               was == 0 || (was == 1 && p->has_snapshot())) {
+      refresh(p);  // its KV is resumable again, or its own snapshot may be spent now
     }
   }
 }
