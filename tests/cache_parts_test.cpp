@@ -65,39 +65,39 @@ TEST(TierOrders, ASharedPoolTakesTheLowerHeadAndItsAgeOnlyRises) {
   Node* a = tree.new_node(tree.root(), tokens(100, 4));
   Node* b = tree.new_node(tree.root(), tokens(200, 4));
   TierOrders<Tier::kHost> host;
-  host.sync<Held::kKv>(*a, true, OrderKey{1, 5.0, 1, 0});
-  host.sync<Held::kSnapshot>(*b, true, OrderKey{1, 3.0, 2, 0});
+  host.sync<Held::kKv>(*a, true, OrderKey{KeyClass::kLive, 5.0, 1, 0});
+  host.sync<Held::kSnapshot>(*b, true, OrderKey{KeyClass::kLive, 3.0, 2, 0});
   bool snapshot = false;
   EXPECT_EQ(host.victim(snapshot), b);
   EXPECT_TRUE(snapshot) << "the snapshot's key is lower";
-  host.sync<Held::kSnapshot>(*b, true, OrderKey{1, 5.0, 1, 0});
+  host.sync<Held::kSnapshot>(*b, true, OrderKey{KeyClass::kLive, 5.0, 1, 0});
   EXPECT_EQ(host.victim(snapshot), a);
   EXPECT_FALSE(snapshot) << "a tie goes to the KV";
 
   // A victim's own key (its row's, of the kind taken) ages the pool.
   Node* v = tree.new_node(tree.root(), tokens(300, 4));
-  v->host.snap_key = OrderKey{1, 4.0, 0, 0};
+  v->host.snap_key = OrderKey{KeyClass::kLive, 4.0, 0, 0};
   host.aged_by(Held::kSnapshot, *v);
   EXPECT_EQ(host.age(Held::kKv), 4.0) << "one pool, one age";
-  v->host.kv_key = OrderKey{1, 2.0, 0, 0};
+  v->host.kv_key = OrderKey{KeyClass::kLive, 2.0, 0, 0};
   host.aged_by(Held::kKv, *v);
   EXPECT_EQ(host.age(Held::kKv), 4.0) << "ages never fall";
-  v->host.kv_key = OrderKey{0, 9.0, 0, 0};
+  v->host.kv_key = OrderKey{KeyClass::kDead, 9.0, 0, 0};
   host.aged_by(Held::kKv, *v);
   EXPECT_EQ(host.age(Held::kKv), 4.0) << "a dead victim (class 0) does not age the pool";
 
   // The GPU is one pool too (issue 21: cached snapshots are pages of the GPU pool): the lower
   // head of the two orders is the victim and both kinds share one age.
   TierOrders<Tier::kGpu> gpu;
-  gpu.sync<Held::kKv>(*a, true, OrderKey{1, 5.0, 1, 0});
-  gpu.sync<Held::kSnapshot>(*b, true, OrderKey{1, 3.0, 2, 0});
+  gpu.sync<Held::kKv>(*a, true, OrderKey{KeyClass::kLive, 5.0, 1, 0});
+  gpu.sync<Held::kSnapshot>(*b, true, OrderKey{KeyClass::kLive, 3.0, 2, 0});
   EXPECT_EQ(gpu.victim(snapshot), b);
   EXPECT_TRUE(snapshot) << "the snapshot's key is lower";
-  v->gpu.snap_key = OrderKey{1, 6.0, 0, 0};
+  v->gpu.snap_key = OrderKey{KeyClass::kLive, 6.0, 0, 0};
   gpu.aged_by(Held::kSnapshot, *v);
   EXPECT_EQ(gpu.age(Held::kSnapshot), 6.0);
   EXPECT_EQ(gpu.age(Held::kKv), 6.0) << "one GPU pool, one age";
-  v->gpu.kv_key = OrderKey{1, 2.0, 0, 0};
+  v->gpu.kv_key = OrderKey{KeyClass::kLive, 2.0, 0, 0};
   gpu.aged_by(Held::kKv, *v);
   EXPECT_EQ(gpu.age(Held::kKv), 6.0) << "ages never fall";
   gpu.sync<Held::kKv>(*a, false, {});

@@ -149,6 +149,51 @@ TEST(EvictionOrder, HostSnapshotsAndKvShareOnePool) {
   ASSERT_TRUE(lru.cache->free_pages(lru.side_lock(), more));
 }
 
+// Issue 36: a host copy of KV or of a snapshot the GPU holds too leaves the host before
+// anything held there alone, whatever their values: dropping it loses nothing while the GPU
+// copy lives. P, used twice and last, is on both tiers after its resume promoted it; Q, used
+// once, on host only.
+TEST(EvictionOrder, HostDropsCopiesOfWhatTheGpuHoldsFirst) {
+  Harness h(small_config());
+  const auto q = seq({{100, 8}, {60, 1}});
+  const auto p = seq({{1, 8}, {50, 1}});
+  const std::size_t snaps[] = {8};
+  ASSERT_EQ(h.serve(q, snaps).error, "");
+  ASSERT_EQ(h.serve(p, snaps).error, "");
+  auto pages = take_pages(h, h.config.gpu_pages);  // both leave the GPU for host
+  ASSERT_TRUE(h.cache->free_pages(h.side_lock(), pages));
+  ASSERT_EQ(h.cache->inspect(q).at(0).kv, Residency::kHost);
+  ASSERT_EQ(h.cache->inspect(p).at(0).kv, Residency::kHost);
+  const auto again = h.serve(p, snaps);  // promoted: the host copy stays, clean
+  ASSERT_EQ(again.cached, 8u);
+  ASSERT_EQ(h.cache->inspect(p).at(0).kv, Residency::kBoth);
+  ASSERT_EQ(h.cache->inspect(p).at(0).snapshot, Residency::kBoth);
+  ASSERT_INVARIANTS(h);
+
+  auto snap = h.cache->evict({0, 1, Tier::kHost});
+  ASSERT_TRUE(snap);
+  EXPECT_EQ(snap->snapshots, 1u);
+  ASSERT_INVARIANTS(h);
+  EXPECT_EQ(h.cache->inspect(p).at(0).snapshot, Residency::kGpu);   // its copy went
+  EXPECT_EQ(h.cache->inspect(q).at(0).snapshot, Residency::kHost);  // Q's only one stays
+  auto freed = h.cache->evict({8, 0, Tier::kHost});
+  ASSERT_TRUE(freed);
+  EXPECT_EQ(freed->kv_pages, 2u);
+  ASSERT_INVARIANTS(h);
+  EXPECT_EQ(h.cache->inspect(p).at(0).kv, Residency::kGpu);   // its copy went
+  EXPECT_EQ(h.cache->inspect(q).at(0).kv, Residency::kHost);  // the only copy of Q stays
+  EXPECT_EQ(h.serve(q, snaps).cached, 8u);
+  // The GPU copy alone is P's KV now: evicting it from GPU demotes it again.
+  auto more = take_pages(h, h.config.gpu_pages);
+  ASSERT_INVARIANTS(h);
+  EXPECT_EQ(h.cache->inspect(p).at(0).kv, Residency::kHost);
+  EXPECT_EQ(h.cache->inspect(p).at(0).snapshot, Residency::kHost);
+  ASSERT_TRUE(h.cache->free_pages(h.side_lock(), more));
+  const auto last = h.serve(p, snaps);
+  EXPECT_EQ(last.cached, 8u);
+  EXPECT_TRUE(last.bytes_ok);
+}
+
 // Issue 36: a conversation resumes its last finish and keeps a deeper one; the finish it
 // resumed is then spent (node.hpp, "Eviction orders"). Once kSpentWindow resumes in a row
 // landed on no spent snapshot, its insert and its frontier resume no longer count, so it

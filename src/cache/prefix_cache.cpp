@@ -161,10 +161,12 @@ void PrefixCache::note_snapshot_change(Node* n, bool had) {
 // Every key carries the node's retention level (compared right after the class).
 template <Tier T>
 OrderKey PrefixCache::kv_key(const Node& n) const {
-  if (!cost_aware_) return {1, 0, n.last_access, n.kv_priority};
-  const double value = kv_value<T>(n);
-  return {std::uint8_t(n.kv_live() ? 1 : 0), n.row<T>().kv_age + value, n.last_access,
-          n.kv_priority};
+  if (!cost_aware_) return {KeyClass::kLive, 0, n.last_access, n.kv_priority};
+  // On host, a copy of KV the GPU holds too goes right after dead KV (node.hpp, KeyClass).
+  const KeyClass cls = !n.kv_live()                         ? KeyClass::kDead
+                       : T == Tier::kHost && n.gpu.has_kv() ? KeyClass::kCopy
+                                                            : KeyClass::kLive;
+  return {cls, n.row<T>().kv_age + kv_value<T>(n), n.last_access, n.kv_priority};
 }
 
 template <Tier T>
@@ -244,12 +246,15 @@ void PrefixCache::set_spent_discount(bool on) {
 
 template <Tier T>
 OrderKey PrefixCache::snap_key(const Node& n) const {
-  if (!cost_aware_) return {1, 0, n.snap_access, n.snap_priority};
+  if (!cost_aware_) return {KeyClass::kLive, 0, n.snap_access, n.snap_priority};
   // A snapshot that cannot be resumed from this tier leaves first: on GPU when its KV left
-  // the GPU, below when its KV left the cache.
+  // the GPU, below when its KV left the cache. Then, on host, a copy of a GPU snapshot.
   const bool resumable = T == Tier::kGpu ? n.gpu.has_kv() : n.has_kv();
+  const KeyClass cls = !resumable                                 ? KeyClass::kDead
+                       : T == Tier::kHost && n.gpu.has_snapshot() ? KeyClass::kCopy
+                                                                  : KeyClass::kLive;
   return {
-      std::uint8_t(resumable ? 1 : 0),
+      cls,
       n.row<T>().snap_age + double(snapshot_uses(n)) * double(n.snap_gap) * tier<T>().snap_value,
       n.snap_access, n.snap_priority};
 }

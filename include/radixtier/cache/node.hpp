@@ -86,8 +86,11 @@
 // age instead of holding a state's pages for a turn's worth of tokens. A resume that does land
 // on one (block-hashed traffic, where requests extend the same prompt and later ones stop at
 // its end again) turns the discount off for the next kSpentWindow resumes.
-// Class 0 goes before class 1 whatever the priority: dead KV (no snapshot at or below the
-// node: it cannot be resumed from) and snapshots whose own KV left that tier. Within a class
+// The class goes first whatever the priority (KeyClass): kDead, dead KV (no snapshot at or
+// below the node: it cannot be resumed from) and snapshots whose own KV left that tier; then
+// kCopy, a host copy of KV or a snapshot the GPU holds too (dropping it loses nothing while
+// the GPU copy lives; a later eviction from GPU demotes it again); then kLive. Only a kLive
+// victim ages its pool. Within a class
 // the retention level goes first: kv_priority / snap_priority, the highest priority of the
 // requests that inserted or used the node's KV / snapshot (it never decays while the node is
 // in the tree; with kLru too), so a low-priority node leaves before a high-priority one
@@ -182,11 +185,18 @@ enum class Xfer : std::uint8_t {
 using OrderHook =
     boost::intrusive::set_member_hook<boost::intrusive::link_mode<boost::intrusive::safe_link>>;
 
-/// Position in an eviction order: class first (0 leaves first), then the retention level
+/// An order key's class: a lower class leaves first, whatever the rest of the key.
+enum class KeyClass : std::uint8_t {
+  kDead = 0,  ///< nothing resumes from it on this tier (node.hpp, "Eviction orders")
+  kCopy = 1,  ///< a host copy of what the GPU holds too: dropping it loses nothing yet
+  kLive = 2,
+};
+
+/// Position in an eviction order: class first (kDead leaves first), then the retention level
 /// (the requests' priority, lower first), then priority (the GreedyDual value), then the
 /// time of last use (older first).
 struct OrderKey {
-  std::uint8_t cls = 1;
+  KeyClass cls = KeyClass::kLive;
   double priority = 0;
   std::uint64_t stamp = 0;
   std::uint8_t level = 0;  ///< retention priority, 0..100 (request_options.hpp)

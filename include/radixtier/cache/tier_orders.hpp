@@ -6,7 +6,7 @@
 //   - a node is linked in order H iff node.evictable<T, H>() (rule 4), at the key its state
 //     gives (PrefixCache::key<T, H>); a key changes only while the node is unlinked;
 //   - the age never decreases: the pool's age is the highest priority of a live victim taken
-//     from it (class 1), so a node's key stays comparable to those of nodes used later.
+//     from it (class kLive), so a node's key stays comparable to those of nodes used later.
 // Every tier keeps KV and snapshots in one pool (GPU and host pages, the store's slots), so
 // its two orders are one eviction order (victim(): the lower head) with one age.
 #pragma once
@@ -50,10 +50,10 @@ class TierOrders {
   /// The age a use of a node's KV / snapshot records on the node's row.
   double age(Held) const { return age_; }
   /// `victim`'s KV (h = kKv) or snapshot was taken from this tier for room: a live one (key
-  /// class 1) raises its pool's age to the victim's priority.
+  /// class kLive) raises its pool's age to the victim's priority.
   void aged_by(Held h, const Node& victim) {
     const OrderKey& key = victim.row<T>().key(h);
-    if (key.cls == 1) age_ = std::max(age_, key.priority);
+    if (key.cls == KeyClass::kLive) age_ = std::max(age_, key.priority);
   }
 
   /// Re-links n on order H: in it iff `want`, at `key`.
