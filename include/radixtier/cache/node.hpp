@@ -88,9 +88,9 @@
 // its end again) turns the discount off for the next kSpentWindow resumes.
 // The class goes first whatever the priority (KeyClass): kDead, dead KV (no snapshot at or
 // below the node: it cannot be resumed from) and snapshots whose own KV left that tier; then
-// kCopy, a host copy of KV or a snapshot the GPU holds too (dropping it loses nothing while
-// the GPU copy lives; a later eviction from GPU demotes it again); then kLive. Only a kLive
-// victim ages its pool. Within a class
+// kCopy, under write-back, a host copy of KV or a snapshot the GPU holds too (dropping it
+// loses nothing while the GPU copy lives; a later eviction from GPU demotes it again); then
+// kLive. Only a kLive victim ages its pool. Within a class
 // the retention level goes first: kv_priority / snap_priority, the highest priority of the
 // requests that inserted or used the node's KV / snapshot (it never decays while the node is
 // in the tree; with kLru too), so a low-priority node leaves before a high-priority one
