@@ -84,7 +84,10 @@ TEST(TierOrders, ASharedPoolTakesTheLowerHeadAndItsAgeOnlyRises) {
   EXPECT_EQ(host.age(Held::kKv), 4.0) << "ages never fall";
   v->host.kv_key = OrderKey{KeyClass::kDead, 9.0, 0, 0};
   host.aged_by(Held::kKv, *v);
-  EXPECT_EQ(host.age(Held::kKv), 4.0) << "a dead victim (class 0) does not age the pool";
+  EXPECT_EQ(host.age(Held::kKv), 4.0) << "a dead victim does not age the pool";
+  v->host.kv_key = OrderKey{KeyClass::kCopy, 9.0, 0, 0};
+  host.aged_by(Held::kKv, *v);
+  EXPECT_EQ(host.age(Held::kKv), 4.0) << "nor does a copy of what the GPU holds";
 
   // The GPU is one pool too (issue 21: cached snapshots are pages of the GPU pool): the lower
   // head of the two orders is the victim and both kinds share one age.

@@ -194,6 +194,29 @@ TEST(EvictionOrder, HostDropsCopiesOfWhatTheGpuHoldsFirst) {
   EXPECT_TRUE(last.bytes_ok);
 }
 
+// Under write-through the host copies are the policy's point (the shared tier publishes from
+// them): the copy of P, worth more, stays, and Q's KV, held on host alone, goes first.
+TEST(EvictionOrder, WriteThroughKeepsHostCopiesAtTheirValue) {
+  CacheConfig c = small_config();
+  c.write_policy = WritePolicy::kWriteThrough;
+  Harness h(c);
+  const auto q = seq({{100, 8}, {60, 1}});
+  const auto p = seq({{1, 8}, {50, 1}});
+  const std::size_t snaps[] = {8};
+  ASSERT_EQ(h.serve(q, snaps).error, "");
+  ASSERT_EQ(h.serve(p, snaps).error, "");
+  auto pages = take_pages(h, h.config.gpu_pages);
+  ASSERT_TRUE(h.cache->free_pages(h.side_lock(), pages));
+  ASSERT_EQ(h.serve(p, snaps).cached, 8u);
+  ASSERT_EQ(h.cache->inspect(p).at(0).kv, Residency::kBoth);
+  ASSERT_EQ(h.cache->inspect(q).at(0).kv, Residency::kHost);
+  auto freed = h.cache->evict({8, 0, Tier::kHost});
+  ASSERT_TRUE(freed);
+  ASSERT_INVARIANTS(h);
+  EXPECT_EQ(h.cache->inspect(p).at(0).kv, Residency::kBoth);
+  EXPECT_TRUE(h.cache->inspect(q).empty() || h.cache->inspect(q).at(0).kv == Residency::kNone);
+}
+
 // Issue 36: a conversation resumes its last finish and keeps a deeper one; the finish it
 // resumed is then spent (node.hpp, "Eviction orders"). Once kSpentWindow resumes in a row
 // landed on no spent snapshot, its insert and its frontier resume no longer count, so it
