@@ -149,26 +149,34 @@ TEST(EvictionOrder, HostSnapshotsAndKvShareOnePool) {
   ASSERT_TRUE(lru.cache->free_pages(lru.side_lock(), more));
 }
 
+// Q, then P, each with a snapshot at its end; both pushed to host; then P served again, so its
+// promotion leaves P on both tiers and Q on host alone.
+const auto kQ = seq({{100, 8}, {60, 1}});
+const auto kP = seq({{1, 8}, {50, 1}});
+constexpr std::size_t kSnaps[] = {8};
+void promote_p_leave_q_on_host(Harness& h) {
+  ASSERT_EQ(h.serve(kQ, kSnaps).error, "");
+  ASSERT_EQ(h.serve(kP, kSnaps).error, "");
+  auto pages = take_pages(h, h.config.gpu_pages);  // both leave the GPU for host
+  ASSERT_TRUE(h.cache->free_pages(h.side_lock(), pages));
+  ASSERT_EQ(h.cache->inspect(kP).at(0).kv, Residency::kHost);
+  ASSERT_EQ(h.serve(kP, kSnaps).cached, 8u);
+  ASSERT_EQ(h.cache->inspect(kP).at(0).kv, Residency::kBoth);
+  ASSERT_EQ(h.cache->inspect(kQ).at(0).kv, Residency::kHost);
+  ASSERT_INVARIANTS(h);
+}
+
 // Issue 36: a host copy of KV or of a snapshot the GPU holds too leaves the host before
 // anything held there alone, whatever their values: dropping it loses nothing while the GPU
 // copy lives. P, used twice and last, is on both tiers after its resume promoted it; Q, used
 // once, on host only.
 TEST(EvictionOrder, HostDropsCopiesOfWhatTheGpuHoldsFirst) {
   Harness h(small_config());
-  const auto q = seq({{100, 8}, {60, 1}});
-  const auto p = seq({{1, 8}, {50, 1}});
-  const std::size_t snaps[] = {8};
-  ASSERT_EQ(h.serve(q, snaps).error, "");
-  ASSERT_EQ(h.serve(p, snaps).error, "");
-  auto pages = take_pages(h, h.config.gpu_pages);  // both leave the GPU for host
-  ASSERT_TRUE(h.cache->free_pages(h.side_lock(), pages));
-  ASSERT_EQ(h.cache->inspect(q).at(0).kv, Residency::kHost);
-  ASSERT_EQ(h.cache->inspect(p).at(0).kv, Residency::kHost);
-  const auto again = h.serve(p, snaps);  // promoted: the host copy stays, clean
-  ASSERT_EQ(again.cached, 8u);
-  ASSERT_EQ(h.cache->inspect(p).at(0).kv, Residency::kBoth);
+  ASSERT_NO_FATAL_FAILURE(promote_p_leave_q_on_host(h));  // P's host copies stay, clean
+  const auto& p = kP;
+  const auto& q = kQ;
+  const auto& snaps = kSnaps;
   ASSERT_EQ(h.cache->inspect(p).at(0).snapshot, Residency::kBoth);
-  ASSERT_INVARIANTS(h);
 
   auto snap = h.cache->evict({0, 1, Tier::kHost});
   ASSERT_TRUE(snap);
@@ -200,16 +208,9 @@ TEST(EvictionOrder, WriteThroughKeepsHostCopiesAtTheirValue) {
   CacheConfig c = small_config();
   c.write_policy = WritePolicy::kWriteThrough;
   Harness h(c);
-  const auto q = seq({{100, 8}, {60, 1}});
-  const auto p = seq({{1, 8}, {50, 1}});
-  const std::size_t snaps[] = {8};
-  ASSERT_EQ(h.serve(q, snaps).error, "");
-  ASSERT_EQ(h.serve(p, snaps).error, "");
-  auto pages = take_pages(h, h.config.gpu_pages);
-  ASSERT_TRUE(h.cache->free_pages(h.side_lock(), pages));
-  ASSERT_EQ(h.serve(p, snaps).cached, 8u);
-  ASSERT_EQ(h.cache->inspect(p).at(0).kv, Residency::kBoth);
-  ASSERT_EQ(h.cache->inspect(q).at(0).kv, Residency::kHost);
+  ASSERT_NO_FATAL_FAILURE(promote_p_leave_q_on_host(h));
+  const auto& p = kP;
+  const auto& q = kQ;
   auto freed = h.cache->evict({8, 0, Tier::kHost});
   ASSERT_TRUE(freed);
   ASSERT_INVARIANTS(h);
