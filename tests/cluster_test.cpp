@@ -61,19 +61,35 @@ TEST(Router, SessionIsStickyByFirstBlockAndPlacesNewKeysByLoad) {
   EXPECT_EQ(r.route(t[4], load), 0u);
 }
 
-TEST(Router, PrefixPicksTheLongestMatchThenTheLeastLoaded) {
+TEST(Router, PrefixPicksTheLongestMatchElseTheSmallestTree) {
   Router r(RouterKind::kPrefix, 3, 100, 64);
   std::vector<std::size_t> load = {2, 1, 0};
   const auto t = tiny_trace();
-  EXPECT_EQ(r.route(t[0], load), 2u);  // no match anywhere: the least loaded
+  EXPECT_EQ(r.route(t[0], load), 2u);  // no match, every tree empty: the least loaded
   load = {0, 1, 0};
-  EXPECT_EQ(r.route(t[1], load), 0u);  // tie (no match) at load 0: the lower index
+  EXPECT_EQ(r.route(t[1], load), 0u);  // 0 and 1 have empty trees: the less loaded, 0
   load = {0, 0, 7};
   EXPECT_EQ(r.route(t[3], load), 2u);  // conversation 0's blocks are on 2: match beats load
-  EXPECT_EQ(r.route(t[2], load), 0u);  // conversation 2: no match; least loaded, lower index
+  // Conversation 2 matches nowhere: instance 1's tree is the smallest (0 blocks against 4 and
+  // 6), though 0 is as lightly loaded and has the lower index.
+  EXPECT_EQ(r.route(t[2], load), 1u);
   load = {9, 0, 0};
-  EXPECT_EQ(r.route(t[4], load), 0u);  // conversation 1 is on 0 (and 2 is too now)
-  EXPECT_EQ(r.route(t[5], load), 0u);
+  EXPECT_EQ(r.route(t[4], load), 0u);  // conversation 1 is on 0: match beats load
+  EXPECT_EQ(r.route(t[5], load), 1u);  // conversation 2 is on 1
+}
+
+TEST(Router, NewSessionsSpreadOverAnIdleClusterByTreeSize) {
+  // Every load ties at zero (an idle cluster): each new session goes to the smallest tree, so
+  // they spread instead of gathering on instance 0.
+  Router r(RouterKind::kPrefix, 3, 100, 64);
+  const std::vector<std::size_t> load(3, 0);
+  std::vector<std::size_t> got;
+  for (std::uint64_t conv = 0; conv < 6; ++conv) {
+    std::vector<std::uint64_t> ids;
+    for (std::uint64_t b = 0; b < 4; ++b) ids.push_back(conv * 1000 + b);
+    got.push_back(r.route(req(ids.size() * 512, ids), load));
+  }
+  EXPECT_EQ(got, (std::vector<std::size_t>{0, 1, 2, 0, 1, 2}));
 }
 
 TEST(Router, ParsesItsNames) {

@@ -46,6 +46,20 @@ std::size_t Router::least_loaded(std::span<const std::size_t> load) const {
   return best;
 }
 
+std::size_t Router::smallest_tree(std::span<const std::size_t> load) const {
+  // SGLang breaks ties in its map's order; the model breaks them by load, then by index.
+  std::size_t best = 0;
+  for (std::size_t i = 1; i < n_; ++i) {
+    const std::size_t li = i < load.size() ? load[i] : 0;
+    const std::size_t lb = best < load.size() ? load[best] : 0;
+    if (index_[i].blocks() < index_[best].blocks() ||
+        (index_[i].blocks() == index_[best].blocks() && li < lb)) {
+      best = i;
+    }
+  }
+  return best;
+}
+
 std::size_t Router::route(const TraceRequest& r, std::span<const std::size_t> load) {
   if (n_ == 1) {
     if (kind_ == RouterKind::kPrefix) index_[0].access(r);
@@ -62,9 +76,9 @@ std::size_t Router::route(const TraceRequest& r, std::span<const std::size_t> lo
     }
     case RouterKind::kPrefix: {
       // SGLang's cache-aware policy (sgl-router/src/policies/cache_aware.rs, select_worker, at
-      // its CLI defaults): an imbalanced cluster routes to the least loaded instance; so does
-      // a request whose best match covers at most cache_threshold of it (SGLang: the
-      // instance with the smallest tree); otherwise the best match.
+      // its CLI defaults): an imbalanced cluster routes to the least loaded instance; a
+      // request whose best match covers at most cache_threshold of it goes to the instance
+      // with the smallest tree (tree.rs, get_smallest_tenant); otherwise the best match.
       std::size_t lo = SIZE_MAX, hi = 0;
       for (std::size_t i = 0; i < n_ && i < load.size(); ++i) {
         lo = std::min(lo, load[i]);
@@ -89,7 +103,7 @@ std::size_t Router::route(const TraceRequest& r, std::span<const std::size_t> lo
       }
       if (!r.hash_ids.empty() && static_cast<double>(best_match) <=
                                      kCacheThreshold * static_cast<double>(r.hash_ids.size())) {
-        best = least_loaded(load);
+        best = smallest_tree(load);
       }
       index_[best].access(r);
       return best;

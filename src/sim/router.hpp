@@ -9,7 +9,8 @@
 //                (max - min > 64 and max > 1.5 min) the least loaded instance; else the
 //                instance whose cache holds the longest run of the request's leading blocks,
 //                ties by load, then by index, unless that run is at most 0.3 of the request
-//                (then the least loaded; SGLang takes the smallest tree). The router cannot look
+//                (then the instance with the smallest tree: the fewest blocks in its index,
+//                ties by load, then by index). The router cannot look
 //                into an instance's cache without changing it (an admission locks and promotes), so
 //                it keeps, per instance, an LRU index of the blocks it sent there, as large as the
 //                instance's cache bytes, as SGLang's router keeps an approximate tree of what it
@@ -61,6 +62,8 @@ class Router {
 
  private:
   std::size_t least_loaded(std::span<const std::size_t> load) const;
+  /// The prefix router's instance for a request that matches little anywhere.
+  std::size_t smallest_tree(std::span<const std::size_t> load) const;
 
   RouterKind kind_;
   std::size_t n_;
