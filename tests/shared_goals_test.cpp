@@ -65,10 +65,12 @@ class SharedGoals : public ::testing::Test {
 };
 
 // Goal: with the shared tier, round-robin reaches >= 0.95 x the hit ratio of prefix routing
-// (measured 0.6202 / 0.6291 = 0.986).
+// (measured 0.6206 / 0.6371 = 0.974; 0.1417 without the shared tier).
 // Goal: prefix routing reaches >= 0.97 x the cluster-wide ceiling, the ideal over all
-// instances. NOT MET: measured 0.6291 / 0.6511 = 0.966 (0.938 without the shared tier); the
-// floor asserted is 0.96, and above prefix routing without the shared tier.
+// instances: met, 0.6371 / 0.6511 = 0.978 (0.977 without the shared tier, 0.6361: the prefix
+// router sends a request that matches little to the smallest tree, docs/simulator.md), and
+// above prefix routing without the shared tier (the tier's write-through copies leave host
+// first once published, docs/architecture.md).
 TEST_F(SharedGoals, RoutingBarelyMattersAndPrefixRoutingNearsTheCeiling) {
   const SimResult ideal = run(CacheKind::kIdeal, RouterKind::kPrefix, 0);
   const SimResult alone = run(CacheKind::kNode, RouterKind::kPrefix, 0);
@@ -79,16 +81,16 @@ TEST_F(SharedGoals, RoutingBarelyMattersAndPrefixRoutingNearsTheCeiling) {
   ASSERT_GT(prefix.hit_ratio, 0);
   EXPECT_GE(rr.hit_ratio / prefix.hit_ratio, 0.95)
       << "round-robin " << rr.hit_ratio << ", prefix " << prefix.hit_ratio;
-  constexpr double kPrefixToIdealFloor = 0.96;  // a regression floor, not the goal (0.97)
-  EXPECT_GE(prefix.hit_ratio / ideal.hit_ratio, kPrefixToIdealFloor)
+  EXPECT_GE(prefix.hit_ratio / ideal.hit_ratio, 0.97)
       << "prefix " << prefix.hit_ratio << ", ideal " << ideal.hit_ratio;
   EXPECT_GT(prefix.hit_ratio, alone.hit_ratio);
 }
 
 // Goal: a freshly started instance's first 100 requests hit within 10% of a warm one's: the
 // same 100 requests in the run where instance 0 never restarted (SimResult::fresh). Measured:
-// round-robin 0.6255 / 0.6292 = 0.994, prefix 0.4025 / 0.4205 = 0.957 (without the shared
-// tier 0.386 and 0.460).
+// round-robin 0.6204 / 0.6211 = 0.999, prefix 0.1779 / 0.1391 = 1.28 (the prefix router sends
+// what matches little anywhere to the fresh instance, its tree the smallest; without the
+// shared tier 0.413 and 0.451).
 TEST_F(SharedGoals, AFreshInstanceHitsWithinTenPercentOfAWarmOne) {
   const std::uint64_t budget = fleet_bytes(run(CacheKind::kIdeal, RouterKind::kPrefix, 0));
   for (RouterKind router : {RouterKind::kRoundRobin, RouterKind::kPrefix}) {

@@ -160,10 +160,11 @@ void PrefixCache::note_snapshot_change(Node* n, bool had) {
 namespace {
 // A host copy of what the GPU holds is class kCopy under write-back, where it is a promotion's
 // leftover. Under write-through the copy is the policy's point (eviction from GPU is free, and
-// a shared tier publishes from host copies): it stays kLive.
+// a shared tier publishes from host copies): it stays kLive until a shared tier published it.
 template <Tier T>
-bool host_copy(bool on_gpu, const CacheConfig& config) {
-  return T == Tier::kHost && on_gpu && config.write_policy == WritePolicy::kWriteBack;
+bool host_copy(const Node& n, bool on_gpu, const CacheConfig& config) {
+  return T == Tier::kHost && on_gpu &&
+         (config.write_policy == WritePolicy::kWriteBack || n.published);
 }
 }  // namespace
 
@@ -173,9 +174,9 @@ template <Tier T>
 OrderKey PrefixCache::kv_key(const Node& n) const {
   if (!cost_aware_) return {KeyClass::kLive, 0, n.last_access, n.kv_priority};
   // On host, a copy of KV the GPU holds too goes right after dead KV (node.hpp, KeyClass).
-  const KeyClass cls = !n.kv_live()                            ? KeyClass::kDead
-                       : host_copy<T>(n.gpu.has_kv(), config_) ? KeyClass::kCopy
-                                                               : KeyClass::kLive;
+  const KeyClass cls = !n.kv_live()                               ? KeyClass::kDead
+                       : host_copy<T>(n, n.gpu.has_kv(), config_) ? KeyClass::kCopy
+                                                                  : KeyClass::kLive;
   return {cls, n.row<T>().kv_age + kv_value<T>(n), n.last_access, n.kv_priority};
 }
 
@@ -260,9 +261,9 @@ OrderKey PrefixCache::snap_key(const Node& n) const {
   // A snapshot that cannot be resumed from this tier leaves first: on GPU when its KV left
   // the GPU, below when its KV left the cache. Then, on host, a copy of a GPU snapshot.
   const bool resumable = T == Tier::kGpu ? n.gpu.has_kv() : n.has_kv();
-  const KeyClass cls = !resumable                                    ? KeyClass::kDead
-                       : host_copy<T>(n.gpu.has_snapshot(), config_) ? KeyClass::kCopy
-                                                                     : KeyClass::kLive;
+  const KeyClass cls = !resumable                                       ? KeyClass::kDead
+                       : host_copy<T>(n, n.gpu.has_snapshot(), config_) ? KeyClass::kCopy
+                                                                        : KeyClass::kLive;
   return {
       cls,
       n.row<T>().snap_age + double(snapshot_uses(n)) * double(n.snap_gap) * tier<T>().snap_value,
@@ -384,6 +385,7 @@ Node* PrefixCache::split(Node* n, std::size_t pages) {
   upper->snapshots_below = n->snapshots_below;
   upper->kv_priority = n->kv_priority;
   upper->host_pin = n->host_pin;        // the pins through n run through its upper part too
+  upper->published = n->published;      // so were its pages
   upper->reported_kv = n->reported_kv;  // the same pages, already reported: no event
   refresh(upper);
   refresh(n);

@@ -45,6 +45,21 @@ HostCopies PrefixCache::host_copies(std::span<const Token> tokens, NamespaceId n
   return out;
 }
 
+void PrefixCache::mark_published(std::span<const Token> tokens, NamespaceId ns) {
+  if (!ns.valid()) return;
+  const std::size_t whole = tokens.size() / config_.page_size * config_.page_size;
+  std::vector<Node*> path;  // as host_copies() walks: whole nodes, while each has host KV
+  bool contiguous = true;
+  tree_.walk_kv_path(root_of(ns), tokens.first(whole), [&](Node* c, std::size_t reached) {
+    contiguous = contiguous && c->host.has_kv() && !c->kv_to_host();
+    if (contiguous && reached == c->boundary && !c->published) path.push_back(c);
+  });
+  for (Node* n : path) {
+    n->published = true;
+    refresh(n);
+  }
+}
+
 Result<ImportResult> PrefixCache::import_host(std::span<const Token> tokens, NamespaceId ns,
                                               const ImportFill& fill) {
   const std::uint32_t ps = config_.page_size;

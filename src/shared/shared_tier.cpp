@@ -639,6 +639,8 @@ bool SharedTier::try_publish(const Pending& p, bool last_try) {
     queue_.push_back(std::move(job));
   }
   cv_.notify_one();
+  // The job holds the encoded bytes: the host copies are no longer needed for it.
+  cache_.mark_published(std::span(p.tokens).first(deepest), p.ns);
   return true;
 }
 

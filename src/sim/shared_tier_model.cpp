@@ -129,6 +129,7 @@ class SharedTierModel::Client final : public sched::SharedHook {
         }
       }
     }
+    cache_.mark_published(tokens.first(deepest), ns);
     return hc.kv.size() >= tokens.size() / o.page_size;
   }
 

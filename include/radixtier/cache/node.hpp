@@ -88,8 +88,10 @@
 // its end again) turns the discount off for the next kSpentWindow resumes.
 // The class goes first whatever the priority (KeyClass): kDead, dead KV (no snapshot at or
 // below the node: it cannot be resumed from) and snapshots whose own KV left that tier; then
-// kCopy, under write-back, a host copy of KV or a snapshot the GPU holds too (dropping it
-// loses nothing while the GPU copy lives; a later eviction from GPU demotes it again); then
+// kCopy, a host copy of KV or a snapshot the GPU holds too, under write-back or once a shared
+// tier published it (dropping it loses nothing while the GPU copy lives; a later eviction
+// from GPU demotes it again; under write-through an unpublished copy is what a shared tier
+// will publish from, and stays kLive); then
 // kLive. Only a kLive victim ages its pool. Within a class
 // the retention level goes first: kv_priority / snap_priority, the highest priority of the
 // requests that inserted or used the node's KV / snapshot (it never decays while the node is
@@ -310,7 +312,10 @@ struct Node {
   std::uint8_t kv_priority = 0;    ///< highest priority of the requests that used the KV
   std::uint8_t snap_priority = 0;  ///< highest priority of the requests that used the snapshot
   std::uint32_t host_pin = 0;      ///< pins whose prefix includes this node
-  std::uint32_t snap_pin = 0;      ///< pins that end at this node (they keep its snapshot)
+  /// Its host copies went to a shared tier (PrefixCache::mark_published): under write-through
+  /// too, a host copy of what the GPU holds is then class kCopy.
+  bool published = false;
+  std::uint32_t snap_pin = 0;  ///< pins that end at this node (they keep its snapshot)
 
   std::unordered_map<PageKey, Node*, PageKeyHash, PageKeyEq> children;
 

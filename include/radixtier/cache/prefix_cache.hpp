@@ -262,6 +262,11 @@ class PrefixCache final : public CacheBackend {
   /// while each has one, and the host snapshots at node ends among them. Read-only; the ids
   /// are valid until the next call into the cache.
   HostCopies host_copies(std::span<const Token> tokens, NamespaceId ns = kDefaultNamespace) const;
+  /// The host copies along `tokens` (as host_copies() returned them) are in a shared tier
+  /// now: under write-through too, a host copy of what the GPU holds leaves host first from
+  /// here on (node.hpp, KeyClass::kCopy). Changes no residency; tokens the tree lacks are
+  /// ignored.
+  void mark_published(std::span<const Token> tokens, NamespaceId ns = kDefaultNamespace);
   /// Enters bytes fetched from elsewhere (another instance) as host-resident data: the KV of
   /// every page of `tokens` (whole pages from the root of `ns`) that the tree has no KV for,
   /// and the snapshot at the end of `tokens` unless the tree has one there. Takes the host
