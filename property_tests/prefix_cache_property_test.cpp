@@ -477,6 +477,31 @@ struct Import : Cmd {
   }
 };
 
+/// Publishes a prefix as the shared tier does: reads its host copies (PrefixCache::
+/// host_copies) and marks them published up to the deepest host snapshot (mark_published).
+/// Publishing changes no residency: what a prompt can resume from stays as it was.
+struct Publish : Cmd {
+  std::vector<Token> prompt = *gen_prompt();
+  Key key;
+  explicit Publish(const Model& m) : key(m.namespaces) {}
+  void run(const Model&, Sut& s) const override {
+    const NamespaceId ns(key.ns);
+    const std::size_t whole = prompt.size() / kPage * kPage;
+    const std::span<const Token> tokens = std::span(prompt).first(whole);
+    const HostCopies copies = s.h.cache->host_copies(tokens, ns);
+    const std::size_t deepest = copies.snapshots.empty() ? 0 : copies.snapshots.back().boundary;
+    const MatchResult before = s.h.cache->match(prompt, ns);
+    s.h.cache->mark_published(tokens.first(deepest), ns);
+    const MatchResult after = s.h.cache->match(prompt, ns);
+    RC_ASSERT(after.usable_tokens == before.usable_tokens);
+    RC_ASSERT(after.kv_tokens == before.kv_tokens);
+    check_invariants(s);
+  }
+  void show(std::ostream& os) const override {
+    os << "Publish(" << prompt.size() << " tokens, namespace " << key.ns << ")";
+  }
+};
+
 struct DropHost : Cmd {
   void run(const Model&, Sut& s) const override {
     s.h.cache->drop_host();
@@ -683,7 +708,7 @@ void run_property(WritePolicy policy, std::uint32_t host_pages,
       model, sut,
       rc::state::gen::execOneOfWithArgs<Serve, Serve, Serve, Hold, Release, Pressure, Pressure,
                                         CompleteOne, CompleteOne, FailNext, DropHost, Evict, Pin,
-                                        Import, StoreFault, StoreTiming, Restart>());
+                                        Import, Publish, StoreFault, StoreTiming, Restart>());
   for (LockId l : sut.held) RC_ASSERT(sut.h.cache->release(l).is_ok());
   for (const auto& p : sut.pins) RC_ASSERT(sut.h.cache->unpin(p.pin).is_ok());
   sut.pins.clear();  // unpinned: the final check must not expect them usable any more
