@@ -203,43 +203,36 @@ TEST(EvictionOrder, HostDropsCopiesOfWhatTheGpuHoldsFirst) {
 }
 
 // Under write-through the host copies are the policy's point (the shared tier publishes from
-// them): the copy of P, worth more, stays, and Q's KV, held on host alone, goes first.
-TEST(EvictionOrder, WriteThroughKeepsHostCopiesAtTheirValue) {
-  CacheConfig c = small_config();
-  c.write_policy = WritePolicy::kWriteThrough;
-  Harness h(c);
-  ASSERT_NO_FATAL_FAILURE(promote_p_leave_q_on_host(h));
-  const auto& p = kP;
-  const auto& q = kQ;
-  auto freed = h.cache->evict({8, 0, Tier::kHost});
-  ASSERT_TRUE(freed);
-  ASSERT_INVARIANTS(h);
-  EXPECT_EQ(h.cache->inspect(p).at(0).kv, Residency::kBoth);
-  EXPECT_TRUE(h.cache->inspect(q).empty() || h.cache->inspect(q).at(0).kv == Residency::kNone);
-}
-
-// Once a shared tier published P's host copies (mark_published), they leave first under
-// write-through too: the copy of P goes and Q's KV, held on host alone, stays. Marking a path
-// the tree lacks changes nothing.
-TEST(EvictionOrder, WriteThroughCopiesLeaveFirstOncePublished) {
-  CacheConfig c = small_config();
-  c.write_policy = WritePolicy::kWriteThrough;
-  Harness h(c);
-  ASSERT_NO_FATAL_FAILURE(promote_p_leave_q_on_host(h));
-  const auto& p = kP;
-  const auto& q = kQ;
-  h.cache->mark_published(seq({{300, 8}}));
-  h.cache->mark_published(std::span(p).first(8));
-  ASSERT_INVARIANTS(h);
-  auto freed = h.cache->evict({8, 0, Tier::kHost});
-  ASSERT_TRUE(freed);
-  EXPECT_EQ(freed->kv_pages, 2u);
-  ASSERT_INVARIANTS(h);
-  EXPECT_EQ(h.cache->inspect(p).at(0).kv, Residency::kGpu);   // the published copy went
-  EXPECT_EQ(h.cache->inspect(q).at(0).kv, Residency::kHost);  // the only copy of Q stays
-  const auto last = h.serve(q, kSnaps);
-  EXPECT_EQ(last.cached, 8u);
-  EXPECT_TRUE(last.bytes_ok);
+// them): the copy of P, worth more, stays, and Q's KV, held on host alone, goes first. Once a
+// shared tier published P's copies (mark_published), they leave first as under write-back:
+// the copy of P goes and Q's stays. Marking a path the tree lacks changes nothing.
+TEST(EvictionOrder, WriteThroughCopiesKeepTheirValueUntilPublished) {
+  for (bool published : {false, true}) {
+    SCOPED_TRACE(published ? "P's copies published" : "nothing published");
+    CacheConfig c = small_config();
+    c.write_policy = WritePolicy::kWriteThrough;
+    Harness h(c);
+    ASSERT_NO_FATAL_FAILURE(promote_p_leave_q_on_host(h));
+    const auto& p = kP;
+    const auto& q = kQ;
+    h.cache->mark_published(seq({{300, 8}}));
+    if (published) h.cache->mark_published(std::span(p).first(8));
+    ASSERT_INVARIANTS(h);
+    auto freed = h.cache->evict({8, 0, Tier::kHost});
+    ASSERT_TRUE(freed);
+    ASSERT_INVARIANTS(h);
+    if (!published) {
+      EXPECT_EQ(h.cache->inspect(p).at(0).kv, Residency::kBoth);
+      EXPECT_TRUE(h.cache->inspect(q).empty() || h.cache->inspect(q).at(0).kv == Residency::kNone);
+      continue;
+    }
+    EXPECT_EQ(freed->kv_pages, 2u);
+    EXPECT_EQ(h.cache->inspect(p).at(0).kv, Residency::kGpu);   // the published copy went
+    EXPECT_EQ(h.cache->inspect(q).at(0).kv, Residency::kHost);  // the only copy of Q stays
+    const auto last = h.serve(q, kSnaps);
+    EXPECT_EQ(last.cached, 8u);
+    EXPECT_TRUE(last.bytes_ok);
+  }
 }
 
 // Issue 36: a conversation resumes its last finish and keeps a deeper one; the finish it
