@@ -77,6 +77,51 @@ TEST(SharedTier, AnotherInstanceResumesFromWhatOnePublishedByteExact) {
   EXPECT_EQ(a.tier->stats().publish_skipped, 20u);
 }
 
+// Once published, a node's host copy of what the GPU holds leaves host first (node.hpp,
+// KeyClass::kCopy). A later publish of a deeper turn still goes from the root: the published
+// pages without a host copy go as keys only, skipped where the tier has them, and the new
+// pages are written; another instance resumes the whole turn byte-exact. Where the tier lost
+// them, nothing deeper is written (a reader could not reach it), counted as a failure.
+TEST(SharedTier, APublishGoesOnPastPublishedPagesWhoseHostCopyLeft) {
+  for (bool lost : {false, true}) {
+    SCOPED_TRACE(lost ? "the tier lost turn 1" : "the tier has turn 1");
+    MemorySharedStore store;
+    Instance a(store), b(store, WritePolicy::kWriteBack);
+    const auto turn1 = seq({{1, 40}, {90, 1}});
+    const std::size_t snaps1[] = {40};
+    a.compute_and_publish(turn1, snaps1);
+    ASSERT_EQ(store.data().size(), 10u + 5);
+    auto freed = a.h.cache->evict({40, 0, Tier::kHost});  // the published copies go first
+    ASSERT_TRUE(freed);
+    ASSERT_EQ(a.h.cache->inspect(turn1).at(0).kv, Residency::kGpu);
+    ASSERT_INVARIANTS(a.h);
+    if (lost) store.data().clear();
+
+    const auto turn2 = seq({{1, 40}, {200, 16}, {90, 1}});
+    const std::size_t snaps2[] = {56};
+    const auto before = a.tier->stats();
+    a.compute_and_publish(turn2, snaps2);
+    const auto after = a.tier->stats();
+    EXPECT_EQ(after.publish_jobs, before.publish_jobs + 1);
+    if (lost) {
+      EXPECT_EQ(store.data().size(), 0u);
+      EXPECT_EQ(after.publish_failures, before.publish_failures + 1);
+      EXPECT_EQ(b.tier->before_admit(1, turn2, kDefaultNamespace).tokens, 0u);
+      continue;
+    }
+    // Turn 1's 10 pages as keys only, and its snapshot's 4 chunks and manifest from its
+    // host copy, all there already.
+    EXPECT_EQ(after.publish_skipped, before.publish_skipped + 10 + 5);
+    EXPECT_EQ(after.published_keys, before.published_keys + 4 + 5);
+    EXPECT_EQ(b.tier->before_admit(1, turn2, kDefaultNamespace).tokens, 56u);
+    const std::size_t all[] = {40, 56};
+    const auto served = b.h.serve(turn2, all);
+    EXPECT_EQ(served.cached, 56u);
+    EXPECT_TRUE(served.bytes_ok);
+    ASSERT_INVARIANTS(b.h);
+  }
+}
+
 TEST(SharedTier, ACorruptValueIsAMissAndTheFetchResumesBelowIt) {
   MemorySharedStore store;
   Instance a(store);

@@ -32,12 +32,15 @@ HostCopies PrefixCache::host_copies(std::span<const Token> tokens, NamespaceId n
   tree_.walk_kv_path(root_of(ns), tokens.first(whole), [&](const Node* c, std::size_t reached) {
     if (!contiguous) return;
     const bool kv = c->host.has_kv() && !c->kv_to_host();
-    if (!kv) {
+    // A published node's copy may have left host first (KeyClass::kCopy): the tier has its
+    // pages, so the path goes on past it.
+    if (!kv && !c->published) {
       contiguous = false;
       return;
     }
     const std::size_t first = (c->boundary - c->tokens.size()) / ps;
-    for (std::size_t p = first; p < reached / ps; ++p) out.kv.push_back(c->host.pages[p - first]);
+    for (std::size_t p = first; p < reached / ps; ++p)
+      out.kv.push_back(kv ? c->host.pages[p - first] : HostPageId{});
     if (reached == c->boundary && c->host.has_snapshot() && !c->snap_to_host()) {
       out.snapshots.push_back({c->boundary, c->host.snapshot});
     }
@@ -48,10 +51,10 @@ HostCopies PrefixCache::host_copies(std::span<const Token> tokens, NamespaceId n
 void PrefixCache::mark_published(std::span<const Token> tokens, NamespaceId ns) {
   if (!ns.valid()) return;
   const std::size_t whole = tokens.size() / config_.page_size * config_.page_size;
-  std::vector<Node*> path;  // as host_copies() walks: whole nodes, while each has host KV
+  std::vector<Node*> path;  // as host_copies() walks: whole nodes with host KV or published
   bool contiguous = true;
   tree_.walk_kv_path(root_of(ns), tokens.first(whole), [&](Node* c, std::size_t reached) {
-    contiguous = contiguous && c->host.has_kv() && !c->kv_to_host();
+    contiguous = contiguous && ((c->host.has_kv() && !c->kv_to_host()) || c->published);
     if (contiguous && reached == c->boundary && !c->published) path.push_back(c);
   });
   for (Node* n : path) {

@@ -127,9 +127,14 @@ struct SharedTier::Fetch {
 /// One publish: values in write order (KV pages, snapshot chunks), then the manifests.
 struct SharedTier::Job {
   std::vector<std::string> keys, values;
+  /// keys[0, kv_pages) are the path's KV pages from the root; an empty value is a page
+  /// published before whose host copy left: the tier must have it already.
+  std::size_t kv_pages = 0;
   std::size_t first_manifest = 0;
   /// Per manifest (index >= first_manifest): its chunks' indices [first, first + count).
   std::vector<std::pair<std::size_t, std::size_t>> chunks_of;
+  /// Per manifest: the KV pages below its snapshot.
+  std::vector<std::size_t> pages_of;
   std::size_t bytes = 0;
 };
 
@@ -566,7 +571,10 @@ bool SharedTier::try_publish(const Pending& p, bool last_try) {
     // The job's exact bytes are known before anything is copied or encoded: a job that does
     // not fit the queue is dropped here, for free.
     const std::uint32_t chunks = chunk_count(c.snapshot_bytes, config_.chunk_bytes);
-    const std::size_t bytes = deepest / ps * value_bytes(kv_payload_bytes(ps, pb, keyed), keyed) +
+    const std::size_t sent = static_cast<std::size_t>(
+        std::count_if(copies.kv.begin(), copies.kv.begin() + std::ptrdiff_t(deepest / ps),
+                      [](HostPageId id) { return id.valid(); }));
+    const std::size_t bytes = sent * value_bytes(kv_payload_bytes(ps, pb, keyed), keyed) +
                               copies.snapshots.size() * (chunks * value_bytes(0, keyed) +
                                                          c.snapshot_bytes + value_bytes(16, keyed));
     std::lock_guard lock(mu_);
@@ -581,13 +589,17 @@ bool SharedTier::try_publish(const Pending& p, bool last_try) {
   auto id = [&](ValueKind kind, std::size_t pages, std::uint32_t index) {
     return value_id(ks, kind, paths, pages, c.page_size, index);
   };
-  // KV with a snapshot at or below it: every page up to the deepest host snapshot.
+  // KV with a snapshot at or below it: every page up to the deepest host snapshot (a page
+  // published before whose host copy left goes without its bytes: the tier has it).
   for (std::size_t i = 0; i < deepest / ps; ++i) {
     job->keys.push_back(ks.kv_key(paths[i + 1]));
-    job->values.push_back(encode_kv_page(id(ValueKind::kKvPage, i + 1, 0),
-                                         std::span(p.tokens).subspan(i * ps, ps),
-                                         host_.host_page(copies.kv[i]), ks.key));
+    job->values.push_back(!copies.kv[i].valid()
+                              ? std::string()
+                              : encode_kv_page(id(ValueKind::kKvPage, i + 1, 0),
+                                               std::span(p.tokens).subspan(i * ps, ps),
+                                               host_.host_page(copies.kv[i]), ks.key));
   }
+  job->kv_pages = deepest / ps;
   const std::uint32_t n_chunks = chunk_count(c.snapshot_bytes, config_.chunk_bytes);
   std::vector<std::pair<std::string, std::string>> manifests;
   for (const HostSnapshotCopy& s : copies.snapshots) {
@@ -621,6 +633,7 @@ bool SharedTier::try_publish(const Pending& p, bool last_try) {
     manifests.emplace_back(ks.manifest_key(paths[b]),
                            encode_value(id(ValueKind::kManifest, b, n_chunks), part, ks.key));
     job->chunks_of.emplace_back(first_chunk, n_chunks);
+    job->pages_of.push_back(b);
   }
   job->first_manifest = job->values.size();
   for (auto& [k, v] : manifests) {
@@ -682,12 +695,28 @@ void SharedTier::run_job(Job& job) {
       w ? (++written, bytes += job.values[which[k]].size()) : ++failed;
     }
   };
+  auto found = [&](std::size_t i) { return i < there.size() && there[i] == KeyState::kFound; };
+  // A page sent without its bytes must be there already; past the first that is not, a
+  // reader cannot reach anything, so nothing deeper is written.
+  std::size_t reach = job.kv_pages;
+  for (std::size_t i = 0; i < job.kv_pages && reach == job.kv_pages; ++i) {
+    if (job.values[i].empty() && !found(i)) reach = i;
+  }
+  if (reach < job.kv_pages) ++failed;
+  std::vector<bool> unreachable(job.keys.size(), false);
+  for (std::size_t i = reach; i < job.kv_pages; ++i) unreachable[i] = true;
+  for (std::size_t m = 0; m < job.chunks_of.size(); ++m) {
+    if (job.pages_of[m] <= reach) continue;
+    const auto [from, n] = job.chunks_of[m];
+    for (std::size_t k = from; k < from + n; ++k) unreachable[k] = true;
+    unreachable[job.first_manifest + m] = true;
+  }
   std::vector<std::size_t> first, last;
   for (std::size_t i = 0; i < job.keys.size(); ++i) {
-    if (i < there.size() && there[i] == KeyState::kFound) {
+    if (found(i)) {
       ok[i] = true;
       ++skipped;
-    } else {
+    } else if (!unreachable[i]) {
       (i < job.first_manifest ? first : last).push_back(i);
     }
   }

@@ -117,19 +117,28 @@ class SharedTierModel::Client final : public sched::SharedHook {
     const HostCopies hc = cache_.host_copies(tokens, ns);
     const std::size_t deepest = hc.snapshots.empty() ? 0 : hc.snapshots.back().boundary;
     const std::size_t pages = deepest / o.page_size;  // KV with a snapshot at or below it
+    std::size_t reached = 0;                          // pages the content holds from the root
     if (pages > 0) {
       const std::vector<PathHash> h = page_path_hashes(tokens, o.page_size, pages);
       auto snap = hc.snapshots.begin();
       for (std::size_t p = 0; p < pages; ++p) {  // parents first
-        count(model_.put({ns.value(), Kind::kKvPage, h[p + 1]}, o.page_bytes),
-              c.published_kv_pages);
+        const Key key{ns.value(), Kind::kKvPage, h[p + 1]};
+        if (hc.kv[p].valid()) {
+          count(model_.put(key, o.page_bytes), c.published_kv_pages);
+        } else if (model_.contains(ns, h[p + 1], Kind::kKvPage)) {
+          model_.touch(key);  // published before, its host copy gone: the content has it
+          ++c.publish_touches;
+        } else {
+          break;  // nothing deeper is reachable, so nothing deeper goes (as the real tier's job)
+        }
         for (; snap != hc.snapshots.end() && snap->boundary == (p + 1) * o.page_size; ++snap) {
           count(model_.put({ns.value(), Kind::kSnapshot, h[p + 1]}, o.snapshot_bytes),
                 c.published_snapshots);
         }
+        reached = p + 1;
       }
     }
-    cache_.mark_published(tokens.first(deepest), ns);
+    cache_.mark_published(tokens.first(reached * o.page_size), ns);
     return hc.kv.size() >= tokens.size() / o.page_size;
   }
 

@@ -259,8 +259,9 @@ class PrefixCache final : public CacheBackend {
 
   // --- the shared tier (radixtier::shared; prefix_cache_import.cpp) -----------------------
   /// The usable host copies along `tokens` (whole pages of `ns`): the KV pages from the root
-  /// while each has one, and the host snapshots at node ends among them. Read-only; the ids
-  /// are valid until the next call into the cache.
+  /// while each has one or its node was published (then an invalid id: HostCopies::kv), and
+  /// the host snapshots at node ends among them. Read-only; the ids are valid until the next
+  /// call into the cache.
   HostCopies host_copies(std::span<const Token> tokens, NamespaceId ns = kDefaultNamespace) const;
   /// The host copies along `tokens` (as host_copies() returned them) are in a shared tier
   /// now: under write-through too, a host copy of what the GPU holds leaves host first from

@@ -111,7 +111,9 @@ struct HostSnapshotCopy {
 /// the cache runs again (after that, the pages may hold other bytes).
 struct HostCopies {
   /// kv[i]: the host page of the path's page i, for the leading pages whose KV has a usable
-  /// host copy (it stops at the first page that has none).
+  /// host copy (it stops at the first page that has none). An invalid id: a page of a node a
+  /// shared tier published (PrefixCache::mark_published) whose host copy left; the tier has
+  /// it, or had it.
   std::vector<HostPageId> kv;
   /// The host snapshots at node ends within those pages, shallow first.
   std::vector<HostSnapshotCopy> snapshots;
