@@ -13,7 +13,9 @@
 //                touched and SharedFetch{boundary, bytes, probe + fetch seconds} returned
 //   after_finish cache.host_copies() of what the request inserted: every KV page up to the
 //                deepest host snapshot on the path, and every host snapshot, published into the
-//                content parents first (an entry already there is touched, not duplicated).
+//                content parents first (an entry already there is touched, not duplicated; a
+//                published page whose host copy left is touched if there and ends the publish
+//                if not), then cache.mark_published() up to where it got.
 //                Write-through copies of the request's last insert may still be in flight: when
 //                the host copies do not cover the insert yet, (tokens, ns) waits in a small
 //                per-instance pending list, retried at that instance's later hook calls (at
