@@ -22,6 +22,17 @@ struct KvEdge {
   Node* end = nullptr;            ///< the node ending exactly at tokens.size() (if any)
 };
 
+/// A host copy of n's KV that a publisher may read now (landed, not being written).
+bool host_kv_usable(const Node& n) {
+  return n.host.has_kv() && !n.kv_to_host();
+}
+
+/// Whether a publish walking from the root goes on through n: it has a usable host copy, or
+/// a shared tier has its pages already (mark_published).
+bool publish_walks_on(const Node& n) {
+  return host_kv_usable(n) || n.published;
+}
+
 }  // namespace
 
 HostCopies PrefixCache::host_copies(std::span<const Token> tokens, NamespaceId ns) const {
@@ -31,16 +42,15 @@ HostCopies PrefixCache::host_copies(std::span<const Token> tokens, NamespaceId n
   bool contiguous = true;
   tree_.walk_kv_path(root_of(ns), tokens.first(whole), [&](const Node* c, std::size_t reached) {
     if (!contiguous) return;
-    const bool kv = c->host.has_kv() && !c->kv_to_host();
     // A published node's copy may have left host first (KeyClass::kCopy): the tier has its
     // pages, so the path goes on past it.
-    if (!kv && !c->published) {
+    if (!publish_walks_on(*c)) {
       contiguous = false;
       return;
     }
     const std::size_t first = (c->boundary - c->tokens.size()) / ps;
     for (std::size_t p = first; p < reached / ps; ++p)
-      out.kv.push_back(kv ? c->host.pages[p - first] : HostPageId{});
+      out.kv.push_back(host_kv_usable(*c) ? c->host.pages[p - first] : HostPageId{});
     if (reached == c->boundary && c->host.has_snapshot() && !c->snap_to_host()) {
       out.snapshots.push_back({c->boundary, c->host.snapshot});
     }
@@ -54,7 +64,7 @@ void PrefixCache::mark_published(std::span<const Token> tokens, NamespaceId ns) 
   std::vector<Node*> path;  // as host_copies() walks: whole nodes with host KV or published
   bool contiguous = true;
   tree_.walk_kv_path(root_of(ns), tokens.first(whole), [&](Node* c, std::size_t reached) {
-    contiguous = contiguous && ((c->host.has_kv() && !c->kv_to_host()) || c->published);
+    contiguous = contiguous && publish_walks_on(*c);
     if (contiguous && reached == c->boundary && !c->published) path.push_back(c);
   });
   for (Node* n : path) {
