@@ -108,6 +108,10 @@ TEST(SchedulerConfig, RejectsNonsenseNamingTheField) {
   EXPECT_NE(c.validate(8).message().find("policy"), std::string::npos);
   c.policy = SnapshotPolicy::interval(24);
   EXPECT_TRUE(c.validate(8));
+  c.forward_tokens = 24;  // not a multiple of chunk_tokens (16)
+  EXPECT_NE(c.validate(8).message().find("forward_tokens"), std::string::npos);
+  c.forward_tokens = 64;
+  EXPECT_TRUE(c.validate(8));
 
   NoReuseCache cache(8, 16, 2);
   const model::TinyHybridModel m(small_model());
@@ -364,6 +368,139 @@ TEST(Scheduler, SeveralRequestsInFlightTakeTurns) {
   EXPECT_EQ(out.results[1].cached_tokens, 0u);
   EXPECT_EQ(out.results[4].cached_tokens, 64u);
   EXPECT_LT(out.results[2].first_token_s, out.results[1].finished_s);
+}
+
+/// A ModelExecutor that cannot capture (the Executor defaults): a forward ends wherever the
+/// scheduler needs a state.
+class NoCaptureExecutor final : public Executor {
+ public:
+  explicit NoCaptureExecutor(ModelExecutor& inner) : inner_(inner) {}
+  std::size_t state_bytes() const override { return inner_.state_bytes(); }
+  Status begin(RequestId r, std::optional<GpuSlotId> from) override {
+    return inner_.begin(r, from);
+  }
+  Result<double> forward(RequestId r, std::span<const Token> t, std::size_t pos,
+                         std::span<const GpuPageId> table) override {
+    return inner_.forward(r, t, pos, table);
+  }
+  std::span<const float> last_logits(RequestId r) const override { return inner_.last_logits(r); }
+  Result<Token> next_token(RequestId r) override { return inner_.next_token(r); }
+  Status save_snapshot(RequestId r, GpuSlotId slot) override {
+    return inner_.save_snapshot(r, slot);
+  }
+  Status checkpoint(RequestId r) override { return inner_.checkpoint(r); }
+  Status save_checkpoint(RequestId r, GpuSlotId slot) override {
+    return inner_.save_checkpoint(r, slot);
+  }
+  void end(RequestId r) override { inner_.end(r); }
+
+ private:
+  ModelExecutor& inner_;
+};
+
+// Forwards of several chunks (an engine's own chunked-prefill size) keep the snapshots that
+// chunk-sized forwards keep, at the same boundaries: the states inside a forward are captured
+// on the way (or, by an executor that cannot capture, the forward ends there). Every request,
+// including replays that resume from a captured state, stays bit-identical to recompute. The
+// GPU holds 4 snapshot slots, so a forward of 12 chunks cannot capture all 11 inside it at
+// once: it ends where the slots run out. (adaptive is left out of the boundary comparison:
+// its plan reads the free host bytes at admission, which the threaded engine's timing moves.)
+TEST(Scheduler, LongForwardsCaptureTheSnapshotsChunkedForwardsKeep) {
+  const auto prompt = tokens(5, 400);
+  const auto shared = tokens(7, 150);
+  for (const char* policy : {"every-chunk", "interval:48", "end-only+tail+branch", "adaptive"}) {
+    SCOPED_TRACE(policy);
+    const bool compare = std::string(policy) != "adaptive";
+    auto w = workload(policy);
+    add(w, prompt, 3);
+    add(w, cat({prompt.begin(), prompt.begin() + 257}, tokens(6, 3)), 2);  // ends inside
+    add(w, cat(shared, tokens(8, 90)), 2);
+    add(w, cat(shared, tokens(9, 90)), 2);  // leaves the cached KV at 150: a branch point
+    add(w, cat(shared, tokens(10, 90)), 2);
+    const model::TinyHybridModel m(w.model);
+    std::map<RequestId, RequestResult> chunked;
+    for (std::size_t forward : {0u, 128u, 384u}) {
+      SCOPED_TRACE(forward);
+      w.sched.forward_tokens = forward;
+      auto out = run_exact(w);
+      EXPECT_EQ(out.sched.snapshot_slot_misses, 0u);
+      if (forward == 0) {
+        chunked = out.results;
+        continue;
+      }
+      EXPECT_GT(out.sched.snapshots_captured, 0u);
+      for (const auto& [id, res] : chunked) {
+        if (!compare) break;
+        EXPECT_EQ(out.results[id].snapshot_boundaries, res.snapshot_boundaries) << id;
+        EXPECT_EQ(out.results[id].cached_tokens, res.cached_tokens) << id;
+      }
+      // Without captures: the same snapshots, each from the live state at a forward's end.
+      CacheConfig c = w.cache;
+      c.page_bytes = m.page_bytes();
+      c.snapshot_bytes = m.state_bytes();
+      SchedulerConfig sc = w.sched;
+      sc.kv_bytes_per_token = c.page_bytes / c.page_size;
+      HostArenas mem(c);
+      HostTransferEngine engine(mem, c.slice_pages);
+      auto cache = PrefixCache::create(c, engine);
+      ASSERT_TRUE(cache);
+      ModelExecutor inner(m, mem);
+      NoCaptureExecutor exec(inner);
+      Scheduler sched(**cache, exec, sc);
+      for (const auto& req : w.requests) ASSERT_TRUE(sched.submit(req));
+      ASSERT_TRUE(sched.run_until_idle());
+      EXPECT_EQ(sched.stats().snapshots_captured, 0u);
+      for (const auto& [id, res] : chunked) {
+        const RequestResult* r = sched.result(id);
+        ASSERT_NE(r, nullptr);
+        EXPECT_TRUE(demo::same_answer(*r, demo::reference_run(m, w.requests[id - 1]))) << id;
+        if (compare) {
+          EXPECT_EQ(r->snapshot_boundaries, res.snapshot_boundaries) << id;
+        }
+      }
+    }
+  }
+}
+
+TEST(ModelExecutor, CapturesAreTheStatesASplitForwardSaves) {
+  const model::TinyHybridModel m(small_model());
+  const CacheConfig cc = arena_config(m, 8, 4);
+  HostArenas mem(cc);
+  ModelExecutor exec(m, mem);
+  EXPECT_EQ(exec.capture_granularity(), 1u);
+  std::vector<GpuPageId> table;
+  for (std::uint32_t i = 0; i < 8; ++i) table.emplace_back(i);
+  const auto p = tokens(21, 40);
+  auto bytes = [&](std::uint32_t slot) {
+    const auto s = mem.gpu_snapshot(GpuSlotId(slot));
+    return std::vector<std::byte>(s.begin(), s.end());
+  };
+  // Request 1: forwards of 9, 15 and 16 tokens, saving after the first two.
+  ASSERT_TRUE(exec.begin(1, std::nullopt));
+  ASSERT_TRUE(exec.forward(1, std::span<const Token>(p).first(9), 0, table));
+  ASSERT_TRUE(exec.save_snapshot(1, GpuSlotId(0)));
+  ASSERT_TRUE(exec.forward(1, std::span<const Token>(p).subspan(9, 15), 9, table));
+  ASSERT_TRUE(exec.save_snapshot(1, GpuSlotId(1)));
+  ASSERT_TRUE(exec.forward(1, std::span<const Token>(p).subspan(24), 24, table));
+  // Request 2: one forward of 40 capturing at 9 and 24.
+  ASSERT_TRUE(exec.begin(2, std::nullopt));
+  const StateCapture bad_order[] = {{24, GpuSlotId(2)}, {9, GpuSlotId(3)}};
+  const StateCapture at_end[] = {{40, GpuSlotId(2)}};
+  const StateCapture bad_slot[] = {{9, GpuSlotId(9)}};
+  for (auto bad : {std::span<const StateCapture>(bad_order), std::span<const StateCapture>(at_end),
+                   std::span<const StateCapture>(bad_slot)}) {
+    EXPECT_EQ(exec.forward_capturing(2, p, 0, table, bad).status().code(),
+              ErrorCode::kInvalidArgument);
+  }
+  const StateCapture good[] = {{9, GpuSlotId(2)}, {24, GpuSlotId(3)}};
+  ASSERT_TRUE(exec.forward_capturing(2, p, 0, table, good));  // the bad calls changed nothing
+  EXPECT_EQ(bytes(2), bytes(0));
+  EXPECT_EQ(bytes(3), bytes(1));
+  const auto l1 = exec.last_logits(1), l2 = exec.last_logits(2);
+  EXPECT_TRUE(std::equal(l1.begin(), l1.end(), l2.begin(), l2.end()));
+  ASSERT_TRUE(exec.save_snapshot(1, GpuSlotId(0)));
+  ASSERT_TRUE(exec.save_snapshot(2, GpuSlotId(1)));
+  EXPECT_EQ(bytes(0), bytes(1));
 }
 
 TEST(ModelExecutor, RestoreCopiesTheSnapshotAndLeavesItUntouched) {

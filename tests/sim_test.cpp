@@ -68,6 +68,41 @@ TEST(CostExecutor, SnapshotCallsCheckArgumentsOnly) {
   EXPECT_EQ(ex.live_requests(), 0u);
 }
 
+// A chunked GDN kernel has the state at every 64-token sub-chunk of a forward: captures there
+// are accepted and cost nothing on the clock (save_snapshot does not either); anywhere else,
+// out of order, in decode or into a bad slot they are refused and nothing moves.
+TEST(CostExecutor, CapturesAtSubChunksAreFreeAndOthersAreRefused) {
+  CostExecutorOptions o;
+  o.gpu_slots = 4;
+  CostExecutor ex(gen4(), 10, o);
+  EXPECT_EQ(ex.capture_granularity(), 64u);
+  ASSERT_TRUE(ex.begin(1, std::nullopt));
+  const std::vector<Token> chunk(8192, 7);
+  const std::vector<GpuPageId> table(128, GpuPageId(0));
+  using sched::StateCapture;
+  const std::vector<std::vector<StateCapture>> bad = {
+      {{2000, GpuSlotId(0)}},                        // not 64 x k from the start
+      {{4096, GpuSlotId(0)}, {2048, GpuSlotId(1)}},  // out of order
+      {{8192, GpuSlotId(0)}},                        // the forward's end: save_snapshot's
+      {{2048, GpuSlotId(4)}}};                       // no such slot
+  for (const auto& c : bad) {
+    EXPECT_EQ(ex.forward_capturing(1, chunk, 0, table, c).status().code(),
+              ErrorCode::kInvalidArgument);
+  }
+  EXPECT_EQ(ex.captures(), 0u);
+  const std::vector<StateCapture> good = {
+      {2048, GpuSlotId(0)}, {4096, GpuSlotId(1)}, {6144, GpuSlotId(2)}};
+  auto secs = ex.forward_capturing(1, chunk, 0, table, good);
+  ASSERT_TRUE(secs.is_ok());
+  EXPECT_DOUBLE_EQ(*secs, prefill_seconds(gen4(), 0, 8192));
+  EXPECT_EQ(ex.captures(), 3u);
+  const Token tok = *ex.next_token(1);
+  const std::vector<StateCapture> in_decode = {{8256, GpuSlotId(0)}};
+  const std::vector<Token> more(128, tok);
+  EXPECT_FALSE(ex.forward_capturing(1, more, 8192, table, in_decode).is_ok());
+  EXPECT_TRUE(ex.forward(1, std::span<const Token>(&tok, 1), 8192, table).is_ok());
+}
+
 TEST(CostExecutor, ContinuationIsWhatDecodeProduces) {
   const std::vector<Token> prompt = synth_tokens(9, 100);
   const auto seq = CostExecutor::continuation(prompt, 5);

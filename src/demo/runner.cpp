@@ -76,7 +76,9 @@ void add_stats(sched::SchedulerStats& to, const sched::SchedulerStats& s) {
   to.snapshots_offered += s.snapshots_offered;
   to.snapshots_kept += s.snapshots_kept;
   to.snapshot_slot_misses += s.snapshot_slot_misses;
+  to.snapshots_captured += s.snapshots_captured;
   to.copy_wait_s += s.copy_wait_s;
+  to.store_wait_s += s.store_wait_s;
 }
 
 /// The cache run of a workload with a restart: requests before w.restart_before, persist(),

@@ -55,12 +55,28 @@ Status ModelExecutor::begin(RequestId request, std::optional<GpuSlotId> restore_
 
 Result<double> ModelExecutor::forward(RequestId request, std::span<const Token> tokens,
                                       std::size_t pos, std::span<const GpuPageId> page_table) {
+  return forward_capturing(request, tokens, pos, page_table, {});
+}
+
+Result<double> ModelExecutor::forward_capturing(RequestId request, std::span<const Token> tokens,
+                                                std::size_t pos,
+                                                std::span<const GpuPageId> page_table,
+                                                std::span<const StateCapture> captures) {
   auto live = find(request, "forward");
   if (!live) return live.status();
   Live& l = **live;
+  if (Status s = check_captures(captures, pos, tokens.size(), capture_granularity()); !s) return s;
+  std::vector<model::TinyHybridModel::Capture> into;
+  into.reserve(captures.size());
+  for (const StateCapture& c : captures) {
+    if (Status s = check_slot(c.slot, "forward_capturing"); !s) return s;
+    into.push_back({c.position - pos, memory_.gpu_snapshot(c.slot)});
+  }
   std::vector<float> logits(model_.vocab());
   const auto t0 = std::chrono::steady_clock::now();
-  if (Status s = model_.forward(tokens, pos, page_table, memory_, l.state, logits); !s) return s;
+  if (Status s = model_.forward(tokens, pos, page_table, memory_, l.state, logits, into); !s) {
+    return s;
+  }
   const auto t1 = std::chrono::steady_clock::now();
   l.logits = std::move(logits);
   if (options_.seconds_per_token > 0) {

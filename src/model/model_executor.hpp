@@ -30,6 +30,11 @@ class ModelExecutor final : public Executor {
   Status begin(RequestId request, std::optional<GpuSlotId> restore_from) override;
   Result<double> forward(RequestId request, std::span<const Token> tokens, std::size_t pos,
                          std::span<const GpuPageId> page_table) override;
+  /// The tiny model runs token by token: it can capture after any token.
+  std::size_t capture_granularity() const override { return 1; }
+  Result<double> forward_capturing(RequestId request, std::span<const Token> tokens,
+                                   std::size_t pos, std::span<const GpuPageId> page_table,
+                                   std::span<const StateCapture> captures) override;
   std::span<const float> last_logits(RequestId request) const override;
   Result<Token> next_token(RequestId request) override;
   Status save_snapshot(RequestId request, GpuSlotId slot) override;

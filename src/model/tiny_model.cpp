@@ -256,7 +256,31 @@ Status TinyHybridModel::forward(std::span<const Token> tokens, std::size_t pos,
        << cfg_.vocab;
     return invalid_argument(os.str());
   }
-  return run(tokens, pos, page_table, mem, state, last_logits, false);
+  return run(tokens, pos, page_table, {}, mem, state, last_logits, false);
+}
+
+Status TinyHybridModel::forward(std::span<const Token> tokens, std::size_t pos,
+                                std::span<const GpuPageId> page_table, HostArenas& mem,
+                                std::span<std::byte> state, std::span<float> last_logits,
+                                std::span<const Capture> captures) const {
+  if (last_logits.size() != cfg_.vocab) {
+    std::ostringstream os;
+    os << "TinyHybridModel::forward: logits span has " << last_logits.size() << " floats, vocab is "
+       << cfg_.vocab;
+    return invalid_argument(os.str());
+  }
+  std::size_t previous = 0;
+  for (const Capture& c : captures) {
+    if (c.tokens <= previous || c.tokens >= tokens.size() || c.state.size() != state_bytes_) {
+      std::ostringstream os;
+      os << "TinyHybridModel::forward: a capture after " << c.tokens << " tokens into "
+         << c.state.size() << " bytes is not ascending inside (0, " << tokens.size()
+         << ") tokens into state_bytes() = " << state_bytes_;
+      return invalid_argument(os.str());
+    }
+    previous = c.tokens;
+  }
+  return run(tokens, pos, page_table, captures, mem, state, last_logits, false);
 }
 
 Status TinyHybridModel::forward_all(std::span<const Token> tokens, std::size_t pos,
@@ -268,11 +292,12 @@ Status TinyHybridModel::forward_all(std::span<const Token> tokens, std::size_t p
        << " floats, tokens x vocab is " << tokens.size() * cfg_.vocab;
     return invalid_argument(os.str());
   }
-  return run(tokens, pos, page_table, mem, state, all_logits, true);
+  return run(tokens, pos, page_table, {}, mem, state, all_logits, true);
 }
 
 Status TinyHybridModel::run(std::span<const Token> tokens, std::size_t pos,
-                            std::span<const GpuPageId> page_table, HostArenas& mem,
+                            std::span<const GpuPageId> page_table,
+                            std::span<const Capture> captures, HostArenas& mem,
                             std::span<std::byte> state, std::span<float> logits, bool all) const {
   if (Status s = validate_call(tokens, pos, page_table, mem, state); !s) return s;
 
@@ -305,9 +330,14 @@ Status TinyHybridModel::run(std::span<const Token> tokens, std::size_t pos,
   s.scores.resize(end);
   std::vector<float> last(cfg_.vocab);
 
+  auto capture = captures.begin();
   for (std::size_t i = 0; i < tokens.size(); ++i) {
     float* out = all ? logits.data() + i * cfg_.vocab : last.data();
     step(tokens[i], pos + i, pages, live.data(), s, out);
+    if (capture != captures.end() && capture->tokens == i + 1) {
+      std::memcpy(capture->state.data(), live.data(), state_bytes_);
+      ++capture;
+    }
   }
   if (!all) std::copy(last.begin(), last.end(), logits.begin());
   std::memcpy(state.data(), live.data(), state_bytes_);

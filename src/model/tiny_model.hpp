@@ -83,6 +83,18 @@ class TinyHybridModel {
                  std::span<const GpuPageId> page_table, HostArenas& mem, std::span<std::byte> state,
                  std::span<float> last_logits) const;
 
+  /// A state forward() copies out on its way: the state after `tokens` of the call's tokens
+  /// (0 < tokens < the call's), into `state` (state_bytes()).
+  struct Capture {
+    std::size_t tokens = 0;
+    std::span<std::byte> state;
+  };
+  /// As forward(), also writing each capture (ascending by tokens). kInvalidArgument for a
+  /// capture out of order, out of range or of the wrong size, and nothing is written.
+  Status forward(std::span<const Token> tokens, std::size_t pos,
+                 std::span<const GpuPageId> page_table, HostArenas& mem, std::span<std::byte> state,
+                 std::span<float> last_logits, std::span<const Capture> captures) const;
+
   /// As forward(), but writes the logits of every token: `all_logits` holds
   /// tokens.size() x vocab floats, token-major.
   Status forward_all(std::span<const Token> tokens, std::size_t pos,
@@ -126,6 +138,7 @@ class TinyHybridModel {
                        std::span<const GpuPageId> page_table, HostArenas& mem,
                        std::span<std::byte> state) const;
   Status run(std::span<const Token> tokens, std::size_t pos, std::span<const GpuPageId> page_table,
+             std::span<const Capture> captures,
              HostArenas& mem, std::span<std::byte> state, std::span<float> logits, bool all) const;
   void step(Token token, std::size_t pos, std::span<float* const> pages, float* state, Scratch& s,
             float* logits) const;

@@ -31,6 +31,11 @@ Status SchedulerConfig::validate(std::uint32_t page_size) const {
                             ": must be a positive multiple of the page size (" +
                             std::to_string(page_size) + " tokens)");
   }
+  if (forward_tokens % chunk_tokens != 0) {
+    return invalid_argument("SchedulerConfig.forward_tokens = " + std::to_string(forward_tokens) +
+                            ": must be a multiple of chunk_tokens (" +
+                            std::to_string(chunk_tokens) + "), or 0 for chunk_tokens");
+  }
   if (max_running == 0) return invalid_argument("SchedulerConfig.max_running must be >= 1");
   if (max_admissions == 0) return invalid_argument("SchedulerConfig.max_admissions must be >= 1");
   if (decode_checkpoint_interval % page_size != 0) {
@@ -276,9 +281,9 @@ Result<std::vector<GpuPageId>> Scheduler::alloc_pages(Running& r, std::size_t n)
 }
 
 Status Scheduler::insert_boundary(Running& r, std::size_t boundary, StateSource source) {
-  const CacheStats before = cache_.stats();
   std::optional<GpuSlotId> slot;
   if (source != StateSource::kNone) {
+    const CacheStats before = cache_.stats();
     ++stats_.snapshots_offered;
     auto s = cache_.alloc_snapshot_slot(r.lock);
     if (s) {
@@ -292,7 +297,14 @@ Status Scheduler::insert_boundary(Running& r, std::size_t boundary, StateSource 
     } else {
       ++stats_.snapshot_slot_misses;  // a snapshot is optional: keep going without one
     }
+    note_stats(r.res, before);
   }
+  return insert_boundary(r, boundary, slot);
+}
+
+Status Scheduler::insert_boundary(Running& r, std::size_t boundary,
+                                  std::optional<GpuSlotId> slot) {
+  const CacheStats before = cache_.stats();
   const std::size_t pages = boundary / page_size_;
   auto ins = cache_.insert(r.lock, std::span<const Token>(r.seq).first(boundary),
                            std::span<const GpuPageId>(r.table).first(pages), slot);
@@ -338,19 +350,40 @@ Status Scheduler::insert_boundary(Running& r, std::size_t boundary, StateSource 
   return Status::ok();
 }
 
+std::size_t Scheduler::plan_forward(const Running& r, const SnapshotQuery& query,
+                                    std::vector<std::size_t>& captures) const {
+  captures.clear();
+  const std::size_t len = r.req.prompt.size();
+  const std::size_t last_boundary = len / page_size_ * page_size_;
+  const std::size_t start = r.done;
+  if (start >= last_boundary) return len;  // the short chunk after the last page boundary
+  const std::size_t chunk = config_.chunk_tokens;
+  const std::size_t origin = config_.chunk_origin == ChunkOrigin::kResume ? r.res.cached_tokens : 0;
+  auto next_grid = [&](std::size_t b) { return origin + ((b - origin) / chunk + 1) * chunk; };
+  const std::size_t chunks = std::max<std::size_t>(1, config_.forward_tokens / chunk);
+  std::size_t end = std::min(next_grid(start) + (chunks - 1) * chunk, last_boundary);
+  const std::size_t granularity = executor_.capture_granularity();
+  SnapshotQuery q = query;
+  for (std::size_t b = start;;) {
+    std::size_t next = std::min(next_grid(b), end);
+    if (auto cut = config_.policy.next_cut(q, b); cut && *cut < next) next = *cut;
+    if (next >= end) return end;
+    b = next;
+    q.boundary = b;
+    q.last_prompt_chunk = false;
+    if (!config_.policy.keep(q)) continue;  // its KV goes in with the forward's end
+    if (granularity == 0 || (b - start) % granularity != 0) return b;
+    captures.push_back(b);
+  }
+}
+
 Scheduler::Outcome Scheduler::prefill_chunk(Running& r) {
   const std::size_t len = r.req.prompt.size();
   const std::size_t last_boundary = len / page_size_ * page_size_;
   const std::size_t start = r.done;
   SnapshotQuery q = query(r);
-  std::size_t end = len;
-  if (start < last_boundary) {
-    const std::size_t origin =
-        config_.chunk_origin == ChunkOrigin::kResume ? r.res.cached_tokens : 0;
-    end = std::min(origin + ((start - origin) / config_.chunk_tokens + 1) * config_.chunk_tokens,
-                   last_boundary);
-    if (auto cut = config_.policy.next_cut(q, start); cut && *cut < end) end = *cut;
-  }
+  std::vector<std::size_t> kept;
+  std::size_t end = plan_forward(r, q, kept);
   const std::size_t need = (end + page_size_ - 1) / page_size_;
   if (need > r.table.size()) {
     auto pages = alloc_pages(r, need - r.table.size());
@@ -360,10 +393,29 @@ Scheduler::Outcome Scheduler::prefill_chunk(Running& r) {
       return Outcome::kFailed;
     }
   }
-  auto secs = executor_.forward(
-      r.req.id, std::span<const Token>(r.req.prompt).subspan(start, end - start), start, r.table);
+  // A slot for each state the forward captures. Where the pool has none free (the slots
+  // this forward took are not the tree's yet, so nothing can be demoted to make room), the
+  // forward ends there instead: after it, the tree's snapshots can make room for the live
+  // state, as between chunk-sized forwards.
+  std::vector<StateCapture> captures;
+  if (!kept.empty()) {
+    const CacheStats before = cache_.stats();
+    for (std::size_t b : kept) {
+      auto slot = cache_.alloc_snapshot_slot(r.lock);
+      if (!slot) {
+        end = b;
+        break;
+      }
+      ++stats_.snapshots_offered;
+      captures.push_back({b, *slot});
+    }
+    note_stats(r.res, before);
+  }
+  auto secs = executor_.forward_capturing(
+      r.req.id, std::span<const Token>(r.req.prompt).subspan(start, end - start), start, r.table,
+      captures);
   if (!secs) {
-    fail(r, secs.status());
+    fail(r, secs.status());  // releasing the lock frees the capture slots
     return Outcome::kFailed;
   }
   if (r.unconfirmed) {
@@ -375,6 +427,13 @@ Scheduler::Outcome Scheduler::prefill_chunk(Running& r) {
   r.res.computed_tokens += end - start;
   stats_.forwarded_tokens += end - start;
   r.done = end;
+  for (const StateCapture& c : captures) {
+    ++stats_.snapshots_captured;
+    if (Status s = insert_boundary(r, c.position, c.slot); !s) {
+      fail(r, s);  // releasing the lock frees the slots not inserted yet
+      return Outcome::kFailed;
+    }
+  }
   if (end % page_size_ == 0 && end > r.inserted) {
     q.boundary = end;
     q.last_prompt_chunk = end == last_boundary;

@@ -65,10 +65,24 @@ Status CostExecutor::begin(sched::RequestId request, std::optional<GpuSlotId> re
 
 Result<double> CostExecutor::forward(sched::RequestId request, std::span<const Token> tokens,
                                      std::size_t pos, std::span<const GpuPageId> page_table) {
+  return forward_capturing(request, tokens, pos, page_table, {});
+}
+
+Result<double> CostExecutor::forward_capturing(sched::RequestId request,
+                                               std::span<const Token> tokens, std::size_t pos,
+                                               std::span<const GpuPageId> page_table,
+                                               std::span<const sched::StateCapture> captures) {
   auto live = find(request, "forward");
   if (!live) return live.status();
   Live& l = **live;
   if (tokens.empty()) return invalid_argument("forward: no tokens");
+  if (Status s = sched::check_captures(captures, pos, tokens.size(), kCaptureGranularity); !s) {
+    return s;
+  }
+  if (!captures.empty() && l.decoding) return invalid_argument("forward: a capture in decode");
+  for (const sched::StateCapture& c : captures) {
+    if (Status s = check_slot(c.slot, "forward_capturing"); !s) return s;
+  }
   if (l.any && pos != l.pos) {
     return invalid_argument("forward: position " + std::to_string(pos) +
                             " does not continue the live state at " + std::to_string(l.pos));
@@ -86,6 +100,7 @@ Result<double> CostExecutor::forward(sched::RequestId request, std::span<const T
   l.pos = pos + tokens.size();
   l.last = tokens.back();
   l.any = true;
+  captures_ += captures.size();
   return secs;
 }
 

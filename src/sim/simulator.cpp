@@ -232,6 +232,13 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
 
   sched::SchedulerConfig sc;
   sc.chunk_tokens = s.chunk_tokens;
+  if (!sglang && !vllm) {
+    // The engine's own chunked prefill (the peers set theirs below); the placement grid
+    // stays s.chunk_tokens, states inside a forward are captured.
+    const std::size_t engine =
+        o.forward_tokens > 0 ? o.forward_tokens : sglang_chunk_tokens(hw->hbm_bytes);
+    sc.forward_tokens = std::max<std::size_t>(1, engine / s.chunk_tokens) * s.chunk_tokens;
+  }
   if (sglang) {
     // SGLang's chunked prefill: its own size, counted from where the request resumed.
     sc.chunk_tokens =

@@ -174,6 +174,12 @@ struct SimOptions {
   /// Modeled GPUs behind the router; 0: traces default_instances(), other scenarios 1.
   std::size_t instances = 0;
   RouterKind router = RouterKind::kPrefix;
+  /// Prompt tokens one forward runs (SchedulerConfig::forward_tokens: the engine's
+  /// chunked-prefill size; states inside a forward are captured) for every cache but
+  /// sglang-like and vllm-like, which run their engines' own. 0: the engine's default on the
+  /// GPU, sglang_chunk_tokens() (vLLM's default is the same on a >= 70 GiB GPU). Floored to a
+  /// multiple of the scenario's chunk, at least one chunk.
+  std::size_t forward_tokens = 0;
   SglangOptions sglang;  ///< the sglang-like cache's options
   /// vllm-like: --max-num-batched-tokens; 0: vLLM's default for the GPU (8192 at >= 70 GiB,
   /// else 2048), floored to the block size (_mamba_block_aligned_split).

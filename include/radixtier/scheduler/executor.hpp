@@ -12,8 +12,16 @@
 //                page boundary of prompt + output, which decode passes before it ends.
 // The request's lifecycle: begin -> forward* (with next_token / checkpoint in between) ->
 // save_snapshot / save_checkpoint as the policy asks -> end. end() forgets everything.
+//
+// Captures: a prefill forward may also save the state at positions inside it
+// (forward_capturing), so an engine runs its own chunked-prefill size and still keeps
+// snapshots at finer boundaries. A chunked GDN kernel has these states already: it computes
+// the recurrent state at every sub-chunk start (FLA's chunk_gated_delta_rule_fwd_h, 64-token
+// sub-chunks), and SGLang's extra_buffer strategy copies one of them out at a branch point
+// inside a chunk. capture_granularity() says where an executor can capture.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -24,6 +32,13 @@
 namespace radixtier::sched {
 
 using RequestId = std::uint64_t;
+
+/// A state forward_capturing() saves on its way: the state after the tokens before
+/// `position` (absolute), copied into GPU snapshot slot `slot` (held by the caller).
+struct StateCapture {
+  std::size_t position = 0;
+  GpuSlotId slot{};
+};
 
 class Executor {
  public:
@@ -42,6 +57,25 @@ class Executor {
   /// call took (measured) or would take (modeled). On error nothing changed.
   virtual Result<double> forward(RequestId request, std::span<const Token> tokens, std::size_t pos,
                                  std::span<const GpuPageId> page_table) = 0;
+
+  /// Positions inside one forward() where this executor can capture the state are `pos` plus
+  /// a multiple of this (the tiny model: 1; a chunked GDN kernel: its sub-chunk, 64). 0: it
+  /// cannot capture; the scheduler then ends a forward wherever it needs a state.
+  virtual std::size_t capture_granularity() const { return 0; }
+
+  /// forward(), saving the state at each capture's position on the way. Captures are
+  /// ascending, strictly inside (pos, pos + tokens.size()), at pos plus a multiple of
+  /// capture_granularity(); kInvalidArgument otherwise, and nothing changed. The default
+  /// (an executor that cannot capture) accepts only an empty list.
+  virtual Result<double> forward_capturing(RequestId request, std::span<const Token> tokens,
+                                           std::size_t pos, std::span<const GpuPageId> page_table,
+                                           std::span<const StateCapture> captures) {
+    if (!captures.empty()) {
+      return Status(ErrorCode::kFailedPrecondition,
+                    "forward_capturing: this executor cannot capture states inside a forward");
+    }
+    return forward(request, tokens, pos, page_table);
+  }
 
   /// Logits of the last token of the last forward(); empty for cost-model executors and
   /// before the first forward().
@@ -83,5 +117,11 @@ class Executor {
     return 0;
   }
 };
+
+/// The checks forward_capturing() makes (see there) for a forward of `tokens` tokens at
+/// `pos` by an executor of capture granularity `granularity`; kInvalidArgument naming the
+/// first bad capture.
+Status check_captures(std::span<const StateCapture> captures, std::size_t pos, std::size_t tokens,
+                      std::size_t granularity);
 
 }  // namespace radixtier::sched

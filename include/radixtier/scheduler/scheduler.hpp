@@ -24,13 +24,17 @@
 //                                                      running request can progress; or
 //                                     Failed           when it is the only one running
 //
-// Chunks: prefill resumes at the usable match and cuts at every multiple of chunk_tokens
-// (absolute positions, so boundaries line up across requests), at every boundary the policy
-// asks for (SnapshotPolicy::next_cut: interval multiples, the adaptive policy's aligned tail and
-// branch point; the +tail and +branch boundaries are chunk multiples already) and at the prompt
-// length floored to a page; the tokens
-// after that last page boundary run as one short chunk. So every chunk but the last ends on a
-// page boundary.
+// Chunks: prefill resumes at the usable match; its boundaries are every multiple of
+// chunk_tokens (absolute positions, so boundaries line up across requests), every boundary
+// the policy asks for (SnapshotPolicy::next_cut: interval multiples, the adaptive policy's
+// aligned tail and branch point; the +tail and +branch boundaries are chunk multiples
+// already) and the prompt length floored to a page; the tokens after that last page boundary
+// run as one short chunk. So every chunk but the last ends on a page boundary.
+// Forwards: one forward runs up to forward_tokens of prompt (the engine's chunked-prefill
+// size), ending on a boundary. A boundary inside it where the policy keeps a snapshot gets
+// its state from a capture (Executor::forward_capturing) when the executor can capture there;
+// else the forward ends at that boundary. Boundaries inside a forward that keep no snapshot
+// are not inserted on their own: the forward's end inserts their KV.
 //
 // Time: a virtual clock. Each forward() advances it by the seconds the executor returns
 // (requests in flight take turns: one chunk or one decode token each per step). A request
@@ -66,6 +70,9 @@ enum class ChunkOrigin { kRoot, kResume };
 struct SchedulerConfig {
   std::size_t chunk_tokens = 256;  ///< prefill chunk, a positive multiple of the page size
   ChunkOrigin chunk_origin = ChunkOrigin::kRoot;
+  /// Prompt tokens one forward runs at most: a positive multiple of chunk_tokens, or 0 for
+  /// chunk_tokens (see "Forwards" above).
+  std::size_t forward_tokens = 0;
   std::size_t max_running = 4;  ///< requests in flight at once
   SnapshotPolicy policy = SnapshotPolicy::adaptive();
   bool snapshot_at_finish = true;  ///< keep a snapshot at the finish boundary
@@ -166,6 +173,7 @@ struct SchedulerStats {
   std::uint64_t snapshots_offered = 0;     ///< boundaries where the policy said keep
   std::uint64_t snapshots_kept = 0;        ///< of which the cache adopted
   std::uint64_t snapshot_slot_misses = 0;  ///< keep, but no GPU snapshot slot free
+  std::uint64_t snapshots_captured = 0;    ///< kept states captured inside a forward
   /// Seconds the cache's copy waits (CacheStats::alloc_wait_*) held the scheduler's thread,
   /// as Executor::copy_wait_seconds() reports them; charged to the virtual clock.
   double copy_wait_s = 0;
@@ -237,6 +245,12 @@ class Scheduler {
   /// Inserts table pages up to `boundary` (and a snapshot from live state or checkpoint).
   enum class StateSource { kNone, kLive, kCheckpoint };
   Status insert_boundary(Running& r, std::size_t boundary, StateSource source);
+  /// The same with a snapshot already in `slot` (a capture; nullopt: none).
+  Status insert_boundary(Running& r, std::size_t boundary, std::optional<GpuSlotId> slot);
+  /// The end of the forward that starts at r.done, and the boundaries inside it whose states
+  /// it captures (see "Forwards" above).
+  std::size_t plan_forward(const Running& r, const SnapshotQuery& q,
+                           std::vector<std::size_t>& captures) const;
   Result<std::vector<GpuPageId>> alloc_pages(Running& r, std::size_t n);
   void stop(Running& r);  ///< frees own pages, releases the lock, ends the executor state
   void fail(Running& r, Status why);
