@@ -138,8 +138,8 @@ class TinyHybridModel {
                        std::span<const GpuPageId> page_table, HostArenas& mem,
                        std::span<std::byte> state) const;
   Status run(std::span<const Token> tokens, std::size_t pos, std::span<const GpuPageId> page_table,
-             std::span<const Capture> captures,
-             HostArenas& mem, std::span<std::byte> state, std::span<float> logits, bool all) const;
+             std::span<const Capture> captures, HostArenas& mem, std::span<std::byte> state,
+             std::span<float> logits, bool all) const;
   void step(Token token, std::size_t pos, std::span<float* const> pages, float* state, Scratch& s,
             float* logits) const;
   void gdn_step(const Layer& layer, const float* h, float* state, Scratch& s, float* out) const;

@@ -302,8 +302,7 @@ Status Scheduler::insert_boundary(Running& r, std::size_t boundary, StateSource 
   return insert_boundary(r, boundary, slot);
 }
 
-Status Scheduler::insert_boundary(Running& r, std::size_t boundary,
-                                  std::optional<GpuSlotId> slot) {
+Status Scheduler::insert_boundary(Running& r, std::size_t boundary, std::optional<GpuSlotId> slot) {
   const CacheStats before = cache_.stats();
   const std::size_t pages = boundary / page_size_;
   auto ins = cache_.insert(r.lock, std::span<const Token>(r.seq).first(boundary),

@@ -11,9 +11,11 @@
 //                                                      again); executor.begin(request,
 //                                                      path_snapshot) copies the matched
 //                                                      snapshot into the request's own state
-//   prefill  --one chunk per step--> prefill/decode   alloc_pages; forward; at a page
-//                                                      boundary insert(pages, snapshot if the
-//                                                      policy keeps one there)
+//   prefill  --one forward per step-> prefill/decode  alloc_pages; slots for the states it
+//                                                      captures; forward; insert each
+//                                                      capture, then the end if on a page
+//                                                      boundary (a snapshot if the policy
+//                                                      keeps one there)
 //   decode   --one token per step--> decode/finish     alloc a page when one fills;
 //                                                      checkpoint() at each page boundary
 //                                                      (or every decode_checkpoint_interval)
@@ -37,7 +39,7 @@
 // are not inserted on their own: the forward's end inserts their KV.
 //
 // Time: a virtual clock. Each forward() advances it by the seconds the executor returns
-// (requests in flight take turns: one chunk or one decode token each per step). A request
+// (requests in flight take turns: one forward or one decode token each per step). A request
 // is admitted only when now >= its arrival; when nothing runs the clock jumps to the next
 // arrival. Reload time is not on the clock: each request records the CacheStats deltas of
 // its admission so the caller can price the copies with its own cost model.
@@ -203,7 +205,7 @@ class Scheduler {
   /// Queues a request. kInvalidArgument: empty prompt, id already used.
   Status submit(Request request);
 
-  /// One round: admit what has arrived and fits, then one chunk or one decode token for
+  /// One round: admit what has arrived and fits, then one forward or one decode token for
   /// every running request. An error means the scheduler itself is broken (an invariant
   /// check failed or the cache rejected a call it must accept); request failures are
   /// reported in their results, not here.

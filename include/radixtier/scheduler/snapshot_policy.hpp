@@ -12,8 +12,8 @@
 // Beyond those:
 //   end-only      nothing else (what the index-based tier does)
 //   every-chunk   every chunk end
-//   interval:N    every multiple of N tokens (N a page multiple; the scheduler cuts a chunk
-//                 there so the boundary exists: a replay recomputes at most N tokens)
+//   interval:N    every multiple of N tokens (N a page multiple; the scheduler makes it a
+//                 boundary, next_cut: a replay recomputes at most N tokens)
 //   budgeted[:B]  per prompt, at most B bytes of intermediate snapshots (default: 1/8 of the
 //                 prompt's KV bytes), placed greedily by expected saved recompute per byte: a
 //                 later replay ending uniformly inside the prompt that resumes at boundary c
@@ -43,7 +43,8 @@
 //                 (SnapshotQuery::host_free_bytes minus the KV): bytes nothing claims cost
 //                 nothing until eviction needs them, and cost-aware eviction then drops the
 //                 snapshots with the smallest gaps first. A full host tier gets the 1/8. The
-//                 scheduler cuts a chunk at the tail and the branch point (next_cut).
+//                 scheduler makes the tail and the branch point boundaries (next_cut): a
+//                 forward past one captures the state there, or ends there.
 //                 PlacementLearner learns G and keep_finish from what admissions do
 //                 (placement_learner.hpp); the same rule for every workload.
 // Two bases reproduce SGLang's hybrid radix cache (docs/sglang-like.md cites each rule), for
