@@ -67,6 +67,18 @@ class PatternExecutor final : public sched::Executor {
 
   Result<double> forward(RequestId id, std::span<const Token> tokens, std::size_t pos,
                          std::span<const GpuPageId> table) override {
+    return forward_capturing(id, tokens, pos, table, {});
+  }
+
+  /// Captures after any token: each slot gets the pattern of the prefix before its position.
+  std::size_t capture_granularity() const override { return 1; }
+  Result<double> forward_capturing(RequestId id, std::span<const Token> tokens, std::size_t pos,
+                                   std::span<const GpuPageId> table,
+                                   std::span<const sched::StateCapture> captures) override {
+    if (Status s = sched::check_captures(captures, pos, tokens.size(), 1); !s) return s;
+    for (const sched::StateCapture& c : captures) {
+      if (c.slot.value() >= memory_.gpu_slots()) return invalid_argument("capture: slot");
+    }
     auto it = live_.find(id);
     if (it == live_.end()) return invalid_argument("forward: unknown request");
     Live& l = it->second;
@@ -100,6 +112,9 @@ class PatternExecutor final : public sched::Executor {
       for (std::size_t b = 0; b < bytes.size(); ++b) bytes[b] = expected_byte(h, b, kPageSalt);
     }
     l.state = state_of(seq.first(l.done), state_bytes());
+    for (const sched::StateCapture& c : captures) {
+      write_slot(c.slot, state_of(seq.first(c.position), state_bytes()));
+    }
     return 1e-6 * static_cast<double>(tokens.size());
   }
 
@@ -305,6 +320,8 @@ TEST_P(ThreadedFaultSoak, SchedulerKeepsEveryByteWhileCopiesAreDelayedResumedAnd
   PatternExecutor executor(memory, c.page_size);
   sched::SchedulerConfig sc;
   sc.chunk_tokens = 8;
+  // Write-through runs forwards of three chunks: the snapshots inside them are captures.
+  sc.forward_tokens = GetParam() == WritePolicy::kWriteThrough ? 24 : 0;
   sc.max_running = 3;
   sc.policy = sched::SnapshotPolicy::every_chunk();
   sc.max_admissions = 32;
@@ -370,6 +387,9 @@ TEST_P(ThreadedFaultSoak, SchedulerKeepsEveryByteWhileCopiesAreDelayedResumedAnd
   EXPECT_GE(counted.calls(), target);
   EXPECT_GT(executor.pages_checked(), 0u);
   EXPECT_GT(executor.snapshots_checked(), 0u);
+  if (sc.forward_tokens > 0) {
+    EXPECT_GT(scheduler.stats().snapshots_captured, 0u);
+  }
   EXPECT_GT(faults.failed(), 0u);
   EXPECT_GT(faults.delayed(), 0u);
   EXPECT_EQ(faults.resumed(), faults.delayed());
