@@ -370,11 +370,15 @@ TEST(Scheduler, SeveralRequestsInFlightTakeTurns) {
   EXPECT_LT(out.results[2].first_token_s, out.results[1].finished_s);
 }
 
-/// A ModelExecutor that cannot capture (the Executor defaults): a forward ends wherever the
-/// scheduler needs a state.
+/// A ModelExecutor that cannot capture (the Executor's default forward_capturing): a forward
+/// ends wherever the scheduler needs a state. With `claims` > 0 it says it can capture at that
+/// granularity all the same and refuses every capture: the scheduler then ends the forward at
+/// the first one.
 class NoCaptureExecutor final : public Executor {
  public:
-  explicit NoCaptureExecutor(ModelExecutor& inner) : inner_(inner) {}
+  explicit NoCaptureExecutor(ModelExecutor& inner, std::size_t claims = 0)
+      : inner_(inner), claims_(claims) {}
+  std::size_t capture_granularity() const override { return claims_; }
   std::size_t state_bytes() const override { return inner_.state_bytes(); }
   Status begin(RequestId r, std::optional<GpuSlotId> from) override {
     return inner_.begin(r, from);
@@ -396,6 +400,7 @@ class NoCaptureExecutor final : public Executor {
 
  private:
   ModelExecutor& inner_;
+  std::size_t claims_;
 };
 
 // Forwards of several chunks (an engine's own chunked-prefill size) keep the snapshots that
@@ -434,28 +439,33 @@ TEST(Scheduler, LongForwardsCaptureTheSnapshotsChunkedForwardsKeep) {
         EXPECT_EQ(out.results[id].snapshot_boundaries, res.snapshot_boundaries) << id;
         EXPECT_EQ(out.results[id].cached_tokens, res.cached_tokens) << id;
       }
-      // Without captures: the same snapshots, each from the live state at a forward's end.
-      CacheConfig c = w.cache;
-      c.page_bytes = m.page_bytes();
-      c.snapshot_bytes = m.state_bytes();
-      SchedulerConfig sc = w.sched;
-      sc.kv_bytes_per_token = c.page_bytes / c.page_size;
-      HostArenas mem(c);
-      HostTransferEngine engine(mem, c.slice_pages);
-      auto cache = PrefixCache::create(c, engine);
-      ASSERT_TRUE(cache);
-      ModelExecutor inner(m, mem);
-      NoCaptureExecutor exec(inner);
-      Scheduler sched(**cache, exec, sc);
-      for (const auto& req : w.requests) ASSERT_TRUE(sched.submit(req));
-      ASSERT_TRUE(sched.run_until_idle());
-      EXPECT_EQ(sched.stats().snapshots_captured, 0u);
-      for (const auto& [id, res] : chunked) {
-        const RequestResult* r = sched.result(id);
-        ASSERT_NE(r, nullptr);
-        EXPECT_TRUE(demo::same_answer(*r, demo::reference_run(m, w.requests[id - 1]))) << id;
-        if (compare) {
-          EXPECT_EQ(r->snapshot_boundaries, res.snapshot_boundaries) << id;
+      // Without captures (an executor that cannot capture, or one that refuses them): the
+      // same snapshots, each from the live state at a forward's end.
+      for (std::size_t claims : {0u, 1u}) {
+        SCOPED_TRACE(claims);
+        CacheConfig c = w.cache;
+        c.page_bytes = m.page_bytes();
+        c.snapshot_bytes = m.state_bytes();
+        SchedulerConfig sc = w.sched;
+        sc.kv_bytes_per_token = c.page_bytes / c.page_size;
+        HostArenas mem(c);
+        HostTransferEngine engine(mem, c.slice_pages);
+        auto cache = PrefixCache::create(c, engine);
+        ASSERT_TRUE(cache);
+        ModelExecutor inner(m, mem);
+        NoCaptureExecutor exec(inner, claims);
+        Scheduler sched(**cache, exec, sc);
+        for (const auto& req : w.requests) ASSERT_TRUE(sched.submit(req));
+        ASSERT_TRUE(sched.run_until_idle());
+        EXPECT_EQ(sched.stats().snapshots_captured, 0u);
+        EXPECT_EQ(sched.stats().snapshot_slot_misses, 0u);
+        for (const auto& [id, res] : chunked) {
+          const RequestResult* r = sched.result(id);
+          ASSERT_NE(r, nullptr);
+          EXPECT_TRUE(demo::same_answer(*r, demo::reference_run(m, w.requests[id - 1]))) << id;
+          if (compare) {
+            EXPECT_EQ(r->snapshot_boundaries, res.snapshot_boundaries) << id;
+          }
         }
       }
     }
@@ -487,11 +497,18 @@ TEST(ModelExecutor, CapturesAreTheStatesASplitForwardSaves) {
   const StateCapture bad_order[] = {{24, GpuSlotId(2)}, {9, GpuSlotId(3)}};
   const StateCapture at_end[] = {{40, GpuSlotId(2)}};
   const StateCapture bad_slot[] = {{9, GpuSlotId(9)}};
+  for (std::uint32_t slot : {2u, 3u}) {
+    const auto s = mem.gpu_snapshot(GpuSlotId(slot));
+    std::fill(s.begin(), s.end(), std::byte{0x5A});
+  }
+  const auto sentinel = bytes(2);
   for (auto bad : {std::span<const StateCapture>(bad_order), std::span<const StateCapture>(at_end),
                    std::span<const StateCapture>(bad_slot)}) {
     EXPECT_EQ(exec.forward_capturing(2, p, 0, table, bad).status().code(),
               ErrorCode::kInvalidArgument);
   }
+  EXPECT_EQ(bytes(2), sentinel);  // a refused call writes nothing
+  EXPECT_EQ(bytes(3), sentinel);
   const StateCapture good[] = {{9, GpuSlotId(2)}, {24, GpuSlotId(3)}};
   ASSERT_TRUE(exec.forward_capturing(2, p, 0, table, good));  // the bad calls changed nothing
   EXPECT_EQ(bytes(2), bytes(0));

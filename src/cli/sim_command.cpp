@@ -171,8 +171,9 @@ radixtier::cli::CommandRun setup_sim(CLI::App& app) {
                  "sglang-like: --chunked-prefill-size (default: SGLang's for the GPU's memory)")
       ->check(radixtier::cli::count_at_least(1));
   app.add_option("--forward-tokens", a.opt.forward_tokens,
-                 "node and attention-only: prompt tokens per forward, the engine's chunked "
-                 "prefill (default: SGLang's for the GPU's memory; states inside are captured)")
+                 "every cache but sglang-like and vllm-like: prompt tokens per forward, the "
+                 "engine's chunked prefill (default: SGLang's for the GPU's memory; states "
+                 "inside are captured)")
       ->check(radixtier::cli::count_at_least(1));
   app.add_flag("--vllm-offload", a.opt.vllm_offload,
                "vllm-like: vLLM's CPU offloading tier (OffloadingConnector, LRU) in the host "

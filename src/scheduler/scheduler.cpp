@@ -360,7 +360,9 @@ std::size_t Scheduler::plan_forward(const Running& r, const SnapshotQuery& query
   const std::size_t origin = config_.chunk_origin == ChunkOrigin::kResume ? r.res.cached_tokens : 0;
   auto next_grid = [&](std::size_t b) { return origin + ((b - origin) / chunk + 1) * chunk; };
   const std::size_t chunks = std::max<std::size_t>(1, config_.forward_tokens / chunk);
-  std::size_t end = std::min(next_grid(start) + (chunks - 1) * chunk, last_boundary);
+  const std::size_t first = next_grid(start), span = (chunks - 1) * chunk;  // span <= forward
+  std::size_t end =
+      first >= last_boundary || last_boundary - first <= span ? last_boundary : first + span;
   const std::size_t granularity = executor_.capture_granularity();
   SnapshotQuery q = query;
   for (std::size_t b = start;;) {
@@ -402,6 +404,11 @@ Scheduler::Outcome Scheduler::prefill_chunk(Running& r) {
     for (std::size_t b : kept) {
       auto slot = cache_.alloc_snapshot_slot(r.lock);
       if (!slot) {
+        if (slot.status().code() != ErrorCode::kOutOfMemory) {
+          note_stats(r.res, before);
+          fail(r, slot.status());  // releasing the lock frees the slots taken so far
+          return Outcome::kFailed;
+        }
         end = b;
         break;
       }
@@ -410,11 +417,23 @@ Scheduler::Outcome Scheduler::prefill_chunk(Running& r) {
     }
     note_stats(r.res, before);
   }
-  auto secs = executor_.forward_capturing(
-      r.req.id, std::span<const Token>(r.req.prompt).subspan(start, end - start), start, r.table,
-      captures);
+  auto forward = [&] {
+    return executor_.forward_capturing(
+        r.req.id, std::span<const Token>(r.req.prompt).subspan(start, end - start), start, r.table,
+        captures);
+  };
+  auto secs = forward();
+  if (!secs && !captures.empty()) {
+    // The executor refused the captures (nothing ran): a snapshot is optional, so end the
+    // forward at the first of them instead and keep the live state there.
+    for (const StateCapture& c : captures) (void)cache_.free_snapshot_slot(r.lock, c.slot);
+    stats_.snapshots_offered -= captures.size();
+    end = captures.front().position;
+    captures.clear();
+    secs = forward();
+  }
   if (!secs) {
-    fail(r, secs.status());  // releasing the lock frees the capture slots
+    fail(r, secs.status());
     return Outcome::kFailed;
   }
   if (r.unconfirmed) {
@@ -427,11 +446,12 @@ Scheduler::Outcome Scheduler::prefill_chunk(Running& r) {
   stats_.forwarded_tokens += end - start;
   r.done = end;
   for (const StateCapture& c : captures) {
-    ++stats_.snapshots_captured;
+    const std::uint64_t kept_before = stats_.snapshots_kept;
     if (Status s = insert_boundary(r, c.position, c.slot); !s) {
       fail(r, s);  // releasing the lock frees the slots not inserted yet
       return Outcome::kFailed;
     }
+    stats_.snapshots_captured += stats_.snapshots_kept - kept_before;
   }
   if (end % page_size_ == 0 && end > r.inserted) {
     q.boundary = end;

@@ -72,6 +72,7 @@ std::string to_json(const SimResult& r, bool rows) {
   o["snapshots_dropped"] = r.stats.snapshots_dropped;
   o["preemptions"] = r.sched.preemptions;
   o["snapshot_slot_misses"] = r.sched.snapshot_slot_misses;
+  o["snapshots_captured"] = r.sched.snapshots_captured;
   o["alloc_copy_waits"] = r.stats.alloc_copy_waits;
   o["alloc_wait_bytes"] = r.stats.alloc_wait_bytes;
   o["copy_wait_s"] = num(r.sched.copy_wait_s);

@@ -92,6 +92,7 @@ void add_sched_stats(sched::SchedulerStats& a, const sched::SchedulerStats& b) {
   a.snapshots_offered += b.snapshots_offered;
   a.snapshots_kept += b.snapshots_kept;
   a.snapshot_slot_misses += b.snapshot_slot_misses;
+  a.snapshots_captured += b.snapshots_captured;
   a.copy_wait_s += b.copy_wait_s;
   a.store_wait_s += b.store_wait_s;
 }

@@ -71,8 +71,8 @@ class Executor {
                                            std::size_t pos, std::span<const GpuPageId> page_table,
                                            std::span<const StateCapture> captures) {
     if (!captures.empty()) {
-      return Status(ErrorCode::kFailedPrecondition,
-                    "forward_capturing: this executor cannot capture states inside a forward");
+      return invalid_argument(
+          "forward_capturing: this executor cannot capture states inside a forward");
     }
     return forward(request, tokens, pos, page_table);
   }

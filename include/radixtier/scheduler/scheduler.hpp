@@ -73,7 +73,9 @@ struct SchedulerConfig {
   std::size_t chunk_tokens = 256;  ///< prefill chunk, a positive multiple of the page size
   ChunkOrigin chunk_origin = ChunkOrigin::kRoot;
   /// Prompt tokens one forward runs at most: a positive multiple of chunk_tokens, or 0 for
-  /// chunk_tokens (see "Forwards" above).
+  /// chunk_tokens (see "Forwards" above). Even at chunk_tokens a boundary the policy adds
+  /// inside a chunk (next_cut) is captured when the executor can, not cut; one it adds and
+  /// does not keep is not inserted on its own.
   std::size_t forward_tokens = 0;
   std::size_t max_running = 4;  ///< requests in flight at once
   SnapshotPolicy policy = SnapshotPolicy::adaptive();
@@ -175,7 +177,7 @@ struct SchedulerStats {
   std::uint64_t snapshots_offered = 0;     ///< boundaries where the policy said keep
   std::uint64_t snapshots_kept = 0;        ///< of which the cache adopted
   std::uint64_t snapshot_slot_misses = 0;  ///< keep, but no GPU snapshot slot free
-  std::uint64_t snapshots_captured = 0;    ///< kept states captured inside a forward
+  std::uint64_t snapshots_captured = 0;    ///< of the kept, captured inside a forward
   /// Seconds the cache's copy waits (CacheStats::alloc_wait_*) held the scheduler's thread,
   /// as Executor::copy_wait_seconds() reports them; charged to the virtual clock.
   double copy_wait_s = 0;
