@@ -250,13 +250,7 @@ Status TinyHybridModel::validate_call(std::span<const Token> tokens, std::size_t
 Status TinyHybridModel::forward(std::span<const Token> tokens, std::size_t pos,
                                 std::span<const GpuPageId> page_table, HostArenas& mem,
                                 std::span<std::byte> state, std::span<float> last_logits) const {
-  if (last_logits.size() != cfg_.vocab) {
-    std::ostringstream os;
-    os << "TinyHybridModel::forward: logits span has " << last_logits.size() << " floats, vocab is "
-       << cfg_.vocab;
-    return invalid_argument(os.str());
-  }
-  return run(tokens, pos, page_table, {}, mem, state, last_logits, false);
+  return forward(tokens, pos, page_table, mem, state, last_logits, {});
 }
 
 Status TinyHybridModel::forward(std::span<const Token> tokens, std::size_t pos,
