@@ -51,6 +51,40 @@ TEST(CacheConfigTest, RejectsZeroCapacitiesNamingTheField) {
   EXPECT_TRUE(small_config().validate());
 }
 
+TEST(CacheConfigTest, RejectsPoolsWhoseBytesWrapNamingTheField) {
+  // Each product is a pool an engine allocates as one arena: wrapped, it would be a sliver
+  // indexed past its end (a config that validated made HostArenas of 0 bytes).
+  constexpr std::size_t kHuge = std::size_t{1} << 61;
+  const std::pair<const char*, void (*)(CacheConfig&)> cases[] = {
+      {"page_bytes", [](CacheConfig& c) { c.page_bytes = std::size_t{1} << 62; }},
+      {"snapshot_bytes", [](CacheConfig& c) { c.snapshot_bytes = std::size_t{1} << 62; }},
+      {"page_bytes", [](CacheConfig& c) { c.page_bytes = kHuge; }},  // x gpu_pages
+      {"snapshot_bytes",
+       [](CacheConfig& c) {
+         c.snapshot_bytes = kHuge;
+         c.page_bytes = kHuge;
+         c.gpu_pages = 2;
+         c.slice_pages = 1;
+         c.host_pages = 0;
+         c.host_snapshot_slots = 0;
+         c.gpu_snapshot_slots = 8;
+       }},
+      {"host_pages",
+       [](CacheConfig& c) {
+         c.page_bytes = std::size_t{1} << 40;
+         c.gpu_pages = 8;
+         c.slice_pages = 1;
+         c.host_pages = 1u << 24;
+       }},
+  };
+  for (auto [field, mutate] : cases) {
+    CacheConfig c = small_config();
+    mutate(c);
+    Status s = c.validate();
+    EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument) << field;
+    EXPECT_NE(s.message().find(field), std::string::npos) << s.message();
+  }
+}
 TEST(PrefixCacheCreate, RefusesInvalidConfig) {
   CacheConfig c = small_config();
   c.gpu_pages = 0;

@@ -263,6 +263,16 @@ class Engine:
     def submit(self, request: Request) -> None:
         if len(request.prompt) == 0:
             raise ValueError(f"request {request.id}: empty prompt")
+        # Checked here, not in the forward: a bad token found mid-run would leave the request
+        # holding its lock and pages.
+        prompt = np.asarray(request.prompt)
+        if prompt.ndim != 1 or not np.issubdtype(prompt.dtype, np.integer):
+            raise ValueError(f"request {request.id}: the prompt must be a 1-D integer array")
+        vocab = self.model.cfg.vocab
+        if prompt.min() < 0 or prompt.max() >= vocab:
+            raise ValueError(f"request {request.id}: prompt tokens must be in [0, {vocab})")
+        if request.max_new_tokens < 0:
+            raise ValueError(f"request {request.id}: max_new_tokens must be >= 0")
         i = len(self.queue)
         while i > 0 and self.queue[i - 1][0].arrival_s > request.arrival_s:
             i -= 1

@@ -1,6 +1,7 @@
 """The binding: config validation, Status -> exceptions, every CacheBackend call, ids as
 arrays, the GIL released during C++ calls, one cache shared by threads."""
 
+import gc
 import threading
 import time
 
@@ -37,6 +38,11 @@ def test_config_is_immutable_and_replace_validates():
 
 
 # --- errors --------------------------------------------------------------------------------
+def test_comparing_with_another_type_is_false_not_an_error():
+    c = small_config()
+    assert (c == 5) is False and c != "a config" and c == small_config()
+
+
 def test_errors_carry_the_status_message_and_code(stack):
     with pytest.raises(rt.NotFoundError, match=r"lock#7 is unknown") as e:
         stack.cache.release(7)
@@ -73,6 +79,7 @@ def test_bad_input_leaves_the_cache_unchanged(stack):
 
 def test_engine_must_match_the_config():
     s = Stack()
+    s.cache = None  # one cache per engine: this test builds its own over s.engine
     with pytest.raises(rt.InvalidArgumentError, match="page_bytes is 128"):
         rt.PrefixCache(s.config.replace(page_bytes=128), s.engine)
     with pytest.raises(rt.InvalidArgumentError, match="gpu_pages is 17"):
@@ -348,7 +355,31 @@ def test_bad_arrays_are_rejected(stack):
         stack.cache.free_pages(a.lock, torch.tensor([-3]))
     with pytest.raises(TypeError):
         stack.cache.admit("abc")
+    # Off the host: a meta tensor has no memory at all (its data_ptr is 0).
+    with pytest.raises(rt.InvalidArgumentError, match="a meta tensor"):
+        stack.cache.match(torch.empty(5, dtype=torch.int32, device="meta"))
+    # Sequences: each element an int of 64 bits, named otherwise (not a cast's RuntimeError).
+    with pytest.raises(rt.InvalidArgumentError, match=r"prompt\[0\]: expected an int, got float"):
+        stack.cache.admit([1.5, 2])
+    with pytest.raises(rt.InvalidArgumentError, match=r"\[0\] = 1180591620717411303424 does not"):
+        stack.cache.admit([2**70, 1])
+    with pytest.raises(rt.InvalidArgumentError, match="= 18446744073709551615 does not fit"):
+        stack.cache.admit(np.array([2**64 - 1, 1], dtype=np.uint64))
+    with pytest.raises(rt.InvalidArgumentError, match="stream = -5"):
+        stack.cache.admit([1, 2], stream=-5)
+    assert stack.cache.check_invariants() == ""
     stack.cache.release(a.lock)
+
+
+def test_engine_submit_takes_integer_ids_only():
+    s = Stack()
+    for pages in (np.array([[1.9, 0.9]]), [["1", "1"]], np.array([[True, True]])):
+        with pytest.raises(rt.InvalidArgumentError, match="pages: expected an integer array"):
+            s.engine.submit(rt.Direction.DEVICE_TO_HOST, pages=pages)
+    assert s.engine.pending() == []
+    with pytest.raises(rt.InvalidArgumentError, match="stream"):
+        s.engine.submit(rt.Direction.DEVICE_TO_HOST, pages=[[0, 0]], stream=2**64)
+    assert s.engine.submit(rt.Direction.DEVICE_TO_HOST, pages=[[1, 0]]).wait() == rt.TransferState.DONE
 
 
 def test_ten_thousand_page_ids_cost_no_python_loop():
@@ -419,6 +450,20 @@ def test_ticket_wait_releases_the_gil():
     assert done.is_set() and t.poll() == rt.TransferState.DONE
 
 
+def test_dropping_a_pending_ticket_releases_the_gil():
+    # Dropping a pending ticket waits for its copy; the thread that lets it finish may be
+    # Python's, so the wait must not hold the GIL.
+    s = Stack()
+    t = s.engine.submit(rt.Direction.DEVICE_TO_HOST, pages=np.array([[0, 0]]))
+    s.engine.delay_ticket(t.id)
+    ticket_id = t.id
+    resumer = threading.Thread(target=lambda: (time.sleep(0.1), s.engine.resume(ticket_id)))
+    resumer.start()
+    del t  # returns once the resumer ran
+    resumer.join(timeout=10)
+    assert not resumer.is_alive() and s.engine.pending() == []
+
+
 def test_one_cache_shared_by_threads():
     s = Stack(small_config(page_size=4, gpu_pages=256, host_pages=256, page_bytes=16))
     errors = []
@@ -471,3 +516,17 @@ def test_snapshot_policies_are_the_schedulers():
     plan = b.plan(rt.SnapshotQuery(prompt_tokens=4096, page_size=16, chunk_tokens=256,
                                    snapshot_bytes=1000, kv_bytes_per_token=100))
     assert plan and all(x % 256 == 0 for x in plan)
+
+
+def test_one_cache_per_engine():
+    # A second cache over one engine would hand out the same pages: the first cache's hits
+    # would read the second one's bytes.
+    s = Stack()
+    with pytest.raises(rt.InvalidArgumentError, match="already serves a PrefixCache"):
+        rt.PrefixCache(s.config, s.engine)
+    s.serve(np.arange(1, 9))  # the first cache is as it was
+    assert s.cache.check_invariants() == ""
+    s.cache = None
+    gc.collect()
+    s.cache = rt.PrefixCache(s.config, s.engine)  # the first one is gone: the engine is free
+    assert s.cache.check_invariants() == ""

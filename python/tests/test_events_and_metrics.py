@@ -141,6 +141,10 @@ def test_router_rebuilds_the_contents_from_zmq_events():
             st.cache.drop_host()
     st.cache.drain()
     assert pub.flush(10.0)
+    assert pub.flush(float("inf"))  # no limit, not a negative wait
+    for bad in (float("nan"), -1.0):
+        with pytest.raises(rt.InvalidArgumentError, match="timeout_s"):
+            pub.flush(bad)
     router = Router(4)
     seqs = replay_all(ctx, pub.snapshot_replay_endpoint, router)
     assert seqs == list(range(pub.snapshot_batches)) and pub.dropped == 0

@@ -95,3 +95,27 @@ def test_reference_run_is_deterministic(model):
     req = Request(id=1, prompt=np.arange(40, dtype=np.int32) % 97, max_new_tokens=5)
     a, b = reference_run(model, req), reference_run(model, req)
     assert a.output == b.output and torch.equal(a.final_logits, b.final_logits)
+
+
+def test_submit_refuses_prompts_the_model_cannot_embed(model):
+    # Found mid-run, a bad token left the request running with its lock and pages held.
+    from reference_engine.engine import Engine, EngineConfig
+
+    e = Engine(model, EngineConfig(page_size=model.page_size, check_invariants=True))
+    vocab = model.cfg.vocab
+    bad = {
+        "past the vocabulary": Request(1, np.array([5] * 20 + [vocab] * 5), 2),
+        "negative": Request(2, np.array([5, -1, 7]), 2),
+        "not integers": Request(3, np.array([1.5, 2.0]), 2),
+        "two-dimensional": Request(4, np.ones((2, 3), dtype=np.int32), 2),
+        "negative output": Request(5, np.array([5, 6, 7]), -3),
+    }
+    for what, request in bad.items():
+        with pytest.raises(ValueError, match=f"request {request.id}"):
+            e.submit(request)
+    assert not e.queue and not e.running, "a refused request changes nothing"
+    good = Request(6, np.array([5] * 20), 2)
+    e.submit(good)
+    results = e.run()
+    assert not results[6].error
+    assert results[6].output == reference_run(model, good).output

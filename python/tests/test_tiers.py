@@ -212,14 +212,19 @@ def test_disk_store_engine_belongs_to_one_engine_and_one_cache(tmp_path):
     assert not disk.attached
     with pytest.raises(TypeError, match="DiskStoreEngine"):
         rt.PrefixCache(cfg, a.engine, store=store)
+    with pytest.raises(rt.FailedPreconditionError):
+        a.cache.persist()  # a cache without a store
+    with pytest.raises(rt.InvalidArgumentError, match="already serves a PrefixCache"):
+        rt.PrefixCache(cfg, a.engine, store=disk)  # a.cache is on a.engine
+    assert not disk.attached
+    a.cache = None
+    gc.collect()
     cache = rt.PrefixCache(cfg, a.engine, store=disk)
     with pytest.raises(rt.InvalidArgumentError, match="already serves a cache"):
         rt.PrefixCache(cfg, a.engine, store=disk)
     with pytest.raises(rt.FailedPreconditionError, match="DiskStoreEngine still uses it"):
         store.close()
     assert disk.capacity_slots == (1 << 20) // 64 and disk.pending_tickets == 0
-    with pytest.raises(rt.FailedPreconditionError):
-        a.cache.persist()  # a cache without a store
     del cache
     gc.collect()
     assert not disk.attached  # the cache is gone: the store engine may serve another

@@ -1,5 +1,6 @@
 #include "radixtier/config.hpp"
 
+#include <cstdint>
 #include <string>
 
 namespace radixtier {
@@ -30,6 +31,25 @@ Status CacheConfig::validate() const {
   if (page_bytes == 0) return bad("page_bytes", "must be at least 1 byte");
   if (snapshot_bytes == 0) return bad("snapshot_bytes", "must be at least 1 byte");
   if (slice_pages == 0) return bad("slice_pages", "must be at least 1 page");
+  // Each pool is one arena of bytes on its engine: a size that wraps would allocate a sliver
+  // and be indexed past its end, so every product stays below 2^63 bytes.
+  const auto fits = [](std::uint64_t a, std::uint64_t b) {
+    std::uint64_t n = 0;
+    return !__builtin_mul_overflow(a, b, &n) && n <= std::uint64_t{PTRDIFF_MAX};
+  };
+  if (page_bytes > PTRDIFF_MAX / 2 || snapshot_bytes > PTRDIFF_MAX / 2)
+    return bad(page_bytes > PTRDIFF_MAX / 2 ? "page_bytes" : "snapshot_bytes",
+               "must be below 2^62 bytes");
+  if (!fits(gpu_pages, page_bytes))
+    return bad("page_bytes", "gpu_pages x page_bytes (the GPU pool) exceeds 2^63 bytes");
+  if (!fits(gpu_snapshot_slots, snapshot_bytes))
+    return bad("snapshot_bytes",
+               "gpu_snapshot_slots x snapshot_bytes (the live slots) exceeds 2^63 bytes");
+  if (!fits(slice_pages, page_bytes))
+    return bad("slice_pages", "slice_pages x page_bytes (one copy slice) exceeds 2^63 bytes");
+  if (!fits(host_snapshot_slots, snapshot_pages()) || !fits(host_pool_pages(), page_bytes))
+    return bad("host_pages",
+               "with host_snapshot_slots, the host pool exceeds 2^63 bytes of page_bytes pages");
   if (host_pool_pages() >= std::size_t{0xFFFFFFFFu})
     return bad("host_pages", "with host_snapshot_slots, the host pool exceeds 2^32 - 1 pages");
   if (!(host_pin_share >= 0.0 && host_pin_share <= 1.0))

@@ -131,19 +131,25 @@ void IntArray::from_tensor(py::handle obj, const char* what) {
   // Five attribute reads through the C API with interned names (no numpy() round trip, no
   // temporary strings): this is the hot path of an engine that keeps token ids in tensors.
   struct Names {
-    PyObject *is_cuda, *dtype, *shape, *stride, *data_ptr;
+    PyObject *device, *type, *dtype, *shape, *stride, *data_ptr, *storage;
   };
-  static const Names n{PyUnicode_InternFromString("is_cuda"), PyUnicode_InternFromString("dtype"),
-                       PyUnicode_InternFromString("shape"), PyUnicode_InternFromString("stride"),
-                       PyUnicode_InternFromString("data_ptr")};
+  static const Names n{
+      PyUnicode_InternFromString("device"),         PyUnicode_InternFromString("type"),
+      PyUnicode_InternFromString("dtype"),          PyUnicode_InternFromString("shape"),
+      PyUnicode_InternFromString("stride"),         PyUnicode_InternFromString("data_ptr"),
+      PyUnicode_InternFromString("untyped_storage")};
   auto steal = [](PyObject* r) {
     if (r == nullptr) throw py::error_already_set();
     return py::reinterpret_steal<py::object>(r);
   };
   PyObject* o = obj.ptr();
-  if (steal(PyObject_GetAttr(o, n.is_cuda)).ptr() == Py_True) {
-    raise_invalid(std::string(what) +
-                  ": a CUDA tensor; ids and tokens are read on the host (pass a CPU tensor)");
+  // Only a CPU tensor's memory is the host's: a CUDA, meta (no memory at all) or other
+  // device's pointer would be read as if it were.
+  const py::object device_type =
+      steal(PyObject_GetAttr(steal(PyObject_GetAttr(o, n.device)).ptr(), n.type));
+  if (const std::string type = py::str(device_type); type != "cpu") {
+    raise_invalid(std::string(what) + ": a " + (type == "cuda" ? "CUDA" : type) +
+                  " tensor; ids and tokens are read on the host (pass a CPU tensor)");
   }
   const py::object dtype = steal(PyObject_GetAttr(o, n.dtype));
   const TorchDtypes& d = torch_dtypes();
@@ -167,6 +173,14 @@ void IntArray::from_tensor(py::handle obj, const char* what) {
   const unsigned long long address = PyLong_AsUnsignedLongLong(ptr.ptr());
   if (PyErr_Occurred() != nullptr) throw py::error_already_set();
   keep_ = py::reinterpret_borrow<py::object>(obj);
+  // The storage too: the calls read it with the GIL released, while another thread may
+  // point the tensor at other memory (set_) and drop the last reference to this one.
+  // (untyped_storage() from torch 2.0 on, storage() before it.)
+  static PyObject* const storage = [&] {
+    if (PyObject_HasAttr(o, n.storage) != 0) return n.storage;
+    return PyUnicode_InternFromString("storage");
+  }();
+  keep_storage_ = steal(PyObject_CallMethodNoArgs(o, storage));
   size_ = static_cast<std::size_t>(count);
   stride_ = static_cast<std::ptrdiff_t>(step) * (kind_ == Kind::kI32 ? 4 : 8);
   data_ = reinterpret_cast<const char*>(static_cast<std::uintptr_t>(address));
@@ -179,7 +193,27 @@ void IntArray::from_sequence(py::handle obj, const char* what) {
                          "got " +
                          std::string(py::str(py::type::of(obj))));
   }
-  owned_ = py::cast<std::vector<std::int64_t>>(obj);
+  // Element by element, so a bad one is named (a float, a str, an int beyond 64 bits) with
+  // the InvalidArgumentError every other bad id gets.
+  const py::sequence seq = py::reinterpret_borrow<py::sequence>(obj);
+  const std::size_t n = seq.size();
+  owned_.resize(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const py::object item = seq[i];
+    PyObject* index = PyNumber_Index(item.ptr());  // ints, numpy integers, bools
+    if (index == nullptr) {
+      PyErr_Clear();
+      raise_invalid(std::string(what) + "[" + std::to_string(i) + "]: expected an int, got " +
+                    std::string(py::str(py::type::of(item).attr("__name__"))));
+    }
+    int overflow = 0;
+    owned_[i] = PyLong_AsLongLongAndOverflow(index, &overflow);
+    Py_DECREF(index);
+    if (overflow != 0) {
+      raise_invalid(std::string(what) + "[" + std::to_string(i) +
+                    "] = " + std::string(py::str(item)) + " does not fit 64 bits");
+    }
+  }
   kind_ = Kind::kI64;
   data_ = reinterpret_cast<const char*>(owned_.data());
   size_ = owned_.size();
@@ -216,6 +250,26 @@ std::int64_t IntArray::at(std::size_t i) const {
     }
   }
   return -1;
+}
+
+std::string IntArray::text(std::size_t i) const {
+  if (kind_ == Kind::kU64) {
+    std::uint64_t v;
+    std::memcpy(&v, data_ + static_cast<std::ptrdiff_t>(i) * stride_, sizeof v);
+    return std::to_string(v);
+  }
+  return std::to_string(at(i));
+}
+
+std::uintptr_t handle_from(py::handle value, const char* what) {
+  static_assert(sizeof(unsigned long long) == sizeof(std::uintptr_t));
+  if (!py::isinstance<py::bool_>(value) && py::isinstance<py::int_>(value)) {
+    const unsigned long long v = PyLong_AsUnsignedLongLong(value.ptr());
+    if (PyErr_Occurred() == nullptr) return static_cast<std::uintptr_t>(v);
+    PyErr_Clear();
+  }
+  raise_invalid(std::string(what) + " = " + std::string(py::repr(value)) +
+                ": expected an int in [0, 2^64)");
 }
 
 template <class Out>
@@ -348,8 +402,8 @@ TokenArg::TokenArg(py::handle obj, const char* what, bool wide_ok) : array_(obj,
   const std::size_t bad = array_.convert(std::numeric_limits<Token>::min(),
                                          std::numeric_limits<Token>::max(), scratch_.data.get());
   if (bad < n) {
-    raise_invalid(std::string(what) + "[" + std::to_string(bad) +
-                  "] = " + std::to_string(array_.at(bad)) + " does not fit a 32-bit token id");
+    raise_invalid(std::string(what) + "[" + std::to_string(bad) + "] = " + array_.text(bad) +
+                  " does not fit a 32-bit token id");
   }
   span_ = {scratch_.data.get(), n};
 }

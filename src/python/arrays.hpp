@@ -35,8 +35,11 @@ class IntArray {
   ~IntArray();
 
   std::size_t size() const { return size_; }
-  /// Element i as int64 (the source may be any integer type and stride).
+  /// Element i as int64 (the source may be any integer type and stride); -1 for a uint64
+  /// above int64's range (text() names it exactly).
   std::int64_t at(std::size_t i) const;
+  /// Element i in decimal, for error messages.
+  std::string text(std::size_t i) const;
   /// Converts every element into out[0, size()) (one type dispatch, then one tight loop);
   /// returns the index of the first element outside [lo, hi] (nothing after it is written),
   /// or size() when all fit.
@@ -59,6 +62,7 @@ class IntArray {
   Py_buffer view_{};
   bool has_view_ = false;
   py::object keep_;                  // the torch tensor read in place
+  py::object keep_storage_;          // and its storage (another thread may set_ the tensor)
   std::vector<std::int64_t> owned_;  // a converted sequence
   const char* data_ = nullptr;
   std::size_t size_ = 0;
@@ -103,14 +107,17 @@ std::vector<Id> ids_from(py::handle obj, const char* what) {
   std::vector<std::uint32_t> values(a.size());
   const std::size_t bad = a.convert(0, std::int64_t{Id::kInvalid} - 1, values.data());
   if (bad < a.size()) {
-    raise_invalid(std::string(what) + "[" + std::to_string(bad) +
-                  "] = " + std::to_string(a.at(bad)) + " is not a valid id");
+    raise_invalid(std::string(what) + "[" + std::to_string(bad) + "] = " + a.text(bad) +
+                  " is not a valid id");
   }
   std::vector<Id> out;
   out.reserve(values.size());
   for (std::uint32_t v : values) out.emplace_back(v);
   return out;
 }
+
+/// A handle (a stream, an address) from a Python int in [0, 2^64), naming `what` otherwise.
+std::uintptr_t handle_from(py::handle value, const char* what);
 
 /// One id from a Python int.
 template <class Id>

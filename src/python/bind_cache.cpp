@@ -17,6 +17,8 @@
 #include <optional>
 #include <string>
 
+#include <unordered_set>
+
 #include "arrays.hpp"
 #include "bindings.hpp"
 #include "errors.hpp"
@@ -40,6 +42,14 @@ TransferEngine& engine_of(py::handle engine) {
                        std::string(py::str(py::type::of(engine))));
 }
 
+/// The engines serving a PrefixCache now (touched with the GIL held). A cache owns its
+/// engine's pools: a second cache over one engine would hand out the same page ids, and
+/// each would serve the other's bytes as its own.
+std::unordered_set<const TransferEngine*>& engines_in_use() {
+  static std::unordered_set<const TransferEngine*> in_use;
+  return in_use;
+}
+
 struct PyInsertResult {
   py::array_t<std::int64_t> not_taken;
   bool snapshot_taken = false;
@@ -53,6 +63,13 @@ class PyPrefixCache {
     // The store engine must be built over this engine's host pages and serve no other
     // cache; it then takes this cache's mutex for its own queries.
     StoreEngine* st = store_obj_.is_none() ? nullptr : attach_store(store_obj_, engine_obj_, mu_);
+    if (engines_in_use().contains(&e)) {
+      if (st != nullptr) detach_store(store_obj_);
+      raise_invalid(
+          "PrefixCache: this engine already serves a PrefixCache (one cache per engine: the "
+          "cache hands out the engine's pages and slots); drop that cache first, or build "
+          "another engine over other arenas");
+    }
     // create() validates the config and checks it against the engine's pools (and the
     // store's geometry); with a store it rebuilds the tree from the store's records.
     Result<std::unique_ptr<PrefixCache>> made = [&] {
@@ -61,6 +78,8 @@ class PyPrefixCache {
     }();
     if (!made.is_ok() && st != nullptr) detach_store(store_obj_);
     cache_ = unwrap(std::move(made));
+    engine_ = &e;
+    engines_in_use().insert(engine_);
   }
   ~PyPrefixCache() {
     // The cache's destructor waits for its copies: let the engine's threads run meanwhile.
@@ -70,6 +89,7 @@ class PyPrefixCache {
       cache_.reset();
     }
     if (!store_obj_.is_none()) detach_store(store_obj_);
+    engines_in_use().erase(engine_);
   }
   PyPrefixCache(const PyPrefixCache&) = delete;
   PyPrefixCache& operator=(const PyPrefixCache&) = delete;
@@ -102,6 +122,7 @@ class PyPrefixCache {
   py::object engine_obj_;  // keeps the engine (and through it the arenas) alive
   py::object store_obj_;   // keeps the store engine (and its store) alive; None: no store
   std::unique_ptr<PrefixCache> cache_;
+  const TransferEngine* engine_ = nullptr;  // in engines_in_use() while cache_ lives
   // Shared with the store engine (its queries take it) and the tiers built on this cache.
   std::shared_ptr<std::mutex> mu_ = std::make_shared<std::mutex>();
 };
@@ -266,7 +287,9 @@ void bind_cache(py::module_& m) {
       .field("snapshots", &EvictResult::snapshots)
       .field("bytes", &EvictResult::bytes)
       .done()
-      .def("__eq__", [](const EvictResult& a, const EvictResult& b) { return a == b; });
+      .def(
+          "__eq__", [](const EvictResult& a, const EvictResult& b) { return a == b; },
+          py::is_operator());
   Record<TierSizes>(m, "TierSizes", "Evictable and locked data of one tier.")
       .field("kv_pages_evictable", &TierSizes::kv_pages_evictable)
       .field("kv_pages_locked", &TierSizes::kv_pages_locked)
@@ -275,7 +298,9 @@ void bind_cache(py::module_& m) {
       .field("bytes_evictable", &TierSizes::bytes_evictable)
       .field("bytes_locked", &TierSizes::bytes_locked)
       .done()
-      .def("__eq__", [](const TierSizes& a, const TierSizes& b) { return a == b; });
+      .def(
+          "__eq__", [](const TierSizes& a, const TierSizes& b) { return a == b; },
+          py::is_operator());
   Record<CacheSizes>(m, "CacheSizes", "sizes(): one TierSizes per tier.")
       .field("gpu", &CacheSizes::gpu)
       .field("host", &CacheSizes::host)
@@ -311,7 +336,8 @@ void bind_cache(py::module_& m) {
       .field("kv_on_store", &NodeInfo::kv_on_store, "its KV has a store copy")
       .field("snapshot_on_store", &NodeInfo::snapshot_on_store)
       .done()
-      .def("__eq__", [](const NodeInfo& a, const NodeInfo& b) { return a == b; });
+      .def(
+          "__eq__", [](const NodeInfo& a, const NodeInfo& b) { return a == b; }, py::is_operator());
 
   Record<Occupancy>(m, "Occupancy", "Free entries of each pool and the tree's size.")
       .field("gpu_pages_free", &Occupancy::gpu_pages_free)

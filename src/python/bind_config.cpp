@@ -143,8 +143,10 @@ void bind_config(py::module_& m) {
             return py::type::of<CacheConfig>()(**fields).cast<CacheConfig>();
           },
           "A copy with the given fields changed, validated.")
-      .def("__eq__",
-           [](const CacheConfig& a, const CacheConfig& b) { return to_dict(a).equal(to_dict(b)); })
+      .def(
+          "__eq__",
+          [](const CacheConfig& a, const CacheConfig& b) { return to_dict(a).equal(to_dict(b)); },
+          py::is_operator())
       .def("__repr__", [](const CacheConfig& c) {
         std::ostringstream os;
         os << "CacheConfig(page_size=" << c.page_size << ", gpu_pages=" << c.gpu_pages

@@ -319,7 +319,7 @@ int numa_from(const py::object& n) {
 cudaStream_t stream_from(const py::object& s) {
   if (s.is_none()) return nullptr;
   py::object v = py::hasattr(s, "cuda_stream") ? py::object(s.attr("cuda_stream")) : s;
-  return reinterpret_cast<cudaStream_t>(v.cast<std::uintptr_t>());
+  return reinterpret_cast<cudaStream_t>(handle_from(v, "stream"));
 }
 
 /// A per-call stream: the given one, or (None) torch's current stream on `device` when torch

@@ -32,11 +32,32 @@ ArenaView arena(py::object self, std::uint32_t items, std::size_t item_bytes,
 }
 
 /// An int64 array of shape [n, width] (None: no rows), row-major.
+/// Drops a Ticket with the GIL released: a pending one waits for its copy, and the thread
+/// that finishes the copy (a delayed ticket resumed, an engine callback) may be Python's.
+struct GilFreeTicketDelete {
+  void operator()(Ticket* t) const {
+    if (t == nullptr) return;
+    if (PyGILState_Check() != 0 && t->valid()) {
+      py::gil_scoped_release nogil;
+      delete t;
+    } else {
+      delete t;
+    }
+  }
+};
+using TicketHolder = std::unique_ptr<Ticket, GilFreeTicketDelete>;
+
 py::array_t<std::int64_t, py::array::c_style | py::array::forcecast> rows_of(const py::object& obj,
                                                                              py::ssize_t width,
                                                                              const char* what,
                                                                              const char* shape) {
-  auto arr = py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>::ensure(obj);
+  // Integers only: a cast would truncate floats and parse strings into ids.
+  const py::array raw = py::array::ensure(obj);
+  if (!raw || (raw.size() > 0 && raw.dtype().kind() != 'i' && raw.dtype().kind() != 'u')) {
+    raise_invalid(std::string(what) + ": expected an integer array of shape " + shape + ", got " +
+                  (raw ? "dtype " + std::string(py::str(raw.dtype())) : std::string("no array")));
+  }
+  auto arr = py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>::ensure(raw);
   if (!arr || arr.ndim() != 2 || arr.shape(1) != width) {
     raise_invalid(std::string(what) + ": expected an integer array of shape " + shape);
   }
@@ -122,7 +143,7 @@ StreamHandle stream_for(py::handle engine, const py::object& stream) {
         "or None, got " +
         std::string(py::str(py::type::of(stream))));
   }
-  return reinterpret_cast<StreamHandle>(v.cast<std::uintptr_t>());
+  return reinterpret_cast<StreamHandle>(handle_from(v, "stream"));
 }
 
 TransferEngine* host_engine_of(py::handle obj) {
@@ -201,8 +222,8 @@ void bind_host(py::module_& m) {
       .done()
       .def("__bool__", [](const EngineHealth& h) { return h.ok; });
 
-  py::class_<Ticket>(m, "Ticket",
-                     "Handle of one submitted batch. Dropping a pending ticket waits for it.")
+  py::class_<Ticket, TicketHolder>(
+      m, "Ticket", "Handle of one submitted batch. Dropping a pending ticket waits for it.")
       .def_property_readonly("id", [](const Ticket& t) { return t.id().value(); })
       .def_property_readonly("valid", &Ticket::valid)
       .def("poll", &Ticket::poll)
@@ -225,7 +246,7 @@ void bind_host(py::module_& m) {
               py::gil_scoped_release nogil;
               return e.submit(std::move(b));
             }();
-            return std::make_unique<Ticket>(unwrap(std::move(t)));
+            return TicketHolder(new Ticket(unwrap(std::move(t))));
           },
           py::arg("direction"), py::arg("pages") = py::none(), py::arg("snapshots") = py::none(),
           py::arg("slot_pieces") = py::none(), py::kw_only(), py::arg("stream") = py::none(),

@@ -3,7 +3,9 @@
 // detaches from it in close() (or when collected).
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <initializer_list>
 #include <map>
 #include <memory>
@@ -174,11 +176,18 @@ void bind_observers(py::module_& m) {
       .def(
           "flush",
           [](PyEventPublisher& p, double timeout_s) {
+            if (!(timeout_s >= 0)) raise_invalid("flush: timeout_s must be >= 0 seconds");
             ZmqPublisher& z = p.pub();
+            // A wait longer than a year (inf included) is a wait until done.
+            constexpr double kLongest = 365.0 * 24 * 3600;
+            const auto ms = std::chrono::milliseconds(
+                static_cast<std::int64_t>(std::min(timeout_s, kLongest) * 1000));
             py::gil_scoped_release nogil;
-            return z.flush(std::chrono::milliseconds(static_cast<long>(timeout_s * 1000)));
+            return z.flush(ms);
           },
-          py::arg("timeout_s") = 10.0, "Waits until every queued event is published.")
+          py::arg("timeout_s") = 10.0,
+          "Waits until every queued event is published, at most timeout_s seconds (inf: no "
+          "limit); False when some are still queued.")
       .def("close", &PyEventPublisher::close, "Detaches from the cache and stops publishing.");
   m.attr("HAVE_EVENTS") = true;
 #else

@@ -85,7 +85,9 @@ void bind_policy(py::module_& m) {
       .def("plan", &SnapshotPolicy::plan, py::arg("query"))
       .def_static("tail_boundary", &SnapshotPolicy::tail_boundary, py::arg("query"))
       .def_static("branch_boundary", &SnapshotPolicy::branch_boundary, py::arg("query"))
-      .def("__eq__", [](const SnapshotPolicy& a, const SnapshotPolicy& b) { return a == b; })
+      .def(
+          "__eq__", [](const SnapshotPolicy& a, const SnapshotPolicy& b) { return a == b; },
+          py::is_operator())
       .def("__repr__",
            [](const SnapshotPolicy& p) { return "SnapshotPolicy('" + p.name() + "')"; });
 }
