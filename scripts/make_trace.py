@@ -46,6 +46,12 @@ def main():
     block = 512
     if a.system_prompts < 0 or a.system_tokens <= 0 or a.system_tokens % block:
         ap.error("--system-prompts must be >= 0 and --system-tokens a positive multiple of 512")
+    if a.conversations < 1:
+        ap.error("--conversations must be at least 1")
+    if not a.rate > 0 or a.rate == float("inf"):
+        ap.error("--rate must be a positive number of conversations per second")
+    if a.max_turns < 1:
+        ap.error("--max-turns must be at least 1")
     next_id = 0
     systems = []
     for _ in range(a.system_prompts):

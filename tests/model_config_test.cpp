@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 namespace radixtier::sim {
@@ -175,6 +176,23 @@ TEST(ModelConfig, MalformedConfigsNameTheField) {
   j = preset_json("seed-hybrid");
   j["radixtier"]["extra_state_bytes"] = "184328";
   EXPECT_NE(error_of(j).find("\"radixtier.extra_state_bytes\""), std::string::npos);
+  // Geometries no model has, whose byte counts would break the simulator's arithmetic (a
+  // head_dim of 0 divided by zero; a wrapped state size ran with a third of the bytes).
+  j = preset_json("qwen3-next-80b");
+  j.erase("head_dim");
+  j["hidden_size"] = 4;
+  j["num_attention_heads"] = 8;
+  EXPECT_NE(error_of(j).find("head_dim 0"), std::string::npos) << error_of(j);
+  j = preset_json("seed-hybrid");
+  j["radixtier"]["extra_state_bytes"] = std::numeric_limits<std::uint64_t>::max();
+  EXPECT_NE(error_of(j).find("2^40"), std::string::npos) << error_of(j);
+  j = preset_json("qwen3-next-80b");
+  j["linear_value_head_dim"] = std::numeric_limits<std::uint32_t>::max();
+  j["linear_key_head_dim"] = std::numeric_limits<std::uint32_t>::max();
+  EXPECT_NE(error_of(j).find("\"linear_value_head_dim\""), std::string::npos) << error_of(j);
+  j = preset_json("qwen3-next-80b");
+  j["num_key_value_heads"] = std::numeric_limits<std::uint32_t>::max();
+  EXPECT_NE(error_of(j).find("2^32 bytes of KV per token"), std::string::npos) << error_of(j);
   // Not JSON, not an object, not a file, not a preset.
   auto bad = parse_model_config("{\"num_hidden_layers\": 48,", "x", "broken.json");
   ASSERT_FALSE(bad.is_ok());

@@ -61,6 +61,37 @@ TEST(Trace, MalformedLinesNameTheLine) {
   check(R"(["timestamp"])", "'{'");
   check(R"({"timestamp" 0})", "':'");
   check(R"({"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": 3})", "array");
+  // Lengths and times the replay's arithmetic cannot hold (a length near 2^64 wrapped its
+  // block count to 0 and aborted in a reserve; a huge output aborted in a bad_alloc).
+  check(R"({"timestamp": 0, "input_length": 0, "output_length": 1, "hash_ids": []})",
+        "at least 1 token");
+  check(R"({"timestamp": 0, "input_length": 18446744073709551615, "output_length": 1,
+            "hash_ids": []})",
+        "at most 268435456");
+  check(R"({"timestamp": 0, "input_length": 100, "output_length": 18446744073709551615,
+            "hash_ids": [1]})",
+        "at most 268435456");
+  check(R"({"timestamp": 18446744073709551615, "input_length": 10, "output_length": 1,
+            "hash_ids": [1]})",
+        "2^53");
+}
+
+TEST(Trace, RefusesTracesOutOfArrivalOrderAndEmptyOnes) {
+  std::istringstream in(
+      "{\"timestamp\": 9, \"input_length\": 10, \"output_length\": 1, \"hash_ids\": [1]}\n"
+      "{\"timestamp\": 9, \"input_length\": 10, \"output_length\": 1, \"hash_ids\": [1]}\n"
+      "{\"timestamp\": 4, \"input_length\": 10, \"output_length\": 1, \"hash_ids\": [1]}\n");
+  auto reqs = parse_trace(in);
+  ASSERT_FALSE(reqs.is_ok());
+  EXPECT_EQ(reqs.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(reqs.status().message().find("line 3: \"timestamp\" 4 is before"), std::string::npos)
+      << reqs.status().message();
+  std::istringstream blank("\n  \n");
+  EXPECT_EQ(parse_trace(blank).status().code(), ErrorCode::kInvalidArgument);
+  const auto dir = std::filesystem::temp_directory_path();
+  auto d = load_trace(dir.string());
+  ASSERT_FALSE(d.is_ok());
+  EXPECT_NE(d.status().message().find("is a directory"), std::string::npos);
 }
 
 TEST(Trace, TokensAreDeterministicPerBlockAndPosition) {

@@ -11,8 +11,11 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <functional>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -54,6 +57,44 @@ CLI::Validator parsed_by(Parse parse, std::string description) {
       std::move(description));
 }
 
+/// A CLI11 check for a number in [0, max], finite.
+inline CLI::Validator number_up_to(double max) {
+  return CLI::Validator(
+      [max](std::string& text) {
+        char* end = nullptr;
+        const double v = std::strtod(text.c_str(), &end);
+        if (end == text.c_str() || *end != '\0' || !(v >= 0 && std::isfinite(v)))
+          return "'" + text + "' is not a finite number >= 0";
+        std::ostringstream os;
+        os << "'" << text << "' is more than " << max;
+        return v <= max ? std::string() : os.str();
+      },
+      "[0, " +
+          [max] {
+            std::ostringstream os;
+            os << max;
+            return os.str();
+          }() +
+          "]");
+}
+
+/// A CLI11 check for a count (digits only) in [min, max].
+inline CLI::Validator count_in(unsigned long long min, unsigned long long max) {
+  return CLI::Validator(
+      [min, max](std::string& text) {
+        const bool digits =
+            !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
+        if (!digits) return "'" + text + "' is not a count";
+        errno = 0;
+        const unsigned long long v = std::strtoull(text.c_str(), nullptr, 10);
+        return errno == 0 && v >= min && v <= max
+                   ? std::string()
+                   : "'" + text + "' is not in [" + std::to_string(min) + ", " +
+                         std::to_string(max) + "]";
+      },
+      "COUNT in [" + std::to_string(min) + ", " + std::to_string(max) + "]");
+}
+
 /// A CLI11 check for a count (digits only) of at least `min`.
 inline CLI::Validator count_at_least(unsigned long long min) {
   return CLI::Validator(
@@ -74,9 +115,9 @@ inline CLI::Validator non_negative() {
       [](std::string& text) {
         char* end = nullptr;
         const double v = std::strtod(text.c_str(), &end);
-        return end != text.c_str() && *end == '\0' && v >= 0
+        return end != text.c_str() && *end == '\0' && v >= 0 && std::isfinite(v)
                    ? std::string()
-                   : "'" + text + "' is not a non-negative number";
+                   : "'" + text + "' is not a finite number >= 0";
       },
       ">=0");
 }

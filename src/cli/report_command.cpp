@@ -15,7 +15,9 @@ int run_report(radixtier::sim::ReportOptions& o);
 radixtier::cli::CommandRun setup_report(CLI::App& app) {
   auto o = std::make_shared<radixtier::sim::ReportOptions>();
   app.add_option("--out", o->out_dir, "output folder")->capture_default_str();
-  app.add_option("--trace", o->trace_path, "a Mooncake JSONL trace")->capture_default_str();
+  app.add_option("--trace", o->trace_path, "a Mooncake JSONL trace")
+      ->capture_default_str()
+      ->each([o](const std::string&) { o->trace_required = true; });
   app.add_option("--trace-limit", o->trace_limit,
                  "only the first N trace requests (the report says so)")
       ->check(radixtier::cli::count_at_least(0));
@@ -53,7 +55,10 @@ int run_report(radixtier::sim::ReportOptions& o) {
   meter.finish();
   if (auto s = status; !s) {
     std::fprintf(stderr, "radixtier report: %s\n", s.message().c_str());
-    return 1;
+    // A trace or an option that is wrong is the caller's input (exit 2, as a bad option).
+    const bool input = s.code() == radixtier::ErrorCode::kInvalidArgument ||
+                       s.code() == radixtier::ErrorCode::kNotFound;
+    return input ? 2 : 1;
   }
   std::fprintf(stderr, "wrote %s/results.md\n", o.out_dir.c_str());
   return 0;

@@ -14,6 +14,7 @@
 #include "radixtier/scheduler/snapshot_policy.hpp"
 #include "sim/progress.hpp"
 #include "sim/simulator.hpp"
+#include "sim/trace.hpp"
 
 namespace {
 
@@ -83,17 +84,17 @@ radixtier::cli::CommandRun setup_sim(CLI::App& app) {
   app.add_option("--host-gib", a.host_gib,
                  "whole host budget per instance in GiB, KV + snapshots (--snapshot-share of it "
                  "for snapshots); default: trace 16, other scenarios their own budget")
-      ->check(radixtier::cli::non_negative());
+      ->check(radixtier::cli::number_up_to(sim::kMaxBudgetGib));
   app.add_option("--disk-gib", a.disk_gib,
                  "node cache: the store tier below host, in GiB, on the hardware's NVMe row "
                  "(0: none)")
       ->capture_default_str()
-      ->check(radixtier::cli::non_negative());
+      ->check(radixtier::cli::number_up_to(sim::kMaxBudgetGib));
   app.add_option("--shared-gib", a.shared_gib,
                  "node cache: a shared tier of this many GiB that every instance fetches from "
                  "and publishes to (the hardware's shared-tier row; runs write-through; 0: none)")
       ->capture_default_str()
-      ->check(radixtier::cli::non_negative());
+      ->check(radixtier::cli::number_up_to(sim::kMaxBudgetGib));
   app.add_option("--shared-shards", a.opt.shared_shards,
                  "the shared tier's shards (default: one per instance)")
       ->check(radixtier::cli::count_at_least(1));
@@ -104,13 +105,13 @@ radixtier::cli::CommandRun setup_sim(CLI::App& app) {
                "restart: run the scenario straight through, without the process restart");
   app.add_option("--instances", a.opt.instances,
                  "trace: modeled GPUs (default: the smallest N with modeled utilization <= 0.7)")
-      ->check(radixtier::cli::count_at_least(1));
+      ->check(radixtier::cli::count_in(1, sim::kMaxInstances));
   app.add_option("--router", a.router, "trace, N > 1: prefix | session | round-robin")
       ->capture_default_str()
       ->check(radixtier::cli::parsed_by(sim::parse_router_kind, "R"));
   app.add_option("--gpu-kv-tokens", a.so.trace_gpu_kv_tokens,
                  "trace: GPU KV pool per instance (default: from the presets)")
-      ->check(radixtier::cli::count_at_least(1));
+      ->check(radixtier::cli::count_in(1, sim::kMaxGpuKvTokens));
   app.add_option("--snapshot-share", a.so.trace_snapshot_share,
                  "trace, or --host-gib: share of the host budget for snapshots, in [0, 1)")
       ->capture_default_str()
@@ -120,14 +121,15 @@ radixtier::cli::CommandRun setup_sim(CLI::App& app) {
             return d >= 0 && d < 1 ? std::string() : "'" + v + "' is not in [0, 1)";
           },
           "[0, 1)"));
-  app.add_option("--trace-limit", a.so.trace_limit, "trace: only the first N requests")
+  app.add_option("--trace-limit", a.so.trace_limit,
+                 "trace: only the first N requests (0: all of them)")
       ->check(radixtier::cli::count_at_least(0));
   app.add_flag("--hash-only-prompts", a.so.trace_hash_only,
                "trace: build prompts from hash ids alone (a follow-up turn without the previous "
                "turn's tail and output), not the token-faithful replay (docs/simulator.md)");
   app.add_option("--host-snapshot-gib", a.host_snapshot_gib,
                  "compaction*: host snapshots as a byte budget, not 32 slots")
-      ->check(radixtier::cli::non_negative());
+      ->check(radixtier::cli::number_up_to(sim::kMaxBudgetGib));
   app.add_option("--side-priority", a.side_priority,
                  "agent: retention priority of the side requests, 0-100 (the conversation "
                  "runs at 35; 35 here: no priorities)")
@@ -135,7 +137,7 @@ radixtier::cli::CommandRun setup_sim(CLI::App& app) {
       ->check(CLI::Range(0, 100));
   app.add_option("--decode-step-s", a.opt.decode_step_s, "seconds of one batched decode step")
       ->capture_default_str()
-      ->check(radixtier::cli::non_negative());
+      ->check(radixtier::cli::number_up_to(60));
   app.add_option("--load-back-min-tokens", a.opt.load_back_min_tokens,
                  "node cache: load back from host only when that resumes this many tokens "
                  "deeper (default 0: always)")
@@ -164,6 +166,7 @@ radixtier::cli::CommandRun setup_sim(CLI::App& app) {
                  "sglang-like: --mamba-full-memory-ratio (the GPU state pool gets r / (1 + r) "
                  "of the cache bytes when they come from the presets)")
       ->capture_default_str()
+      ->check(radixtier::cli::number_up_to(1e6))
       ->check(CLI::PositiveNumber);
   app.add_flag("!--sglang-no-hicache", a.opt.sglang.hicache,
                "sglang-like: HiCache off (SGLang's default) whatever the host budget");
@@ -173,8 +176,9 @@ radixtier::cli::CommandRun setup_sim(CLI::App& app) {
   app.add_option("--forward-tokens", a.opt.forward_tokens,
                  "every cache but sglang-like and vllm-like: prompt tokens per forward, the "
                  "engine's chunked prefill (default: SGLang's for the GPU's memory; states "
-                 "inside are captured)")
-      ->check(radixtier::cli::count_at_least(1));
+                 "inside are captured; a multiple of the scenario's chunk, 2048 tokens for a "
+                 "trace)")
+      ->check(radixtier::cli::count_in(1, sim::kMaxTraceTokens));
   app.add_flag("--vllm-offload", a.opt.vllm_offload,
                "vllm-like: vLLM's CPU offloading tier (OffloadingConnector, LRU) in the host "
                "budget (default: off, as in vLLM)");
@@ -183,9 +187,11 @@ radixtier::cli::CommandRun setup_sim(CLI::App& app) {
 #ifdef RADIXTIER_CLI_METRICS
   app.add_option("--metrics-port", a.metrics_port,
                  "serve Prometheus metrics on 127.0.0.1:P/metrics during the run (0: any free "
-                 "port, printed on stderr)");
+                 "port, printed on stderr)")
+      ->check(CLI::Range(0, 65535));
   app.add_option("--metrics-hold", a.metrics_hold_s,
-                 "with --metrics-port: keep serving this many seconds after the run");
+                 "with --metrics-port: keep serving this many seconds after the run")
+      ->check(radixtier::cli::number_up_to(86400));
 #endif
   app.add_flag("--json", a.json, "one JSON object on stdout");
   app.add_flag("--rows", a.rows, "per-request rows (in the table and the JSON)");
@@ -232,6 +238,12 @@ int run_sim(SimArgs& args) {
     }
     opt.policy = policy_text;
   }
+#ifdef RADIXTIER_CLI_METRICS
+  if (args.metrics_hold_s > 0 && args.metrics_port < 0) {
+    std::fprintf(stderr, "radixtier sim: --metrics-hold: needs --metrics-port\n");
+    return 2;
+  }
+#endif
   auto model = sim::resolve_model(opt.model, opt.dtypes);
   if (!model) {
     std::fprintf(stderr, "radixtier sim: %s\n", model.status().message().c_str());
@@ -291,9 +303,16 @@ int run_sim(SimArgs& args) {
 #endif
   if (r) meter.update(r->requests);
   meter.finish();
+  if (r && opt.fresh_instance && !r->fresh.ran) {
+    std::fprintf(stderr,
+                 "radixtier sim: --fresh-instance: instance 0 was never idle at an arrival after "
+                 "the trace's midpoint, so it never restarted (give more --instances or a "
+                 "longer trace)\n");
+  }
   if (!r) {
     std::fprintf(stderr, "radixtier sim: %s\n", r.status().message().c_str());
-    return 1;
+    // A bad option or budget found once the run is set up is still the caller's input.
+    return r.status().code() == ErrorCode::kInvalidArgument ? 2 : 1;
   }
 #ifdef RADIXTIER_CLI_METRICS
   auto hold = [&] {

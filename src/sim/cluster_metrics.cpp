@@ -42,8 +42,12 @@ std::size_t default_instances(const Scenario& s, const HardwarePreset& hw, doubl
   const double span = trace_span_seconds(s);
   if (span <= 0 || target <= 0) return 1;
   const double busy = offered_busy_seconds(s, hw, decode_step_s);
-  auto n = static_cast<std::size_t>(std::max(1.0, std::ceil(busy / (target * span))));
-  while (busy / (static_cast<double>(n) * span) > target) ++n;
+  // Clamped: a trace that would need more is overloaded at the most the simulator models,
+  // and the replay says so (SimResult::overrun).
+  const double want = std::ceil(busy / (target * span));
+  if (!(want < static_cast<double>(kMaxInstances))) return kMaxInstances;
+  auto n = static_cast<std::size_t>(std::max(1.0, want));
+  while (n < kMaxInstances && busy / (static_cast<double>(n) * span) > target) ++n;
   return n;
 }
 

@@ -16,6 +16,11 @@ namespace radixtier::sim {
 
 namespace {
 
+/// Bounds on a geometry's byte counts (far above any model): the simulator multiplies them by
+/// page and slot counts in 64 bits.
+constexpr unsigned __int128 kMaxKvBytesPerToken = std::uint64_t{1} << 32;
+constexpr unsigned __int128 kMaxStateBytes = std::uint64_t{1} << 40;
+
 using nlohmann::json;
 
 /// Reads the fields of one config object; every error names the file and the field.
@@ -213,6 +218,11 @@ Result<ModelGeometry> parse_config(const json& root, std::string name, std::stri
     auto heads = f.positive("num_attention_heads");
     if (!heads) return heads.status();
     m.head_dim = *hidden / *heads;  // transformers' default when head_dim is absent
+    if (m.head_dim == 0) {
+      return f.error("hidden_size", "/ num_attention_heads gives head_dim 0 (" +
+                                        std::to_string(*hidden) + " / " + std::to_string(*heads) +
+                                        "): give \"head_dim\"");
+    }
   } else {
     auto head_dim = f.positive("head_dim");
     if (!head_dim) return head_dim.status();
@@ -279,6 +289,29 @@ Result<ModelGeometry> parse_config(const json& root, std::string name, std::stri
   auto extra = f.count("radixtier.extra_state_bytes", f.extra("extra_state_bytes"), 0);
   if (!extra) return extra.status();
   m.extra_state_bytes = *extra;
+  // The byte counts every budget is made of, computed wide: a state or a KV token this large
+  // is no model's, and would wrap the simulator's arithmetic (pages x bytes).
+  {
+    using Wide = unsigned __int128;
+    const Wide kv = Wide{m.full_layers} * 2 * m.kv_heads *
+                    (Wide{m.head_dim} * m.kv_element_bytes + m.kv_scale_bytes);
+    const Wide recurrent =
+        Wide{m.value_heads} * m.key_dim * m.value_dim * m.recurrent_element_bytes;
+    const Wide conv = (Wide{2} * m.key_heads * m.key_dim + Wide{m.value_heads} * m.value_dim) *
+                      (m.conv_kernel - 1) * m.conv_element_bytes;
+    const Wide state = Wide{m.gdn_layers} * (recurrent + conv) + m.extra_state_bytes;
+    if (kv > kMaxKvBytesPerToken) {
+      return f.error("num_key_value_heads",
+                     "with head_dim, the KV dtype and the full-attention layers, gives more than "
+                     "2^32 bytes of KV per token: no model's geometry");
+    }
+    if (state > kMaxStateBytes) {
+      return f.error("linear_value_head_dim",
+                     "with the other GDN dimensions, the state dtypes and "
+                     "radixtier.extra_state_bytes, gives a recurrent state above 2^40 bytes: no "
+                     "model's geometry");
+    }
+  }
   auto weights = f.count("radixtier.weight_bytes", f.extra("weight_bytes"), 0);
   if (!weights) return weights.status();
   if (*weights > 0) {

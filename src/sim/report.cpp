@@ -278,6 +278,7 @@ Status write_report(const ReportOptions& o) {
     flush = &keep(std::move(*fl));
   }
   auto trace = load_trace(o.trace_path);
+  if (!trace && o.trace_required) return trace.status();
   if (trace && o.trace_limit > 0 && trace->size() > o.trace_limit) trace->resize(o.trace_limit);
   std::vector<const Scenario*> at_budget;  // the trace per host budget
   if (trace) {
@@ -651,8 +652,8 @@ Status write_report(const ReportOptions& o) {
   }
 
   md << "## Plots\n\n![churn TTFT](churn_ttft.svg)\n\n![compaction cached](compaction_cached.svg)"
-     << "\n\n![compaction TTFT](compaction_ttft.svg)\n\n![trace hit ratio](trace_hit_ratio.svg)"
-     << "\n\nReport generated in "
+     << "\n\n![compaction TTFT](compaction_ttft.svg)"
+     << (trace ? "\n\n![trace hit ratio](trace_hit_ratio.svg)" : "") << "\n\nReport generated in "
      << f("%.0f", std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count())
      << " s.\n";
 

@@ -14,6 +14,9 @@ namespace radixtier::sim {
 struct ReportOptions {
   std::string out_dir = "report";
   std::string trace_path = "../shared/traces/mooncake_synthetic_trace.jsonl";
+  /// The trace was asked for (--trace): one that cannot be read fails the report before any
+  /// run; otherwise (the default path, absent) the report says "Trace not run".
+  bool trace_required = false;
   std::size_t trace_limit = 0;  ///< > 0: only the first N trace requests (said in the report)
   std::vector<double> trace_host_gib = {0, 16, 64, 256};  ///< 0: no host tier
   std::string model = "qwen3-next-80b";

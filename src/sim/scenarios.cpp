@@ -195,15 +195,18 @@ CacheConfig cache_config(const Budget& budget, const ModelGeometry& model,
   c.page_size = page_size;
   c.page_bytes = model.page_bytes(page_size);
   c.snapshot_bytes = model.snapshot_bytes();
-  c.gpu_pages = static_cast<std::uint32_t>(budget.gpu_kv_tokens / page_size);
+  // Counts beyond 32 bits saturate (CacheConfig::validate then names the field) rather than
+  // wrap into a small pool.
+  auto u32 = [](std::uint64_t v) {
+    return static_cast<std::uint32_t>(std::min<std::uint64_t>(v, UINT32_MAX));
+  };
+  c.gpu_pages = u32(budget.gpu_kv_tokens / page_size);
   c.gpu_snapshot_slots = budget.gpu_snapshot_slots;
-  c.host_pages =
-      static_cast<std::uint32_t>(budget.host_kv_tokens > 0 ? budget.host_kv_tokens / page_size
-                                                           : budget.host_kv_bytes / c.page_bytes);
-  c.host_snapshot_slots =
-      budget.host_snapshot_bytes > 0
-          ? static_cast<std::uint32_t>(budget.host_snapshot_bytes / c.snapshot_bytes)
-          : budget.host_snapshot_slots;
+  c.host_pages = u32(budget.host_kv_tokens > 0 ? budget.host_kv_tokens / page_size
+                                               : budget.host_kv_bytes / c.page_bytes);
+  c.host_snapshot_slots = budget.host_snapshot_bytes > 0
+                              ? u32(budget.host_snapshot_bytes / c.snapshot_bytes)
+                              : budget.host_snapshot_slots;
   return c;
 }
 

@@ -24,6 +24,12 @@
 namespace radixtier::sim {
 
 inline constexpr std::uint64_t kGiB = std::uint64_t{1} << 30;
+/// A GPU KV pool per instance, at most (tokens): far above any GPU's (simulate() refuses more).
+inline constexpr std::size_t kMaxGpuKvTokens = std::size_t{1} << 31;
+/// Modeled instances, at most (sim --instances; the default is clamped to it).
+inline constexpr std::size_t kMaxInstances = 1024;
+/// A budget in GiB (host, disk, shared tier), at most: 64 TiB, more than any server has.
+inline constexpr double kMaxBudgetGib = 65536;
 
 /// Memory budgets, the same for every cache of one run.
 struct Budget {

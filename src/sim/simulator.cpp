@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -78,6 +79,13 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
   const std::size_t n_inst = o.instances > 0
                                  ? o.instances
                                  : (s.is_trace() ? default_instances(s, *hw, o.decode_step_s) : 1);
+  if (n_inst > kMaxInstances) {
+    return invalid_argument("--instances " + std::to_string(n_inst) + ": at most " +
+                            std::to_string(kMaxInstances));
+  }
+  if (!(o.decode_step_s >= 0 && std::isfinite(o.decode_step_s))) {
+    return invalid_argument("--decode-step-s must be a finite number of seconds >= 0");
+  }
   if (n_inst > 1 && !s.is_trace()) {
     return invalid_argument("--instances > 1 needs a trace scenario: '" + s.name +
                             "' is one conversation");
@@ -120,6 +128,14 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
     }
     budget.gpu_kv_tokens = static_cast<std::size_t>((*bytes - slots) / model->kv_bytes_per_token() /
                                                     s.page_size * s.page_size);
+  }
+  // Far above any GPU's pool (an H200 holds about 5M tokens of this project's models): a pool
+  // this large is a model whose KV is a few bytes per token, or a typo, and its page
+  // bookkeeping would not fit this machine's memory.
+  if (budget.gpu_kv_tokens > kMaxGpuKvTokens) {
+    return invalid_argument("the GPU KV pool is " + std::to_string(budget.gpu_kv_tokens) +
+                            " tokens per instance (" + std::to_string(model->kv_bytes_per_token()) +
+                            " bytes of KV per token), more than 2^31: give --gpu-kv-tokens");
   }
   out.config = cache_config(budget, *model, s.page_size);
   out.config.snapshot_eviction = o.eviction;
@@ -235,6 +251,11 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
   if (!sglang && !vllm) {
     // The engine's own chunked prefill (the peers set theirs below); the placement grid
     // stays s.chunk_tokens, states inside a forward are captured.
+    if (o.forward_tokens % s.chunk_tokens != 0) {
+      return invalid_argument("--forward-tokens " + std::to_string(o.forward_tokens) +
+                              ": must be a multiple of the scenario's chunk, " +
+                              std::to_string(s.chunk_tokens) + " tokens");
+    }
     const std::size_t engine =
         o.forward_tokens > 0 ? o.forward_tokens : sglang_chunk_tokens(hw->hbm_bytes);
     sc.forward_tokens = std::max<std::size_t>(1, engine / s.chunk_tokens) * s.chunk_tokens;

@@ -177,8 +177,9 @@ struct SimOptions {
   /// Prompt tokens one forward runs (SchedulerConfig::forward_tokens: the engine's
   /// chunked-prefill size; states inside a forward are captured) for every cache but
   /// sglang-like and vllm-like, which run their engines' own. 0: the engine's default on the
-  /// GPU, sglang_chunk_tokens() (vLLM's default is the same on a >= 70 GiB GPU). Floored to a
-  /// multiple of the scenario's chunk, at least one chunk.
+  /// GPU, sglang_chunk_tokens() (vLLM's default is the same on a >= 70 GiB GPU), floored to
+  /// a multiple of the scenario's chunk, at least one chunk. A value given must be a multiple
+  /// of the chunk (simulate() refuses another).
   std::size_t forward_tokens = 0;
   SglangOptions sglang;  ///< the sglang-like cache's options
   /// vllm-like: --max-num-batched-tokens; 0: vLLM's default for the GPU (8192 at >= 70 GiB,

@@ -1,5 +1,6 @@
 #include "sim/trace.hpp"
 
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <unordered_set>
@@ -52,6 +53,19 @@ Result<TraceRequest> parse_trace_line(std::string_view line, std::size_t line_no
     if (!v) return v.status();
     *out = *v;
   }
+  if (r.input_length == 0) return error("\"input_length\" must be at least 1 token");
+  // Bounds far above any model's context, so lengths and times keep their meaning in the
+  // simulator's arithmetic (a length near 2^64 wrapped its block count; a time beyond 2^53 ms
+  // loses milliseconds in a double).
+  if (r.input_length > kMaxTraceTokens || r.output_length > kMaxTraceTokens ||
+      r.input_length + r.output_length > kMaxTraceTokens) {
+    return error("\"input_length\" + \"output_length\" is " + std::to_string(r.input_length) +
+                 " + " + std::to_string(r.output_length) + " tokens; a request holds at most " +
+                 std::to_string(kMaxTraceTokens));
+  }
+  if (r.timestamp_ms > kMaxTraceTimestampMs) {
+    return error("\"timestamp\" is " + std::to_string(r.timestamp_ms) + " ms, beyond 2^53 ms");
+  }
   auto ids = j.find("hash_ids");
   if (ids == j.end()) return error("missing \"hash_ids\"");
   if (!ids->is_array()) return error("\"hash_ids\" must be an array");
@@ -76,15 +90,31 @@ Result<std::vector<TraceRequest>> parse_trace(std::istream& in, std::uint32_t bl
     if (line.find_first_not_of(" \t\r\n") == std::string::npos) continue;
     auto r = parse_trace_line(line, line_no, block_tokens);
     if (!r) return r.status();
+    // Arrival order: the replay submits requests in file order and measures the span from
+    // the first line to the last (an unsorted trace ran as one idle instance).
+    if (!out.empty() && r->timestamp_ms < out.back().timestamp_ms) {
+      return invalid_argument("trace line " + std::to_string(line_no) + ": \"timestamp\" " +
+                              std::to_string(r->timestamp_ms) + " is before the previous " +
+                              "request's " + std::to_string(out.back().timestamp_ms) +
+                              " (a trace lists requests in arrival order: sort it by timestamp)");
+    }
     out.push_back(std::move(*r));
   }
+  if (in.bad()) return invalid_argument("the trace could not be read (an I/O error)");
+  if (out.empty()) return invalid_argument("the trace has no requests");
   return out;
 }
 
 Result<std::vector<TraceRequest>> load_trace(const std::string& path, std::uint32_t block_tokens) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    return invalid_argument("trace file '" + path + "' is a directory");
   std::ifstream in(path);
   if (!in) return not_found("cannot open trace file '" + path + "'");
-  return parse_trace(in, block_tokens);
+  auto trace = parse_trace(in, block_tokens);
+  if (!trace)
+    return Status(trace.status().code(), "trace file '" + path + "': " + trace.status().message());
+  return trace;
 }
 
 Token trace_token(std::uint64_t hash_id, std::uint32_t position) {

@@ -19,6 +19,10 @@ namespace radixtier::sim {
 
 inline constexpr std::uint32_t kTraceBlockTokens = 512;
 inline constexpr std::uint32_t kTraceVocabulary = 151'936;  ///< Qwen3 vocabulary size
+/// A request's prompt and output together, at most (far above any context a model has).
+inline constexpr std::uint64_t kMaxTraceTokens = std::uint64_t{1} << 28;
+/// A timestamp (ms), at most: exact as a double.
+inline constexpr std::uint64_t kMaxTraceTimestampMs = std::uint64_t{1} << 53;
 
 struct TraceRequest {
   std::uint64_t timestamp_ms = 0;
