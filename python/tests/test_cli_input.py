@@ -79,3 +79,10 @@ def test_a_model_whose_geometry_divides_by_zero(tmp_path):
     path.write_text(json.dumps(config))
     r = run("sim", "--scenario", "churn", "--model", path)
     assert r.returncode == 2 and "head_dim 0" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("option", [["--router", "round-robin"], ["--trace-limit", "5"],
+                                    ["--gpu-kv-tokens", "65536"], ["--hash-only-prompts"]])
+def test_trace_options_given_to_another_scenario_are_an_error(option):
+    r = run("sim", "--scenario", "churn", *option)
+    assert r.returncode == 2 and "only the trace scenario reads it" in r.stderr, r.stderr

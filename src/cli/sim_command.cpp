@@ -30,6 +30,8 @@ struct SimArgs {
   int metrics_port = -1;      ///< < 0: no metrics endpoint
   double metrics_hold_s = 0;  ///< seconds to keep serving after the run
   int side_priority = sim::ScenarioOptions{}.agent_side_priority;  // CLI11 reads uint8_t as a char
+  /// Options only the trace scenario reads: given to another scenario, an error (not a no-op).
+  std::vector<const CLI::Option*> trace_only;
 };
 
 /// A valid element type name (model_config.hpp).
@@ -68,7 +70,8 @@ radixtier::cli::CommandRun setup_sim(CLI::App& app) {
   app.add_option("--hardware", a.opt.hardware, "consumer-gen4 | h200-gen5")
       ->capture_default_str()
       ->check(radixtier::cli::parsed_by(sim::find_hardware, "PRESET"));
-  app.add_option("--trace", a.so.trace_path, "trace: a Mooncake JSONL file")->capture_default_str();
+  a.trace_only.push_back(app.add_option("--trace", a.so.trace_path, "trace: a Mooncake JSONL file")
+                             ->capture_default_str());
   app.add_option("--policy", a.policy_text,
                  std::string("snapshot placement: adaptive | end-only | every-chunk | interval:N | "
                              "budgeted[:BYTES] | sglang-no-buffer | sglang-extra-buffer, each "
@@ -98,20 +101,23 @@ radixtier::cli::CommandRun setup_sim(CLI::App& app) {
   app.add_option("--shared-shards", a.opt.shared_shards,
                  "the shared tier's shards (default: one per instance)")
       ->check(radixtier::cli::count_at_least(1));
-  app.add_flag("--fresh-instance", a.opt.fresh_instance,
-               "trace, N > 1: instance 0 restarts empty at its first idle moment after the "
-               "midpoint; reports its next 100 requests' hit ratio against the warm instances'");
+  a.trace_only.push_back(app.add_flag(
+      "--fresh-instance", a.opt.fresh_instance,
+      "trace, N > 1: instance 0 restarts empty at its first idle moment after the "
+      "midpoint; reports its next 100 requests' hit ratio against the warm instances'"));
   app.add_flag("--no-restart", a.no_restart,
                "restart: run the scenario straight through, without the process restart");
   app.add_option("--instances", a.opt.instances,
                  "trace: modeled GPUs (default: the smallest N with modeled utilization <= 0.7)")
       ->check(radixtier::cli::count_in(1, sim::kMaxInstances));
-  app.add_option("--router", a.router, "trace, N > 1: prefix | session | round-robin")
-      ->capture_default_str()
-      ->check(radixtier::cli::parsed_by(sim::parse_router_kind, "R"));
-  app.add_option("--gpu-kv-tokens", a.so.trace_gpu_kv_tokens,
-                 "trace: GPU KV pool per instance (default: from the presets)")
-      ->check(radixtier::cli::count_in(1, sim::kMaxGpuKvTokens));
+  a.trace_only.push_back(
+      app.add_option("--router", a.router, "trace, N > 1: prefix | session | round-robin")
+          ->capture_default_str()
+          ->check(radixtier::cli::parsed_by(sim::parse_router_kind, "R")));
+  a.trace_only.push_back(
+      app.add_option("--gpu-kv-tokens", a.so.trace_gpu_kv_tokens,
+                     "trace: GPU KV pool per instance (default: from the presets)")
+          ->check(radixtier::cli::count_in(1, sim::kMaxGpuKvTokens)));
   app.add_option("--snapshot-share", a.so.trace_snapshot_share,
                  "trace, or --host-gib: share of the host budget for snapshots, in [0, 1)")
       ->capture_default_str()
@@ -121,12 +127,13 @@ radixtier::cli::CommandRun setup_sim(CLI::App& app) {
             return d >= 0 && d < 1 ? std::string() : "'" + v + "' is not in [0, 1)";
           },
           "[0, 1)"));
-  app.add_option("--trace-limit", a.so.trace_limit,
-                 "trace: only the first N requests (0: all of them)")
-      ->check(radixtier::cli::count_at_least(0));
-  app.add_flag("--hash-only-prompts", a.so.trace_hash_only,
-               "trace: build prompts from hash ids alone (a follow-up turn without the previous "
-               "turn's tail and output), not the token-faithful replay (docs/simulator.md)");
+  a.trace_only.push_back(app.add_option("--trace-limit", a.so.trace_limit,
+                                        "trace: only the first N requests (0: all of them)")
+                             ->check(radixtier::cli::count_at_least(0)));
+  a.trace_only.push_back(app.add_flag(
+      "--hash-only-prompts", a.so.trace_hash_only,
+      "trace: build prompts from hash ids alone (a follow-up turn without the previous "
+      "turn's tail and output), not the token-faithful replay (docs/simulator.md)"));
   app.add_option("--host-snapshot-gib", a.host_snapshot_gib,
                  "compaction*: host snapshots as a byte budget, not 32 slots")
       ->check(radixtier::cli::number_up_to(sim::kMaxBudgetGib));
@@ -229,6 +236,14 @@ int run_sim(SimArgs& args) {
   if (args.host_snapshot_gib >= 0) {
     so.compaction_host_snapshot_bytes =
         static_cast<std::uint64_t>(args.host_snapshot_gib * static_cast<double>(sim::kGiB));
+  }
+  if (scenario != "trace") {
+    for (const CLI::Option* o : args.trace_only) {
+      if (o->count() == 0) continue;
+      std::fprintf(stderr, "radixtier sim: %s: only the trace scenario reads it, not '%s'\n",
+                   o->get_name().c_str(), scenario.c_str());
+      return 2;
+    }
   }
   if (!policy_text.empty()) {
     auto p = sched::SnapshotPolicy::parse(policy_text);
