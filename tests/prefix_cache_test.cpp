@@ -2,8 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <span>
 #include <sstream>
-
 #include <thread>
 
 #include "cache_harness.hpp"
@@ -29,15 +29,10 @@ INSTANTIATE_TEST_SUITE_P(Policies, PrefixCacheTest,
                                                                         : "WriteThrough";
                          });
 
-TEST(CacheConfigTest, RejectsZeroCapacitiesNamingTheField) {
-  const std::pair<const char*, void (*)(CacheConfig&)> cases[] = {
-      {"page_size", [](CacheConfig& c) { c.page_size = 0; }},
-      {"gpu_pages", [](CacheConfig& c) { c.gpu_pages = 0; }},
-      {"gpu_snapshot_slots", [](CacheConfig& c) { c.gpu_snapshot_slots = 0; }},
-      {"page_bytes", [](CacheConfig& c) { c.page_bytes = 0; }},
-      {"snapshot_bytes", [](CacheConfig& c) { c.snapshot_bytes = 0; }},
-      {"slice_pages", [](CacheConfig& c) { c.slice_pages = 0; }},
-  };
+/// A change to small_config() and the field its refusal must name.
+using ConfigCase = std::pair<const char*, void (*)(CacheConfig&)>;
+
+void expect_refused_naming_the_field(std::span<const ConfigCase> cases) {
   for (auto [field, mutate] : cases) {
     CacheConfig c = small_config();
     mutate(c);
@@ -45,6 +40,18 @@ TEST(CacheConfigTest, RejectsZeroCapacitiesNamingTheField) {
     EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument) << field;
     EXPECT_NE(s.message().find(field), std::string::npos) << s.message();
   }
+}
+
+TEST(CacheConfigTest, RejectsZeroCapacitiesNamingTheField) {
+  const ConfigCase cases[] = {
+      {"page_size", [](CacheConfig& c) { c.page_size = 0; }},
+      {"gpu_pages", [](CacheConfig& c) { c.gpu_pages = 0; }},
+      {"gpu_snapshot_slots", [](CacheConfig& c) { c.gpu_snapshot_slots = 0; }},
+      {"page_bytes", [](CacheConfig& c) { c.page_bytes = 0; }},
+      {"snapshot_bytes", [](CacheConfig& c) { c.snapshot_bytes = 0; }},
+      {"slice_pages", [](CacheConfig& c) { c.slice_pages = 0; }},
+  };
+  expect_refused_naming_the_field(cases);
   CacheConfig c = small_config(WritePolicy::kWriteThrough);
   c.host_pages = 0;
   EXPECT_NE(c.validate().message().find("write_policy"), std::string::npos);
@@ -55,7 +62,7 @@ TEST(CacheConfigTest, RejectsPoolsWhoseBytesWrapNamingTheField) {
   // Each product is a pool an engine allocates as one arena: wrapped, it would be a sliver
   // indexed past its end (a config that validated made HostArenas of 0 bytes).
   constexpr std::size_t kHuge = std::size_t{1} << 61;
-  const std::pair<const char*, void (*)(CacheConfig&)> cases[] = {
+  const ConfigCase cases[] = {
       {"page_bytes", [](CacheConfig& c) { c.page_bytes = std::size_t{1} << 62; }},
       {"snapshot_bytes", [](CacheConfig& c) { c.snapshot_bytes = std::size_t{1} << 62; }},
       {"page_bytes", [](CacheConfig& c) { c.page_bytes = kHuge; }},  // x gpu_pages
@@ -77,14 +84,9 @@ TEST(CacheConfigTest, RejectsPoolsWhoseBytesWrapNamingTheField) {
          c.host_pages = 1u << 24;
        }},
   };
-  for (auto [field, mutate] : cases) {
-    CacheConfig c = small_config();
-    mutate(c);
-    Status s = c.validate();
-    EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument) << field;
-    EXPECT_NE(s.message().find(field), std::string::npos) << s.message();
-  }
+  expect_refused_naming_the_field(cases);
 }
+
 TEST(PrefixCacheCreate, RefusesInvalidConfig) {
   CacheConfig c = small_config();
   c.gpu_pages = 0;
