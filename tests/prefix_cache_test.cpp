@@ -38,7 +38,7 @@ void expect_refused_naming_the_field(std::span<const ConfigCase> cases) {
     mutate(c);
     Status s = c.validate();
     EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument) << field;
-    EXPECT_NE(s.message().find(field), std::string::npos) << s.message();
+    EXPECT_EQ(s.message().rfind(std::string("CacheConfig.") + field + ":", 0), 0u) << s.message();
   }
 }
 

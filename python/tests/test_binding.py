@@ -2,6 +2,9 @@
 arrays, the GIL released during C++ calls, one cache shared by threads."""
 
 import gc
+import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -367,14 +370,20 @@ def test_bad_arrays_are_rejected(stack):
         stack.cache.admit(np.array([2**64 - 1, 1], dtype=np.uint64))
     with pytest.raises(rt.InvalidArgumentError, match="stream = -5"):
         stack.cache.admit([1, 2], stream=-5)
+    b = stack.cache.admit([1, 2], stream=np.int64(7))  # any integer type; the host ignores it
+    stack.cache.release(b.lock)
+    for not_tokens in (b"\x01\x02", [True, 2]):  # a bytearray is a uint8 buffer, like numpy's
+        with pytest.raises((TypeError, rt.InvalidArgumentError)):
+            stack.cache.match(not_tokens)
     assert stack.cache.check_invariants() == ""
     stack.cache.release(a.lock)
 
 
 def test_engine_submit_takes_integer_ids_only():
     s = Stack()
-    for pages in (np.array([[1.9, 0.9]]), [["1", "1"]], np.array([[True, True]])):
-        with pytest.raises(rt.InvalidArgumentError, match="pages: expected an integer array"):
+    for pages in (np.array([[1.9, 0.9]]), [["1", "1"]], np.array([[True, True]]),
+                  np.array([[2**63, 0]], dtype=np.uint64), [[2**64 - 1, 0]]):
+        with pytest.raises(rt.InvalidArgumentError, match="integers that fit int64"):
             s.engine.submit(rt.Direction.DEVICE_TO_HOST, pages=pages)
     assert s.engine.pending() == []
     with pytest.raises(rt.InvalidArgumentError, match="stream"):
@@ -452,16 +461,24 @@ def test_ticket_wait_releases_the_gil():
 
 def test_dropping_a_pending_ticket_releases_the_gil():
     # Dropping a pending ticket waits for its copy; the thread that lets it finish may be
-    # Python's, so the wait must not hold the GIL.
-    s = Stack()
-    t = s.engine.submit(rt.Direction.DEVICE_TO_HOST, pages=np.array([[0, 0]]))
-    s.engine.delay_ticket(t.id)
-    ticket_id = t.id
-    resumer = threading.Thread(target=lambda: (time.sleep(0.1), s.engine.resume(ticket_id)))
-    resumer.start()
-    del t  # returns once the resumer ran
-    resumer.join(timeout=10)
-    assert not resumer.is_alive() and s.engine.pending() == []
+    # Python's, so the wait must not hold the GIL. Run apart: a regression deadlocks every
+    # thread of the process, this test's included.
+    code = """
+import threading, time, numpy as np, radixtier as rt
+from conftest import Stack
+s = Stack()
+t = s.engine.submit(rt.Direction.DEVICE_TO_HOST, pages=np.array([[0, 0]]))
+s.engine.delay_ticket(t.id)
+ticket_id = t.id
+threading.Thread(target=lambda: (time.sleep(0.1), s.engine.resume(ticket_id))).start()
+del t  # returns once the resumer ran
+assert s.engine.pending() == []
+print("dropped")
+"""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                       env=env, cwd=os.path.dirname(__file__))
+    assert r.returncode == 0 and "dropped" in r.stdout, r.stderr
 
 
 def test_one_cache_shared_by_threads():

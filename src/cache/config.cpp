@@ -41,15 +41,15 @@ Status CacheConfig::validate() const {
     return bad(page_bytes > PTRDIFF_MAX / 2 ? "page_bytes" : "snapshot_bytes",
                "must be below 2^62 bytes");
   if (!fits(gpu_pages, page_bytes))
-    return bad("page_bytes", "gpu_pages x page_bytes (the GPU pool) exceeds 2^63 bytes");
+    return bad("page_bytes", "gpu_pages x page_bytes (the GPU pool) reaches 2^63 bytes");
   if (!fits(gpu_snapshot_slots, snapshot_bytes))
     return bad("snapshot_bytes",
-               "gpu_snapshot_slots x snapshot_bytes (the live slots) exceeds 2^63 bytes");
+               "gpu_snapshot_slots x snapshot_bytes (the live slots) reaches 2^63 bytes");
   if (!fits(slice_pages, page_bytes))
-    return bad("slice_pages", "slice_pages x page_bytes (one copy slice) exceeds 2^63 bytes");
+    return bad("slice_pages", "slice_pages x page_bytes (one copy slice) reaches 2^63 bytes");
   if (!fits(host_snapshot_slots, snapshot_pages()) || !fits(host_pool_pages(), page_bytes))
     return bad("host_pages",
-               "with host_snapshot_slots, the host pool exceeds 2^63 bytes of page_bytes pages");
+               "with host_snapshot_slots, the host pool of page_bytes pages reaches 2^63 bytes");
   if (host_pool_pages() >= std::size_t{0xFFFFFFFFu})
     return bad("host_pages", "with host_snapshot_slots, the host pool exceeds 2^32 - 1 pages");
   if (!(host_pin_share >= 0.0 && host_pin_share <= 1.0))

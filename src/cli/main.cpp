@@ -1,6 +1,8 @@
 // `radixtier <command> [args]`: one CLI11 subcommand per command registered in commands.hpp.
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
+#include <new>
 
 #include "commands.hpp"
 
@@ -25,7 +27,17 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   for (auto& [sub, run] : runs) {
-    if (sub->parsed()) return run();
+    if (!sub->parsed()) continue;
+    try {
+      return run();
+    } catch (const std::bad_alloc&) {
+      // A run larger than this machine's memory: a message and a status, not an abort.
+      std::fprintf(stderr,
+                   "radixtier %s: out of memory (the run is larger than this machine's "
+                   "memory: give it smaller budgets or fewer instances)\n",
+                   sub->get_name().c_str());
+      return 1;
+    }
   }
   return 2;
 }

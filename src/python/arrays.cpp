@@ -128,7 +128,7 @@ void IntArray::from_buffer(py::handle obj, const char* what) {
 }
 
 void IntArray::from_tensor(py::handle obj, const char* what) {
-  // Five attribute reads through the C API with interned names (no numpy() round trip, no
+  // A few attribute reads through the C API with interned names (no numpy() round trip, no
   // temporary strings): this is the hot path of an engine that keeps token ids in tensors.
   struct Names {
     PyObject *device, *type, *dtype, *shape, *stride, *data_ptr, *storage;
@@ -147,10 +147,22 @@ void IntArray::from_tensor(py::handle obj, const char* what) {
   // device's pointer would be read as if it were.
   const py::object device_type =
       steal(PyObject_GetAttr(steal(PyObject_GetAttr(o, n.device)).ptr(), n.type));
-  if (const std::string type = py::str(device_type); type != "cpu") {
+  if (PyUnicode_Check(device_type.ptr()) == 0 ||
+      PyUnicode_CompareWithASCIIString(device_type.ptr(), "cpu") != 0) {
+    const std::string type = py::str(device_type);
     raise_invalid(std::string(what) + ": a " + (type == "cuda" ? "CUDA" : type) +
                   " tensor; ids and tokens are read on the host (pass a CPU tensor)");
   }
+  // The storage first, then the address in it: the calls read it with the GIL released,
+  // while another thread may point the tensor at other memory (set_) and drop the last
+  // reference to this storage, which this one keeps alive. (Resizing the tensor meanwhile,
+  // which reallocates inside the storage, is a race as it is for any torch op reading it.)
+  // untyped_storage() from torch 2.0 on, storage() before it.
+  static PyObject* const storage = [&] {
+    if (PyObject_HasAttr(o, n.storage) != 0) return n.storage;
+    return PyUnicode_InternFromString("storage");
+  }();
+  py::object kept_storage = steal(PyObject_CallMethodNoArgs(o, storage));
   const py::object dtype = steal(PyObject_GetAttr(o, n.dtype));
   const TorchDtypes& d = torch_dtypes();
   if (dtype.ptr() == d.i32) {
@@ -173,21 +185,15 @@ void IntArray::from_tensor(py::handle obj, const char* what) {
   const unsigned long long address = PyLong_AsUnsignedLongLong(ptr.ptr());
   if (PyErr_Occurred() != nullptr) throw py::error_already_set();
   keep_ = py::reinterpret_borrow<py::object>(obj);
-  // The storage too: the calls read it with the GIL released, while another thread may
-  // point the tensor at other memory (set_) and drop the last reference to this one.
-  // (untyped_storage() from torch 2.0 on, storage() before it.)
-  static PyObject* const storage = [&] {
-    if (PyObject_HasAttr(o, n.storage) != 0) return n.storage;
-    return PyUnicode_InternFromString("storage");
-  }();
-  keep_storage_ = steal(PyObject_CallMethodNoArgs(o, storage));
+  keep_storage_ = std::move(kept_storage);
   size_ = static_cast<std::size_t>(count);
   stride_ = static_cast<std::ptrdiff_t>(step) * (kind_ == Kind::kI32 ? 4 : 8);
   data_ = reinterpret_cast<const char*>(static_cast<std::uintptr_t>(address));
 }
 
 void IntArray::from_sequence(py::handle obj, const char* what) {
-  if (!py::isinstance<py::sequence>(obj) || py::isinstance<py::str>(obj)) {
+  if (!py::isinstance<py::sequence>(obj) || py::isinstance<py::str>(obj) ||
+      PyBytes_Check(obj.ptr()) != 0) {
     throw py::type_error(std::string(what) +
                          ": expected a 1-D integer array (numpy, torch) or a sequence of ints, "
                          "got " +
@@ -200,9 +206,15 @@ void IntArray::from_sequence(py::handle obj, const char* what) {
   owned_.resize(n);
   for (std::size_t i = 0; i < n; ++i) {
     const py::object item = seq[i];
-    PyObject* index = PyNumber_Index(item.ptr());  // ints, numpy integers, bools
+    // ints and numpy integers; not bools (refused in arrays too) nor floats
+    PyObject* index = PyBool_Check(item.ptr()) != 0 ? nullptr : PyNumber_Index(item.ptr());
     if (index == nullptr) {
-      PyErr_Clear();
+      // Only "not an integer" is the caller's input; anything else (an interrupt, no memory)
+      // goes on as it is.
+      if (PyErr_Occurred() != nullptr) {
+        if (PyErr_ExceptionMatches(PyExc_TypeError) == 0) throw py::error_already_set();
+        PyErr_Clear();
+      }
       raise_invalid(std::string(what) + "[" + std::to_string(i) + "]: expected an int, got " +
                     std::string(py::str(py::type::of(item).attr("__name__"))));
     }
@@ -261,15 +273,28 @@ std::string IntArray::text(std::size_t i) const {
   return std::to_string(at(i));
 }
 
-std::uintptr_t handle_from(py::handle value, const char* what) {
-  static_assert(sizeof(unsigned long long) == sizeof(std::uintptr_t));
-  if (!py::isinstance<py::bool_>(value) && py::isinstance<py::int_>(value)) {
-    const unsigned long long v = PyLong_AsUnsignedLongLong(value.ptr());
-    if (PyErr_Occurred() == nullptr) return static_cast<std::uintptr_t>(v);
-    PyErr_Clear();
+std::uintptr_t stream_handle_from(py::handle stream) {
+  const py::object v = py::hasattr(stream, "cuda_stream")
+                           ? py::object(stream.attr("cuda_stream"))
+                           : py::reinterpret_borrow<py::object>(stream);
+  PyObject* index = PyBool_Check(v.ptr()) != 0 ? nullptr : PyNumber_Index(v.ptr());
+  if (index == nullptr) {
+    if (PyErr_Occurred() != nullptr) {
+      if (PyErr_ExceptionMatches(PyExc_TypeError) == 0) throw py::error_already_set();
+      PyErr_Clear();
+    }
+    throw py::type_error(
+        "stream must be an int, an object with cuda_stream (torch.cuda.Stream) or None, got " +
+        std::string(py::str(py::type::of(stream))));
   }
-  raise_invalid(std::string(what) + " = " + std::string(py::repr(value)) +
-                ": expected an int in [0, 2^64)");
+  const unsigned long long h = PyLong_AsUnsignedLongLong(index);
+  Py_DECREF(index);
+  if (PyErr_Occurred() != nullptr) {
+    PyErr_Clear();
+    raise_invalid("stream = " + std::string(py::repr(v)) + ": a handle is an int in [0, 2^64)");
+  }
+  static_assert(sizeof(unsigned long long) == sizeof(std::uintptr_t));
+  return static_cast<std::uintptr_t>(h);
 }
 
 template <class Out>

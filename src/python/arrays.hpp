@@ -116,8 +116,10 @@ std::vector<Id> ids_from(py::handle obj, const char* what) {
   return out;
 }
 
-/// A handle (a stream, an address) from a Python int in [0, 2^64), naming `what` otherwise.
-std::uintptr_t handle_from(py::handle value, const char* what);
+/// A stream handle from the `stream` argument of a call: an int (or an object whose
+/// `cuda_stream` is one) in [0, 2^64). TypeError for another type, InvalidArgumentError for
+/// an int out of range. None is the caller's to handle first.
+std::uintptr_t stream_handle_from(py::handle stream);
 
 /// One id from a Python int.
 template <class Id>

@@ -42,12 +42,12 @@ TransferEngine& engine_of(py::handle engine) {
                        std::string(py::str(py::type::of(engine))));
 }
 
-/// The engines serving a PrefixCache now (touched with the GIL held). A cache owns its
-/// engine's pools: a second cache over one engine would hand out the same page ids, and
-/// each would serve the other's bytes as its own.
+/// The engines serving a PrefixCache now (touched with the GIL held; never destroyed, so a
+/// cache collected at exit finds it). A cache owns its engine's pools: a second cache over
+/// one engine would hand out the same page ids, and each would serve the other's bytes.
 std::unordered_set<const TransferEngine*>& engines_in_use() {
-  static std::unordered_set<const TransferEngine*> in_use;
-  return in_use;
+  static auto* const in_use = new std::unordered_set<const TransferEngine*>();
+  return *in_use;
 }
 
 struct PyInsertResult {
@@ -63,23 +63,28 @@ class PyPrefixCache {
     // The store engine must be built over this engine's host pages and serve no other
     // cache; it then takes this cache's mutex for its own queries.
     StoreEngine* st = store_obj_.is_none() ? nullptr : attach_store(store_obj_, engine_obj_, mu_);
-    if (engines_in_use().contains(&e)) {
+    // The engine is claimed before create() lets the GIL go: a thread building a cache over
+    // the same engine meanwhile finds it taken.
+    if (!engines_in_use().insert(&e).second) {
       if (st != nullptr) detach_store(store_obj_);
       raise_invalid(
           "PrefixCache: this engine already serves a PrefixCache (one cache per engine: the "
-          "cache hands out the engine's pages and slots); drop that cache first, or build "
-          "another engine over other arenas");
+          "cache hands out the engine's pages and slots); drop that cache first (`cache = "
+          "None`: a new cache assigned to the same name is built before the old one goes), "
+          "or build another engine over other arenas");
     }
+    engine_ = &e;
     // create() validates the config and checks it against the engine's pools (and the
     // store's geometry); with a store it rebuilds the tree from the store's records.
     Result<std::unique_ptr<PrefixCache>> made = [&] {
       py::gil_scoped_release nogil;
       return PrefixCache::create(config, e, st);
     }();
-    if (!made.is_ok() && st != nullptr) detach_store(store_obj_);
+    if (!made.is_ok()) {
+      engines_in_use().erase(&e);
+      if (st != nullptr) detach_store(store_obj_);
+    }
     cache_ = unwrap(std::move(made));
-    engine_ = &e;
-    engines_in_use().insert(engine_);
   }
   ~PyPrefixCache() {
     // The cache's destructor waits for its copies: let the engine's threads run meanwhile.

@@ -318,8 +318,7 @@ int numa_from(const py::object& n) {
 
 cudaStream_t stream_from(const py::object& s) {
   if (s.is_none()) return nullptr;
-  py::object v = py::hasattr(s, "cuda_stream") ? py::object(s.attr("cuda_stream")) : s;
-  return reinterpret_cast<cudaStream_t>(handle_from(v, "stream"));
+  return reinterpret_cast<cudaStream_t>(stream_handle_from(s));
 }
 
 /// A per-call stream: the given one, or (None) torch's current stream on `device` when torch

@@ -2,6 +2,8 @@
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -31,7 +33,6 @@ ArenaView arena(py::object self, std::uint32_t items, std::size_t item_bytes,
   return view_of(std::move(self), first, items, item_bytes, name);
 }
 
-/// An int64 array of shape [n, width] (None: no rows), row-major.
 /// Drops a Ticket with the GIL released: a pending one waits for its copy, and the thread
 /// that finishes the copy (a delayed ticket resumed, an engine callback) may be Python's.
 struct GilFreeTicketDelete {
@@ -47,14 +48,25 @@ struct GilFreeTicketDelete {
 };
 using TicketHolder = std::unique_ptr<Ticket, GilFreeTicketDelete>;
 
+/// An int64 array of shape [n, width] (None: no rows), row-major.
 py::array_t<std::int64_t, py::array::c_style | py::array::forcecast> rows_of(const py::object& obj,
                                                                              py::ssize_t width,
                                                                              const char* what,
                                                                              const char* shape) {
-  // Integers only: a cast would truncate floats and parse strings into ids.
+  // Integers that fit int64 only: a cast would truncate floats, parse strings into ids and
+  // wrap a uint64 above 2^63 to a negative id.
   const py::array raw = py::array::ensure(obj);
-  if (!raw || (raw.size() > 0 && raw.dtype().kind() != 'i' && raw.dtype().kind() != 'u')) {
-    raise_invalid(std::string(what) + ": expected an integer array of shape " + shape + ", got " +
+  const char kind = raw ? raw.dtype().kind() : '?';
+  bool fits = raw && (raw.size() == 0 || kind == 'i' || kind == 'u');
+  if (fits && kind == 'u' && raw.itemsize() == 8 && raw.size() > 0) {
+    const auto wide =
+        py::array_t<std::uint64_t, py::array::c_style | py::array::forcecast>::ensure(raw);
+    fits = wide && *std::max_element(wide.data(), wide.data() + wide.size()) <=
+                       static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+  }
+  if (!fits) {
+    raise_invalid(std::string(what) + ": expected an array of shape " + shape +
+                  " of integers that fit int64, got " +
                   (raw ? "dtype " + std::string(py::str(raw.dtype())) : std::string("no array")));
   }
   auto arr = py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>::ensure(raw);
@@ -135,15 +147,7 @@ StreamHandle stream_for(py::handle engine, const py::object& stream) {
   (void)engine;
   if (stream.is_none()) return nullptr;
   // An engine without streams ignores the stream, but not a malformed argument.
-  py::object v =
-      py::hasattr(stream, "cuda_stream") ? py::object(stream.attr("cuda_stream")) : stream;
-  if (py::isinstance<py::bool_>(v) || !py::isinstance<py::int_>(v)) {
-    throw py::type_error(
-        "stream must be an int, an object with cuda_stream (torch.cuda.Stream) "
-        "or None, got " +
-        std::string(py::str(py::type::of(stream))));
-  }
-  return reinterpret_cast<StreamHandle>(handle_from(v, "stream"));
+  return reinterpret_cast<StreamHandle>(stream_handle_from(stream));
 }
 
 TransferEngine* host_engine_of(py::handle obj) {

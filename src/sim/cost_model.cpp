@@ -73,17 +73,25 @@ Result<Row> find_row(std::span<const Row> rows, std::string_view name, const cha
 
 }  // namespace
 
+unsigned __int128 ModelGeometry::kv_bytes_per_token_wide() const {
+  using Wide = unsigned __int128;
+  return Wide{full_layers} * 2 * kv_heads * (Wide{head_dim} * kv_element_bytes + kv_scale_bytes);
+}
+
+unsigned __int128 ModelGeometry::snapshot_bytes_wide() const {
+  using Wide = unsigned __int128;
+  const Wide recurrent = Wide{value_heads} * key_dim * value_dim * recurrent_element_bytes;
+  const Wide conv = (Wide{2} * key_heads * key_dim + Wide{value_heads} * value_dim) *
+                    (conv_kernel - 1) * conv_element_bytes;
+  return Wide{gdn_layers} * (recurrent + conv) + extra_state_bytes;
+}
+
 std::uint64_t ModelGeometry::kv_bytes_per_token() const {
-  return std::uint64_t{full_layers} * 2 * kv_heads *
-         (std::uint64_t{head_dim} * kv_element_bytes + kv_scale_bytes);
+  return static_cast<std::uint64_t>(kv_bytes_per_token_wide());
 }
 
 std::uint64_t ModelGeometry::snapshot_bytes() const {
-  const std::uint64_t recurrent =
-      std::uint64_t{value_heads} * key_dim * value_dim * recurrent_element_bytes;
-  const std::uint64_t conv = (2ull * key_heads * key_dim + std::uint64_t{value_heads} * value_dim) *
-                             (conv_kernel - 1) * conv_element_bytes;
-  return gdn_layers * (recurrent + conv) + extra_state_bytes;
+  return static_cast<std::uint64_t>(snapshot_bytes_wide());
 }
 
 std::span<const HardwarePreset> hardware_presets() {

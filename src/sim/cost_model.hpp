@@ -52,6 +52,10 @@ struct ModelGeometry {
 
   std::uint64_t kv_bytes_per_token() const;
   std::uint64_t snapshot_bytes() const;
+  /// The same two counts in 128 bits: what a config that does not fit 64 bits would give
+  /// (parse_model_config bounds them; the narrow ones are these, narrowed).
+  unsigned __int128 kv_bytes_per_token_wide() const;
+  unsigned __int128 snapshot_bytes_wide() const;
   /// Bytes of one page of `page_size` tokens.
   std::uint64_t page_bytes(std::uint32_t page_size) const {
     return kv_bytes_per_token() * page_size;

@@ -291,26 +291,17 @@ Result<ModelGeometry> parse_config(const json& root, std::string name, std::stri
   m.extra_state_bytes = *extra;
   // The byte counts every budget is made of, computed wide: a state or a KV token this large
   // is no model's, and would wrap the simulator's arithmetic (pages x bytes).
-  {
-    using Wide = unsigned __int128;
-    const Wide kv = Wide{m.full_layers} * 2 * m.kv_heads *
-                    (Wide{m.head_dim} * m.kv_element_bytes + m.kv_scale_bytes);
-    const Wide recurrent =
-        Wide{m.value_heads} * m.key_dim * m.value_dim * m.recurrent_element_bytes;
-    const Wide conv = (Wide{2} * m.key_heads * m.key_dim + Wide{m.value_heads} * m.value_dim) *
-                      (m.conv_kernel - 1) * m.conv_element_bytes;
-    const Wide state = Wide{m.gdn_layers} * (recurrent + conv) + m.extra_state_bytes;
-    if (kv > kMaxKvBytesPerToken) {
-      return f.error("num_key_value_heads",
-                     "with head_dim, the KV dtype and the full-attention layers, gives more than "
-                     "2^32 bytes of KV per token: no model's geometry");
-    }
-    if (state > kMaxStateBytes) {
-      return f.error("linear_value_head_dim",
-                     "with the other GDN dimensions, the state dtypes and "
-                     "radixtier.extra_state_bytes, gives a recurrent state above 2^40 bytes: no "
-                     "model's geometry");
-    }
+  if (m.kv_bytes_per_token_wide() > kMaxKvBytesPerToken) {
+    return invalid_argument("model config '" + std::string(origin) +
+                            "': the full-attention layers x KV heads x (head_dim x the KV "
+                            "dtype + kv_scale_bytes) give more than 2^32 bytes of KV per "
+                            "token: no model's geometry");
+  }
+  if (m.snapshot_bytes_wide() > kMaxStateBytes) {
+    return invalid_argument("model config '" + std::string(origin) +
+                            "': the GDN layers' recurrent and conv states (with "
+                            "radixtier.extra_state_bytes) give more than 2^40 bytes per "
+                            "snapshot: no model's geometry");
   }
   auto weights = f.count("radixtier.weight_bytes", f.extra("weight_bytes"), 0);
   if (!weights) return weights.status();

@@ -26,6 +26,9 @@ namespace radixtier::sim {
 inline constexpr std::uint64_t kGiB = std::uint64_t{1} << 30;
 /// A GPU KV pool per instance, at most (tokens): far above any GPU's (simulate() refuses more).
 inline constexpr std::size_t kMaxGpuKvTokens = std::size_t{1} << 31;
+/// The GPU KV pools of all instances together, at most (tokens): about 4.5 GB of this
+/// simulator's page bookkeeping.
+inline constexpr std::size_t kMaxClusterGpuKvTokens = std::size_t{1} << 34;
 /// Modeled instances, at most (sim --instances; the default is clamped to it).
 inline constexpr std::size_t kMaxInstances = 1024;
 /// A budget in GiB (host, disk, shared tier), at most: 64 TiB, more than any server has.

@@ -137,6 +137,13 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
                             " tokens per instance (" + std::to_string(model->kv_bytes_per_token()) +
                             " bytes of KV per token), more than 2^31: give --gpu-kv-tokens");
   }
+  if (budget.gpu_kv_tokens * n_inst > kMaxClusterGpuKvTokens) {
+    return invalid_argument(std::to_string(n_inst) + " instances of " +
+                            std::to_string(budget.gpu_kv_tokens) +
+                            " GPU KV tokens each: more than 2^34 tokens in all, beyond what "
+                            "this simulator keeps track of in memory (fewer --instances or a "
+                            "smaller --gpu-kv-tokens)");
+  }
   out.config = cache_config(budget, *model, s.page_size);
   out.config.snapshot_eviction = o.eviction;
   out.config.write_policy = o.write_policy;
