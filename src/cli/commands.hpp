@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <functional>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -57,69 +58,76 @@ CLI::Validator parsed_by(Parse parse, std::string description) {
       std::move(description));
 }
 
-/// A CLI11 check for a number in [0, max], finite.
+namespace detail {
+
+/// `text` as a finite number >= 0; nothing when it is not one.
+inline std::optional<double> finite_non_negative(const std::string& text) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() || *end != '\0' || !(v >= 0 && std::isfinite(v))) return std::nullopt;
+  return v;
+}
+
+/// `text` as a count (digits only, within 64 bits); nothing when it is not one.
+inline std::optional<unsigned long long> count_of(const std::string& text) {
+  if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos)
+    return std::nullopt;
+  errno = 0;
+  const unsigned long long v = std::strtoull(text.c_str(), nullptr, 10);
+  if (errno != 0) return std::nullopt;
+  return v;
+}
+
+inline std::string shown(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+}  // namespace detail
+
+/// A CLI11 check for a finite number >= 0.
+inline CLI::Validator non_negative() {
+  return CLI::Validator(
+      [](std::string& text) {
+        return detail::finite_non_negative(text) ? std::string()
+                                                 : "'" + text + "' is not a finite number >= 0";
+      },
+      ">=0");
+}
+
+/// A CLI11 check for a finite number in [0, max].
 inline CLI::Validator number_up_to(double max) {
   return CLI::Validator(
       [max](std::string& text) {
-        char* end = nullptr;
-        const double v = std::strtod(text.c_str(), &end);
-        if (end == text.c_str() || *end != '\0' || !(v >= 0 && std::isfinite(v)))
-          return "'" + text + "' is not a finite number >= 0";
-        std::ostringstream os;
-        os << "'" << text << "' is more than " << max;
-        return v <= max ? std::string() : os.str();
+        const auto v = detail::finite_non_negative(text);
+        if (!v) return "'" + text + "' is not a finite number >= 0";
+        return *v <= max ? std::string() : "'" + text + "' is more than " + detail::shown(max);
       },
-      "[0, " +
-          [max] {
-            std::ostringstream os;
-            os << max;
-            return os.str();
-          }() +
-          "]");
-}
-
-/// A CLI11 check for a count (digits only) in [min, max].
-inline CLI::Validator count_in(unsigned long long min, unsigned long long max) {
-  return CLI::Validator(
-      [min, max](std::string& text) {
-        const bool digits =
-            !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
-        if (!digits) return "'" + text + "' is not a count";
-        errno = 0;
-        const unsigned long long v = std::strtoull(text.c_str(), nullptr, 10);
-        return errno == 0 && v >= min && v <= max
-                   ? std::string()
-                   : "'" + text + "' is not in [" + std::to_string(min) + ", " +
-                         std::to_string(max) + "]";
-      },
-      "COUNT in [" + std::to_string(min) + ", " + std::to_string(max) + "]");
+      "[0, " + detail::shown(max) + "]");
 }
 
 /// A CLI11 check for a count (digits only) of at least `min`.
 inline CLI::Validator count_at_least(unsigned long long min) {
   return CLI::Validator(
       [min](std::string& text) {
-        const bool digits =
-            !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
-        if (!digits) return "'" + text + "' is not a count";
-        return std::strtoull(text.c_str(), nullptr, 10) >= min
-                   ? std::string()
-                   : "'" + text + "' is less than " + std::to_string(min);
+        const auto v = detail::count_of(text);
+        if (!v) return "'" + text + "' is not a count";
+        return *v >= min ? std::string() : "'" + text + "' is less than " + std::to_string(min);
       },
       min == 0 ? "COUNT" : "COUNT>=" + std::to_string(min));
 }
 
-/// A CLI11 check for a number >= 0.
-inline CLI::Validator non_negative() {
+/// A CLI11 check for a count (digits only) in [min, max].
+inline CLI::Validator count_in(unsigned long long min, unsigned long long max) {
   return CLI::Validator(
-      [](std::string& text) {
-        char* end = nullptr;
-        const double v = std::strtod(text.c_str(), &end);
-        return end != text.c_str() && *end == '\0' && v >= 0 && std::isfinite(v)
-                   ? std::string()
-                   : "'" + text + "' is not a finite number >= 0";
+      [min, max](std::string& text) {
+        const auto v = detail::count_of(text);
+        return v && *v >= min && *v <= max ? std::string()
+                                           : "'" + text + "' is not in [" + std::to_string(min) +
+                                                 ", " + std::to_string(max) + "]";
       },
-      ">=0");
+      "COUNT in [" + std::to_string(min) + ", " + std::to_string(max) + "]");
 }
 
 }  // namespace radixtier::cli

@@ -76,15 +76,15 @@ Result<SimResult> simulate(const Scenario& s, const SimOptions& o) {
   if (!model) return model.status();
   auto hw = find_hardware(o.hardware);
   if (!hw) return hw.status();
+  if (!(o.decode_step_s >= 0 && std::isfinite(o.decode_step_s))) {
+    return invalid_argument("--decode-step-s must be a finite number of seconds >= 0");
+  }
   const std::size_t n_inst = o.instances > 0
                                  ? o.instances
                                  : (s.is_trace() ? default_instances(s, *hw, o.decode_step_s) : 1);
   if (n_inst > kMaxInstances) {
     return invalid_argument("--instances " + std::to_string(n_inst) + ": at most " +
                             std::to_string(kMaxInstances));
-  }
-  if (!(o.decode_step_s >= 0 && std::isfinite(o.decode_step_s))) {
-    return invalid_argument("--decode-step-s must be a finite number of seconds >= 0");
   }
   if (n_inst > 1 && !s.is_trace()) {
     return invalid_argument("--instances > 1 needs a trace scenario: '" + s.name +
