@@ -1,8 +1,10 @@
 """The binding: config validation, Status -> exceptions, every CacheBackend call, ids as
 arrays, the GIL released during C++ calls, one cache shared by threads."""
 
+import copy
 import gc
 import os
+import pickle
 import subprocess
 import sys
 import threading
@@ -38,6 +40,17 @@ def test_config_is_immutable_and_replace_validates():
     with pytest.raises(TypeError, match="unknown field"):
         c.replace(pages=1)
     assert c.to_dict()["page_bytes"] == 64 and c.slice_bytes == 2 * 64
+
+
+def test_config_is_hashable_copyable_and_picklable():
+    # What an engine needs to hand its config to the processes of its tensor-parallel ranks.
+    c = small_config(write_policy=rt.WritePolicy.WRITE_THROUGH, host_pin_share=0.25)
+    assert hash(c) == hash(c.replace()) and len({c, c.replace(), c.replace(gpu_pages=99)}) == 2
+    for twin in (copy.copy(c), copy.deepcopy(c), pickle.loads(pickle.dumps(c))):
+        assert twin == c and twin.to_dict() == c.to_dict() and twin is not c
+    bad = pickle.dumps(c).replace(b"slice_pages", b"slice_pagez")
+    with pytest.raises(TypeError):
+        pickle.loads(bad)  # an unknown field is refused on the way back in, as by replace()
 
 
 # --- errors --------------------------------------------------------------------------------

@@ -147,6 +147,18 @@ void bind_config(py::module_& m) {
           "__eq__",
           [](const CacheConfig& a, const CacheConfig& b) { return to_dict(a).equal(to_dict(b)); },
           py::is_operator())
+      // Immutable, so hashable (a dict key, a set member), and picklable: an engine hands
+      // its config to the processes of its tensor-parallel ranks.
+      .def("__hash__",
+           [](const CacheConfig& c) {
+             py::list values;
+             for (auto [k, v] : to_dict(c)) values.append(py::make_tuple(k, v));
+             return py::hash(py::tuple(values));
+           })
+      .def(py::pickle([](const CacheConfig& c) { return to_dict(c); },
+                      [](const py::dict& fields) {
+                        return py::type::of<CacheConfig>()(**fields).cast<CacheConfig>();
+                      }))
       .def("__repr__", [](const CacheConfig& c) {
         std::ostringstream os;
         os << "CacheConfig(page_size=" << c.page_size << ", gpu_pages=" << c.gpu_pages
