@@ -57,6 +57,8 @@ def test_bad_traces_name_the_line(tmp_path, lines, message):
     (["--forward-tokens", "100"], "multiple of the scenario's chunk"),
     (["--sglang-memory-ratio", "inf"], "not a finite number"),
     (["--instances", "1024", "--gpu-kv-tokens", str(2**31)], "more than 2^34 tokens in all"),
+    (["--policy", "interval:63"], "--policy interval:63: snapshot policy"),
+    (["--cache", "sglang-like", "--sglang-chunk", "1"], "--sglang-chunk 1: must be a multiple"),
 ])
 def test_bad_options_are_refused_before_the_run(option, message):
     r = sim_trace(TRACE, "--trace-limit", "20", *option)

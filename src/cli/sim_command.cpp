@@ -269,6 +269,22 @@ int run_sim(SimArgs& args) {
     std::fprintf(stderr, "radixtier sim: %s\n", s.status().message().c_str());
     return 2;
   }
+  // What depends on the scenario's page size, named by its option (not by the scheduler's
+  // config field it lands in).
+  if (!policy_text.empty()) {
+    if (Status v = sched::SnapshotPolicy::parse(policy_text)->validate(s->page_size); !v) {
+      std::fprintf(stderr, "radixtier sim: --policy %s: %s\n", policy_text.c_str(),
+                   v.message().c_str());
+      return 2;
+    }
+  }
+  if (opt.sglang.chunk_tokens % s->page_size != 0) {
+    std::fprintf(stderr,
+                 "radixtier sim: --sglang-chunk %zu: must be a multiple of the page size (%u "
+                 "tokens)\n",
+                 opt.sglang.chunk_tokens, static_cast<unsigned>(s->page_size));
+    return 2;
+  }
   sim::ProgressMeter meter(stderr, sim::ProgressMeter::stream_is_terminal(stderr));
   meter.phase(std::string("sim ") + scenario + "/" + sim::to_string(opt.cache), s->size(),
               "requests");
