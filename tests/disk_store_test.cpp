@@ -345,6 +345,15 @@ TEST(DiskStore, BadConfigNamesTheField) {
   c = small_config(dir.store());
   c.io.slice_bytes = 1000;
   EXPECT_NE(DiskStore::open(c).status().message().find("slice_bytes"), std::string::npos);
+  // A NUL would cut the path short: the store opened (and created) another directory.
+  TempDir fresh;
+  c = small_config(fresh.store());
+  c.directory = c.directory + std::string("\0x", 2);
+  auto nul = DiskStore::open(c);
+  ASSERT_FALSE(nul);
+  EXPECT_EQ(nul.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(nul.status().message().find("NUL"), std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(fresh.store())) << "nothing was created";
 }
 
 TEST(DiskStore, BudgetFullIsOutOfMemoryAndErasedSlotsWaitForTheSync) {

@@ -57,6 +57,10 @@ std::uint32_t DiskStoreConfig::snapshot_slots() const {
 
 Status DiskStoreConfig::validate() const {
   if (directory.empty()) return invalid_argument("directory must not be empty");
+  // The path goes to the system as a C string: a NUL would cut it short, and the store would
+  // open (or create) another directory than the one named.
+  if (directory.find('\0') != std::string::npos)
+    return invalid_argument("directory must not contain a NUL byte");
   const ModelFingerprint& f = fingerprint;
   if (f.page_tokens == 0) return invalid_argument("fingerprint.page_tokens must be > 0");
   if (f.page_tokens > (1u << 20)) {

@@ -26,7 +26,18 @@ Result<Endpoint> parse_endpoint(std::string_view address) {
   if (ec != std::errc{} || ptr != digits.data() + digits.size() || port <= 0 || port > 65535) {
     return invalid_argument("redis cluster: bad port in '" + std::string(address) + "'");
   }
-  return Endpoint{std::string(address.substr(0, colon)), port};
+  std::string_view host = address.substr(0, colon);
+  // "[v6]:port", as URLs write an IPv6 address: the brackets are not part of the host.
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  } else if (host.find_first_of("[]") != std::string_view::npos) {
+    return invalid_argument("redis cluster: unbalanced brackets in '" + std::string(address) +
+                            "' (an IPv6 seed is [address]:port)");
+  }
+  if (host.empty()) {
+    return invalid_argument("redis cluster: '" + std::string(address) + "' has no host");
+  }
+  return Endpoint{std::string(host), port};
 }
 
 namespace {

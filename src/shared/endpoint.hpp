@@ -1,4 +1,5 @@
-// Endpoint: a parsed "host:port" (the last ':' splits; port in [1, 65535]). Value type.
+// Endpoint: a parsed "host:port" (the last ':' splits; "[v6]:port" loses its brackets; port in
+// [1, 65535]). Value type.
 #pragma once
 
 #include <sys/socket.h>

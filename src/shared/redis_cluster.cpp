@@ -356,7 +356,9 @@ void RedisCluster::Impl::execute(const Op& op, std::size_t n, Deadline deadline,
             g.c->conn.append({"ASKING"});
             g.expect.push_back(kAskingReply);
           }
-          if (op.role == Role::kPublish) {
+          // A command with a value (SET) carries it; EXISTS, on either role's connections,
+          // carries the key alone (a publisher checks before it writes).
+          if (op.value) {
             g.c->conn.append({op.command, op.key(task.index), op.value(task.index)});
           } else {
             g.c->conn.append({op.command, op.key(task.index)});

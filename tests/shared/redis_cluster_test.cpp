@@ -51,6 +51,11 @@ TEST(RedisCluster, PipelinedRoundTripOfBinaryValuesAcrossAllShards) {
   for (std::size_t i = 0; i < keys.size(); ++i) EXPECT_EQ(exist[i], KeyState::kFound) << i;
   EXPECT_EQ(exist[keys.size()], KeyState::kMissing);
   EXPECT_EQ(exist[keys.size() + 1], KeyState::kMissing);
+  // The same on the publish connections (a publisher's check before it writes: every key
+  // came back failed, so nothing was ever skipped and no published prefix was extended).
+  const auto before_write = client->exists_before_write(probe, in(5s));
+  EXPECT_EQ(before_write, exist);
+  EXPECT_EQ(client->stats().internal_errors, 0u);
 
   const auto got = client->get(probe, in(20s), 1u << 20);
   for (std::size_t i = 0; i < keys.size(); ++i) {
@@ -70,7 +75,7 @@ TEST(RedisCluster, PipelinedRoundTripOfBinaryValuesAcrossAllShards) {
   }
 
   const auto stats = client->stats();
-  EXPECT_EQ(stats.calls, 4u);
+  EXPECT_EQ(stats.calls, 5u);  // set, exists, exists_before_write, get, get
   EXPECT_EQ(stats.keys_failed, 0u);
   EXPECT_EQ(stats.timeouts, 0u);
   EXPECT_GT(stats.bytes_read, 3u * (4u << 20));
